@@ -1,0 +1,130 @@
+"""SQLModel tables and the API models of windows.
+
+Tables: `window` (one per benchmark window), `window_target` (one per target of a window,
+holding its final result once the window is closed) and `snapshot` (the spec-decode series
+of one scrape of one target, or the reason it failed). The schema is created only by the
+Alembic migrations in `migrations/`; a test checks that the two agree.
+"""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import field_validator, model_validator
+from sqlalchemy import JSON, Column, DateTime, MetaData, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from app.targets import WINDOW_ID_PATTERN, Target, parse_target
+
+# Alembic and the models name constraints alike (Polar's convention).
+SQLModel.metadata.naming_convention = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata: MetaData = SQLModel.metadata
+
+
+def utcnow() -> datetime:
+    """Now, in UTC."""
+    return datetime.now(UTC)
+
+
+def _utc_column(nullable: bool) -> Any:
+    return Column(DateTime(timezone=True), nullable=nullable)
+
+
+class WindowBase(SQLModel):
+    labels: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    sample_interval_s: float | None = Field(default=None, ge=0.5, le=3600)
+
+
+class WindowCreate(WindowBase):
+    """Body of `POST /windows/{id}/start`; `models` is accepted in place of `targets`."""
+
+    targets: list[str | dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _models_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "targets" not in data and "models" in data:
+            data = {**data, "targets": data["models"]}
+        return data
+
+    @field_validator("targets")
+    @classmethod
+    def _check_targets(cls, targets: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        if not targets:
+            raise ValueError("at least one target is required")
+        parsed: dict[str, Target] = {}
+        for index, value in enumerate(targets):
+            try:
+                target = parse_target(value)
+            except ValueError as exc:
+                raise ValueError(f"target {index}: {exc}") from None
+            known = parsed.get(target.key)
+            if known is not None and known.url != target.url:
+                raise ValueError(
+                    f"target {index}: {target.key} is given twice with different URLs "
+                    f"({known.url}, {target.url})"
+                )
+            parsed[target.key] = target
+        return targets
+
+    def parsed_targets(self) -> list[Target]:
+        """The targets, parsed and unique by `host:port`, in the order first given."""
+        unique: dict[str, Target] = {}
+        for value in self.targets:
+            target = parse_target(value)
+            unique.setdefault(target.key, target)
+        return list(unique.values())
+
+
+class Window(WindowBase, table=True):
+    __tablename__ = "window"
+
+    id: int | None = Field(default=None, primary_key=True)
+    window_id: str = Field(max_length=128, unique=True)
+    state: str = Field(default="open", max_length=16)
+    started_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
+    stopped_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
+
+
+class WindowTarget(SQLModel, table=True):
+    __tablename__ = "window_target"
+    __table_args__ = (UniqueConstraint("window_pk", "target"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    window_pk: int = Field(foreign_key="window.id", ondelete="CASCADE", index=True)
+    ordinal: int
+    target: str = Field(max_length=300)
+    url: str = Field(max_length=2048)
+    result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+class Snapshot(SQLModel, table=True):
+    __tablename__ = "snapshot"
+
+    id: int | None = Field(default=None, primary_key=True)
+    target_id: int = Field(foreign_key="window_target.id", ondelete="CASCADE", index=True)
+    phase: str = Field(max_length=16)
+    taken_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
+    error: str | None = Field(default=None)
+    series: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+class TargetPublic(SQLModel):
+    target: str
+    url: str
+    before: dict[str, Any] | None = None
+    before_error: str | None = None
+    result: dict[str, Any] | None = None
+
+
+class WindowPublic(WindowBase):
+    id: str = Field(schema_extra={"pattern": WINDOW_ID_PATTERN})
+    state: str
+    started_at: datetime
+    stopped_at: datetime | None
+    targets: list[TargetPublic]

@@ -1,0 +1,39 @@
+"""The AISBench console block of a window's results."""
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def _row(label: str, value: object) -> str:
+    return f"{label:<45} {value}"
+
+
+def _per_position(rates: dict[str, float]) -> str:
+    items = sorted(rates.items(), key=lambda item: int(item[0]))
+    return "{" + ", ".join(f"{pos}: {rate:.4f}" for pos, rate in items) + "}"
+
+
+def render_block(target: str, result: dict[str, Any]) -> str:
+    """One target's block: a blank line, the framed title, then one row per value."""
+    title = f"========== Speculative Decoding Metrics  [{target}] =========="
+    separator = "=" * len(title)
+    data = result.get("data")
+    if result.get("status") == "ok" and data is not None:
+        accepted = data["accepted_tokens"]
+        rows = [
+            # Formatted from the counts, not from the JSON's rounded values: no double rounding.
+            _row("Acceptance rate (%)", f"{accepted / data['draft_tokens'] * 100:.2f}"),
+            _row("Acceptance length", f"{1 + accepted / data['num_drafts']:.2f}"),
+            _row("Drafts", data["num_drafts"]),
+            _row("Draft tokens", data["draft_tokens"]),
+            _row("Accepted tokens", data["accepted_tokens"]),
+            _row("Per-position acceptance rates", _per_position(data["per_position_acceptance_rates"])),
+        ]
+    else:
+        rows = [_row("Status", "N/A"), _row("Reason", result.get("error"))]
+    return "\n".join(["", separator, title, separator, *rows]) + "\n"
+
+
+def render_report(results: Iterable[tuple[str, dict[str, Any]]]) -> str:
+    """The blocks of every (`host:port`, result) pair, in the order given."""
+    return "".join(render_block(target, result) for target, result in results)

@@ -1,0 +1,1 @@
+"""Alembic migrations of the specdec-collector schema (shipped inside the package)."""

@@ -1,0 +1,43 @@
+"""Alembic environment: the models' metadata, batch mode for SQLite, one transaction."""
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+import app.models  # noqa: F401  (registers the tables on the metadata)
+from app.config import get_settings
+from app.db import create_db_engine
+from app.models import metadata
+
+config = context.config
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        # SQLite cannot ALTER most things; batch mode copies the table instead.
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    """Run against the connection the caller passed, else against SPECDEC_DATABASE_URL."""
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    url = config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    engine = create_db_engine(url)
+    try:
+        with engine.connect() as connection:
+            _run(connection)
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (--sql) migrations are not supported; run against a database")
+run_migrations_online()
