@@ -1,0 +1,99 @@
+"""A real HTTP server that serves `/metrics`, whose answer a test sets and whose requests it sees."""
+
+import gzip
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class MetricsServer:
+    """What the server answers, and what it was asked."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    body: bytes = b""
+    status: int = 200
+    content_type: str = "text/plain; version=0.0.4; charset=utf-8"
+    gzip: bool = False
+    delay_s: float = 0.0
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    requests: list[dict[str, str]] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def target(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def set_text(self, text: str) -> None:
+        self.body = text.encode()
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.requests)
+
+
+def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            with state.lock:
+                state.requests.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
+                state.in_flight += 1
+                state.max_in_flight = max(state.max_in_flight, state.in_flight)
+            try:
+                if state.delay_s:
+                    time.sleep(state.delay_s)
+                body = gzip.compress(state.body) if state.gzip else state.body
+                self.send_response(state.status)
+                self.send_header("Content-Type", state.content_type)
+                self.send_header("Content-Length", str(len(body)))
+                if state.gzip:
+                    self.send_header("Content-Encoding", "gzip")
+                for name, value in state.extra_headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+            finally:
+                with state.lock:
+                    state.in_flight -= 1
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@contextmanager
+def serve_metrics(**settings: object) -> Iterator[MetricsServer]:
+    """Run a `MetricsServer` on a free loopback port for the duration of the block."""
+    state = MetricsServer(**settings)  # type: ignore[arg-type]
+    server = ThreadingHTTPServer((state.host, 0), _handler(state))
+    server.daemon_threads = True
+    state.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()

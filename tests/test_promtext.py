@@ -1,0 +1,226 @@
+"""Extraction of the spec-decode series, checked against prometheus_client's parsers."""
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families as text_families
+
+from app.promtext import (
+    FAMILIES,
+    ExtractionError,
+    SeriesKey,
+    SeriesValue,
+    extract_spec_decode,
+    series_from_json,
+    series_to_json,
+)
+from tests.payloads import fixture
+
+
+def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]:
+    """The spec-decode series as prometheus_client's full parser sees them."""
+    parse = openmetrics_families if openmetrics else text_families
+    found: dict[SeriesKey, SeriesValue] = {}
+    for family in parse(text):
+        for sample in family.samples:
+            for suffix in ("_total", "_created"):
+                base = sample.name[: -len(suffix)]
+                if sample.name.endswith(suffix) and base in FAMILIES:
+                    key = SeriesKey(FAMILIES[base], tuple(sorted(sample.labels.items())))
+                    slot = found.setdefault(key, SeriesValue())
+                    if suffix == "_total":
+                        slot.value = sample.value
+                    else:
+                        slot.created = sample.value
+    return {key: value for key, value in found.items() if value.value is not None}
+
+
+@pytest.mark.parametrize("name", ["vllm_v1_dp1_k5.txt", "vllm_v1_dp8_k5.txt", "vllm_v1_dp1_nospec.txt"])
+def test_fixtures_agree_with_prometheus_client(name: str) -> None:
+    text = fixture(name)
+    assert extract_spec_decode(text) == oracle(text)
+
+
+def test_dp8_fixture_has_every_engine_and_position() -> None:
+    series = extract_spec_decode(fixture("vllm_v1_dp8_k5.txt"))
+    engines = {dict(key.labels)["engine"] for key in series}
+    positions = {dict(key.labels)["position"] for key in series if key.family == "accepted_per_pos"}
+    assert engines == {str(e) for e in range(8)}
+    assert positions == {str(p) for p in range(5)}
+    assert len(series) == 8 * (3 + 5)
+
+
+def test_created_is_never_a_count() -> None:
+    text = (
+        'vllm:spec_decode_num_drafts_created{engine="0"} 1.7e+09\n'
+        'vllm:spec_decode_num_drafts_total{engine="0"} 7\n'
+        'vllm:spec_decode_num_draft_tokens_created{engine="0"} 1.7e+09\n'
+    )
+    series = extract_spec_decode(text)
+    assert series == {SeriesKey("num_drafts", (("engine", "0"),)): SeriesValue(7.0, 1.7e9)}
+
+
+def test_escaped_label_values_exponents_and_timestamps() -> None:
+    model = 'a "quoted", {braced} model\\name\nwith newline'
+    escaped = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    text = (
+        "# HELP other_total x\n"
+        f'other_total{{model_name="{escaped}"}} 3\n'
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="{escaped}"}} 6.491797e+06 1700000000000\n'
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="{escaped}", position="11"}} 1E2\n'
+    )
+    series = extract_spec_decode(text)
+    assert series == oracle(text)
+    drafts = series[SeriesKey("num_drafts", (("engine", "0"), ("model_name", model)))]
+    assert drafts.value == 6_491_797.0
+
+
+def test_openmetrics_with_eof_and_exemplar() -> None:
+    text = (
+        "# TYPE vllm:spec_decode_num_drafts counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0"} 12.0 # {trace_id="a b"} 1.0\n'
+        'vllm:spec_decode_num_drafts_created{engine="0"} 1.7e+09\n'
+        "# EOF\n"
+        'vllm:spec_decode_num_drafts_total{engine="9"} 99\n'
+    )
+    series = extract_spec_decode(text)
+    assert series == {SeriesKey("num_drafts", (("engine", "0"),)): SeriesValue(12.0, 1.7e9)}
+
+
+def test_payload_starting_with_a_spec_line_and_crlf() -> None:
+    text = "vllm:spec_decode_num_drafts_total 4\r\nvllm:spec_decode_num_draft_tokens_total 20\r\n"
+    series = extract_spec_decode(text)
+    assert series[SeriesKey("num_drafts", ())].value == 4.0
+    assert series[SeriesKey("num_draft_tokens", ())].value == 20.0
+
+
+def test_other_names_with_the_prefix_are_ignored() -> None:
+    text = (
+        "vllm:spec_decode_num_drafts_totally 5\n"
+        "vllm:spec_decode_draft_acceptance_rate 0.5\n"
+        'xvllm:spec_decode_num_drafts_total{a="\\nvllm:spec_decode_num_drafts_total 9"} 1\n'
+    )
+    assert extract_spec_decode(text) == {}
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('vllm:spec_decode_num_drafts_total{engine="0",mod', "malformed sample line"),
+        ("vllm:spec_decode_num_drafts_total NaN", "not a finite count"),
+        ("vllm:spec_decode_num_drafts_total +Inf", "not a finite count"),
+        ("vllm:spec_decode_num_drafts_total -3", "not a finite count"),
+        ("vllm:spec_decode_num_drafts_total abc", "not a number"),
+        ('vllm:spec_decode_num_drafts_total{a="1",a="2"} 1', "given twice"),
+        ('vllm:spec_decode_num_drafts_total{a="1" b="2"} 1', "malformed labels"),
+    ],
+)
+def test_bad_spec_lines_raise(line: str, message: str) -> None:
+    with pytest.raises(ExtractionError, match=message):
+        extract_spec_decode(f"# HELP x y\n{line}\n")
+
+
+def test_the_same_series_twice_raises() -> None:
+    line = 'vllm:spec_decode_num_drafts_total{engine="0"} 1\n'
+    with pytest.raises(ExtractionError, match="series given twice"):
+        extract_spec_decode(line + line)
+
+
+def test_series_json_round_trip() -> None:
+    series = extract_spec_decode(fixture("vllm_v1_dp8_k5.txt"))
+    assert series_from_json(series_to_json(series)) == series
+
+
+# --- differential test against prometheus_client on generated payloads ---------------------
+
+_HOSTILE = st.text(
+    alphabet=st.sampled_from(list('ab09 ,{}="\\\n=#:.') + ["é", "中", "\t"]), max_size=12
+)
+_NAMES = sorted(f"{base}{suffix}" for base in FAMILIES for suffix in ("_total", "_created"))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(draw: st.DrawFn) -> tuple[str, float]:
+    value = draw(
+        st.one_of(
+            st.integers(min_value=0, max_value=10**12).map(float),
+            st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False),
+        )
+    )
+    style = draw(st.sampled_from(["repr", "exp", "int"]))
+    if style == "exp":
+        text = f"{value:e}"
+    elif style == "int" and value.is_integer():
+        text = str(int(value))
+    else:
+        text = repr(value)
+    return text, float(text)
+
+
+@st.composite
+def payloads(draw: st.DrawFn) -> tuple[str, bool]:
+    """A payload in text 0.0.4 or OpenMetrics 1.0 with spec series among hostile noise."""
+    openmetrics = draw(st.booleans())
+    label_sets = draw(
+        st.lists(
+            st.dictionaries(
+                st.sampled_from(["engine", "model_name", "position", "x_y"]), _HOSTILE, max_size=3
+            ),
+            min_size=1,
+            max_size=4,
+            unique_by=lambda d: tuple(sorted(d.items())),
+        )
+    )
+    lines: list[str] = []
+    noise_labels = draw(_HOSTILE)
+    lines.append(f'# HELP noise_metric help with "quotes" and vllm:spec_decode_num_drafts_total')
+    lines.append("# TYPE noise_metric gauge")
+    lines.append(f'noise_metric{{label="{_escape(noise_labels)}"}} 1.5')
+    for base in FAMILIES:
+        families = draw(st.sampled_from(["both", "total", "none"]))
+        if families == "none":
+            continue
+        if openmetrics:
+            lines.append(f"# TYPE {base} counter")
+        for index, labels in enumerate(label_sets):
+            rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            if not openmetrics and draw(st.booleans()):
+                rendered = rendered.replace('",', '", ')
+            label_part = f"{{{rendered}}}" if rendered or draw(st.booleans()) else ""
+            value, _ = _number(draw)
+            stamp = ""
+            if draw(st.booleans()):
+                stamp = " 1700000000.5" if openmetrics else " 1700000000000"
+            if not openmetrics and index == 0:
+                lines.append(f"# TYPE {base}_total counter")
+            lines.append(f"{base}_total{label_part} {value}{stamp}")
+            if families == "both":
+                created, _ = _number(draw)
+                lines.append(f"{base}_created{label_part} {created}{stamp}")
+    lines.append(f'vllm:other{{label="{_escape(draw(_HOSTILE))}"}} 2')
+    text = "\n".join(lines) + "\n"
+    if openmetrics:
+        text += "# EOF\n"
+    return text, openmetrics
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(payloads())
+def test_extraction_matches_prometheus_client(case: tuple[str, bool]) -> None:
+    text, openmetrics = case
+    expected = oracle(text, openmetrics)
+    got = extract_spec_decode(text)
+    assert got.keys() == expected.keys()
+    for key, value in got.items():
+        assert value.value == expected[key].value
+        assert value.created == expected[key].created or (
+            value.created is not None and math.isclose(value.created, expected[key].created or 0)
+        )

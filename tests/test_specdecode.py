@@ -1,0 +1,165 @@
+"""Spec-decode arithmetic: increases, resets, sums and the AISBench result dict."""
+
+from fractions import Fraction
+
+from app.promtext import Series, SeriesKey, SeriesValue, extract_spec_decode
+from app.specdecode import NO_ACTIVITY, NO_METRICS, build_result, window_increase
+from tests.payloads import EngineCounters, spec_block, vllm_payload
+
+URL = "http://10.0.0.1:8080/metrics"
+
+
+def snap(*engines: EngineCounters) -> Series:
+    return extract_spec_decode(vllm_payload(list(engines)))
+
+
+def test_seed_example_exactly() -> None:
+    before = snap(EngineCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30]))
+    after = snap(
+        EngineCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])
+    )
+    result = build_result(URL, before, after)
+    assert result == {
+        "status": "ok",
+        "url": URL,
+        "error": None,
+        "data": {
+            "num_drafts": 163,
+            "draft_tokens": 815,
+            "accepted_tokens": 809,
+            "acceptance_rate": 99.26,
+            "acceptance_length": 5.963,
+            "per_position_acceptance_rates": {
+                "0": 0.9939, "1": 0.9939, "2": 0.9939, "3": 0.9939, "4": 0.9877,
+            },
+        },
+        "raw": {
+            "before": {"num_drafts": 100, "num_draft_tokens": 500, "num_accepted_tokens": 260,
+                       "accepted_per_pos": {"0": 80, "1": 60, "2": 50, "3": 40, "4": 30}},
+            "after": {"num_drafts": 263, "num_draft_tokens": 1315, "num_accepted_tokens": 1069,
+                      "accepted_per_pos": {"0": 242, "1": 222, "2": 212, "3": 202, "4": 191}},
+        },
+        "counter_resets": 0,
+    }  # fmt: skip
+
+
+def test_two_engines_and_two_models_are_summed() -> None:
+    def counters(scale: int) -> list[EngineCounters]:
+        return [
+            EngineCounters(
+                drafts=scale * (10 + i), draft_tokens=scale * 3 * (10 + i),
+                accepted_per_pos=[scale * (7 + i), scale * (5 + i), scale * (2 + i)],
+                engine=engine, model=model,
+            )
+            for i, (engine, model) in enumerate([("0", "m-a"), ("1", "m-a"), ("0", "m-b"), ("1", "m-b")])
+        ]  # fmt: skip
+
+    result = build_result(URL, snap(*counters(1)), snap(*counters(4)))
+    drafts = 3 * sum(10 + i for i in range(4))
+    accepted = [3 * sum(7 + i for i in range(4)), 3 * sum(5 + i for i in range(4)), 3 * sum(2 + i for i in range(4))]
+    assert result["data"]["num_drafts"] == drafts
+    assert result["data"]["draft_tokens"] == 3 * drafts
+    assert result["data"]["accepted_tokens"] == sum(accepted)
+    assert result["data"]["per_position_acceptance_rates"] == {
+        str(pos): round(float(Fraction(count, drafts)), 4) for pos, count in enumerate(accepted)
+    }
+
+
+def test_one_engine_reset_while_the_other_keeps_counting() -> None:
+    before = snap(
+        EngineCounters(drafts=1000, draft_tokens=3000, accepted_per_pos=[600, 300, 100], engine="0"),
+        EngineCounters(drafts=500, draft_tokens=1500, accepted_per_pos=[300, 200, 100], engine="1"),
+    )
+    after = snap(
+        EngineCounters(drafts=1400, draft_tokens=4200, accepted_per_pos=[840, 420, 140], engine="0"),
+        # engine 1 restarted: its counters fell and its _created moved on
+        EngineCounters(drafts=40, draft_tokens=120, accepted_per_pos=[30, 20, 10], engine="1",
+                       created=1_796_040_000.0),
+    )  # fmt: skip
+    result = build_result(URL, before, after)
+    assert result["data"]["num_drafts"] == 400 + 40
+    assert result["data"]["draft_tokens"] == 1200 + 120
+    assert result["data"]["accepted_tokens"] == (240 + 120 + 40) + (30 + 20 + 10)
+    assert result["counter_resets"] == 3 + 3  # every family of engine 1
+
+
+def test_restarted_engine_that_outgrew_its_old_count_is_found_by_created() -> None:
+    before = snap(EngineCounters(drafts=100, draft_tokens=300, accepted_per_pos=[50, 30, 10]))
+    after = snap(
+        EngineCounters(drafts=150, draft_tokens=450, accepted_per_pos=[80, 40, 20], created=1_796_050_000.0)
+    )
+    result = build_result(URL, before, after)
+    # Without _created, the increase would look like 50 drafts; the engine counted 150 since it restarted.
+    assert result["data"]["num_drafts"] == 150
+    assert result["data"]["accepted_tokens"] == 140
+    assert result["counter_resets"] == 6
+
+
+def test_twelve_positions_come_in_numeric_order() -> None:
+    accepted_before = [0] * 12
+    accepted_after = [1200 - 90 * pos for pos in range(12)]
+    before = snap(EngineCounters(drafts=0, draft_tokens=0, accepted_per_pos=accepted_before))
+    after = snap(EngineCounters(drafts=1300, draft_tokens=15600, accepted_per_pos=accepted_after))
+    rates = build_result(URL, before, after)["data"]["per_position_acceptance_rates"]
+    assert list(rates) == [str(pos) for pos in range(12)]
+    assert rates["10"] == round(300 / 1300, 4)
+    assert rates["11"] == round(210 / 1300, 4)
+
+
+def test_series_absent_before_starts_from_zero() -> None:
+    before = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1], engine="0"))
+    after = snap(
+        EngineCounters(drafts=20, draft_tokens=60, accepted_per_pos=[10, 6, 2], engine="0"),
+        EngineCounters(drafts=7, draft_tokens=21, accepted_per_pos=[4, 2, 1], engine="1"),
+    )
+    assert build_result(URL, before, after)["data"]["num_drafts"] == 10 + 7
+
+
+def test_no_spec_families_is_an_error_of_that_phase() -> None:
+    nospec: Series = {}
+    fine = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
+    result = build_result(URL, nospec, fine)
+    assert result["status"] == "na"
+    assert result["data"] is None
+    assert result["error"] == f"[before] {NO_METRICS}"
+    assert result["raw"]["before"] is None
+    assert result["raw"]["after"]["num_drafts"] == 10
+    both = build_result(URL, nospec, nospec)
+    assert both["error"] == f"[before] {NO_METRICS}; [after] {NO_METRICS}"
+
+
+def test_no_drafts_in_the_window() -> None:
+    same = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
+    result = build_result(URL, same, same)
+    assert result["status"] == "na"
+    assert result["error"] == NO_ACTIVITY
+    assert result["data"] is None
+    assert result["raw"]["before"] == result["raw"]["after"]
+
+
+def test_failed_phases_are_prefixed() -> None:
+    fine = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
+    result = build_result(URL, fine, "Metrics endpoint returned HTTP 500")
+    assert result["error"] == "[after] Metrics endpoint returned HTTP 500"
+    assert result["raw"]["after"] is None
+    assert result["raw"]["before"]["num_draft_tokens"] == 30
+
+
+def test_window_increase_over_a_chain_counts_a_reset_between_samples() -> None:
+    key = SeriesKey("num_drafts", ())
+    chain = [
+        {key: SeriesValue(100.0, 1.0)},
+        {key: SeriesValue(180.0, 1.0)},
+        {key: SeriesValue(30.0, 2.0)},  # reset
+        {key: SeriesValue(250.0, 2.0)},  # grew above its old value
+    ]
+    totals = window_increase(chain)
+    assert totals.num_drafts == 80 + 30 + 220
+    assert totals.counter_resets == 1
+    # The two ends alone: created tells of the reset, the increase is the last value.
+    assert window_increase([chain[0], chain[3]]).num_drafts == 250
+
+
+def test_spec_block_alone_is_enough() -> None:
+    text = spec_block([EngineCounters(drafts=3, draft_tokens=9, accepted_per_pos=[2, 1, 0])])
+    assert len(extract_spec_decode(text)) == 3 + 3
