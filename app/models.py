@@ -43,13 +43,14 @@ class WindowBase(SQLModel):
 class WindowCreate(WindowBase):
     """Body of `POST /windows/{id}/start`; `models` is accepted in place of `targets`."""
 
-    targets: list[str | dict[str, Any]] = Field(default_factory=list)
+    targets: list[str | dict[str, Any]]
 
     @model_validator(mode="before")
     @classmethod
     def _models_alias(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "targets" not in data and "models" in data:
-            data = {**data, "targets": data["models"]}
+        if isinstance(data, dict) and "targets" not in data:
+            # A missing list gets the same message as an empty one.
+            data = {**data, "targets": data.get("models", [])}
         return data
 
     @field_validator("targets")

@@ -84,14 +84,7 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
 def _describe(exc: Exception, timeout_s: float) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return f"timed out after {timeout_s:g} s ({type(exc).__name__})"
-    # httpx wraps the socket error ("All connection attempts failed"); the innermost
-    # cause says what happened ("Connect call failed ... Connection refused").
-    inner: BaseException = exc
-    while inner.__cause__ is not None or inner.__context__ is not None:
-        inner = inner.__cause__ or inner.__context__  # type: ignore[assignment]
     text = str(exc)
-    if inner is not exc and str(inner):
-        text = f"{text} ({inner})" if text else str(inner)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -33,6 +33,7 @@ class MetricsServer:
     requests: list[dict[str, str]] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
+    spans: list[tuple[float, float]] = field(default_factory=list)  # (arrived, answered), monotonic
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -56,6 +57,7 @@ def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
+            arrived = time.monotonic()
             with state.lock:
                 state.requests.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
                 state.in_flight += 1
@@ -72,6 +74,8 @@ def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
                 for name, value in state.extra_headers.items():
                     self.send_header(name, value)
                 self.end_headers()
+                with state.lock:
+                    state.spans.append((arrived, time.monotonic()))
                 self.wfile.write(body)
             finally:
                 with state.lock:
@@ -83,12 +87,16 @@ def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # many concurrent scrapes must not wait in the accept queue
+
+
 @contextmanager
 def serve_metrics(**settings: object) -> Iterator[MetricsServer]:
     """Run a `MetricsServer` on a free loopback port for the duration of the block."""
     state = MetricsServer(**settings)  # type: ignore[arg-type]
-    server = ThreadingHTTPServer((state.host, 0), _handler(state))
-    server.daemon_threads = True
+    server = _Server((state.host, 0), _handler(state))
     state.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

@@ -1,0 +1,85 @@
+"""The real service: `specdec serve` in a subprocess on a free port, over a given database."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from tests.metrics_server import free_port
+
+
+def specdec_command() -> list[str]:
+    """The installed `specdec` console script (the one a user runs)."""
+    script = Path(sys.executable).parent / "specdec"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
+
+
+@dataclass
+class Collector:
+    """A `specdec serve` process that a test can kill and start again on the same database."""
+
+    database_url: str
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.port = free_port()
+        env = {**os.environ, "SPECDEC_DATABASE_URL": self.database_url, **self.env}
+        self.process = subprocess.Popen(
+            [*specdec_command(), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                stderr = self.process.stderr.read().decode() if self.process.stderr else ""
+                raise RuntimeError(f"specdec serve exited with {self.process.returncode}: {stderr}")
+            try:
+                if httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("specdec serve did not become healthy in 30 s")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process is not None and self.process.stderr is not None:
+            self.process.stderr.close()
+
+
+@contextmanager
+def run_collector(tmp_path: Path, **env: str) -> Iterator[Collector]:
+    """A collector on a fresh SQLite database under `tmp_path`."""
+    collector = Collector(f"sqlite:///{tmp_path / 'specdec.db'}", env=env)
+    collector.start()
+    try:
+        yield collector
+    finally:
+        collector.stop()

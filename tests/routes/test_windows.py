@@ -1,0 +1,277 @@
+"""Windows end to end: `specdec serve` over real sockets against real `/metrics` servers."""
+
+import asyncio
+from contextlib import ExitStack
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.collector import Collector, run_collector
+from tests.metrics_server import MetricsServer, free_port, serve_metrics
+from tests.payloads import EngineCounters, fixture, vllm_payload
+
+SEED_BEFORE = [EngineCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30])]
+SEED_AFTER = [EngineCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])]
+
+
+def expected_data(before: list[EngineCounters], after: list[EngineCounters]) -> dict[str, Any]:
+    """The `data` block computed with exact fractions from the counters the test served."""
+    drafts = sum(e.drafts for e in after) - sum(e.drafts for e in before)
+    tokens = sum(e.draft_tokens for e in after) - sum(e.draft_tokens for e in before)
+    positions = len(after[0].accepted_per_pos)
+    per_pos = [
+        sum(e.accepted_per_pos[p] for e in after) - sum(e.accepted_per_pos[p] for e in before)
+        for p in range(positions)
+    ]
+    accepted = sum(per_pos)
+    return {
+        "num_drafts": drafts,
+        "draft_tokens": tokens,
+        "accepted_tokens": accepted,
+        "acceptance_rate": round(float(Fraction(accepted * 100, tokens)), 2),
+        "acceptance_length": round(float(1 + Fraction(accepted, drafts)), 3),
+        "per_position_acceptance_rates": {
+            str(p): round(float(Fraction(per_pos[p], drafts)), 4) for p in range(positions)
+        },
+    }
+
+
+def raw_of(counters: list[EngineCounters]) -> dict[str, Any]:
+    positions = len(counters[0].accepted_per_pos)
+    return {
+        "num_drafts": sum(e.drafts for e in counters),
+        "num_draft_tokens": sum(e.draft_tokens for e in counters),
+        "num_accepted_tokens": sum(sum(e.accepted_per_pos) for e in counters),
+        "accepted_per_pos": {
+            str(p): sum(e.accepted_per_pos[p] for e in counters) for p in range(positions)
+        },
+    }
+
+
+def run_window(api: httpx.Client, server: MetricsServer, window_id: str = "run-1") -> dict[str, Any]:
+    server.set_text(vllm_payload(SEED_BEFORE))
+    started = api.post(f"/windows/{window_id}/start", json={"targets": [server.target]})
+    assert started.status_code == 201, started.text
+    server.set_text(vllm_payload(SEED_AFTER))
+    stopped = api.post(f"/windows/{window_id}/stop")
+    assert stopped.status_code == 200, stopped.text
+    body: dict[str, Any] = stopped.json()
+    return body
+
+
+def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
+    with serve_metrics() as server:
+        server.set_text(vllm_payload(SEED_BEFORE))
+        started = api.post(
+            "/windows/run-1/start", json={"targets": [server.target], "labels": {"team": "infra"}}
+        )
+        assert started.status_code == 201
+        window = started.json()
+        assert window["state"] == "open"
+        assert window["labels"] == {"team": "infra"}
+        assert window["targets"][0]["before"] == raw_of(SEED_BEFORE)
+        assert api.get(f"/windows/run-1/results/{server.target}").status_code == 409
+
+        server.set_text(vllm_payload(SEED_AFTER))
+        stopped = api.post("/windows/run-1/stop")
+    assert stopped.status_code == 200
+    assert stopped.json()["state"] == "closed"
+
+    result = api.get(f"/windows/run-1/results/{server.target}").json()
+    assert result == {
+        "status": "ok",
+        "url": server.url,
+        "error": None,
+        "data": expected_data(SEED_BEFORE, SEED_AFTER),
+        "raw": {"before": raw_of(SEED_BEFORE), "after": raw_of(SEED_AFTER)},
+        "counter_resets": 0,
+    }
+    assert result["data"]["acceptance_rate"] == 99.26  # the design's worked example
+    assert result["data"]["per_position_acceptance_rates"]["4"] == 0.9877
+
+    report = api.get("/windows/run-1/report")
+    assert report.headers["content-type"].startswith("text/plain")
+    title = f"========== Speculative Decoding Metrics  [{server.target}] =========="
+    assert report.text == "\n".join(
+        [
+            "",
+            "=" * len(title),
+            title,
+            "=" * len(title),
+            "Acceptance rate (%)                           99.26",
+            "Acceptance length                             5.96",
+            "Drafts                                        163",
+            "Draft tokens                                  815",
+            "Accepted tokens                               809",
+            "Per-position acceptance rates                 "
+            "{0: 0.9939, 1: 0.9939, 2: 0.9939, 3: 0.9939, 4: 0.9877}",
+            "",
+        ]
+    )
+    got = api.get("/windows/run-1").json()
+    assert got["targets"][0]["result"] == result
+    assert got["stopped_at"] is not None
+
+
+def test_repeated_stop_returns_the_stored_result_and_scrapes_nothing(api: httpx.Client) -> None:
+    with serve_metrics() as server:
+        first = run_window(api, server)
+        scrapes = server.count()
+        server.status = 500  # a new scrape would now fail
+        again = api.post("/windows/run-1/stop")
+        assert again.status_code == 200
+        assert again.json() == first
+        assert server.count() == scrapes == 2
+
+
+def test_start_retry_returns_200_without_scraping(api: httpx.Client) -> None:
+    with serve_metrics(body=vllm_payload(SEED_BEFORE).encode()) as server:
+        body = {"targets": [server.target]}
+        assert api.post("/windows/w/start", json=body).status_code == 201
+        retry = api.post("/windows/w/start", json={"targets": [f"http://{server.target}/metrics"]})
+        assert retry.status_code == 200
+        assert retry.json()["targets"][0]["before"] == raw_of(SEED_BEFORE)
+        assert server.count() == 1
+
+
+def test_twenty_concurrent_starts_create_one_window(collector: Collector) -> None:
+    with serve_metrics(body=vllm_payload(SEED_BEFORE).encode(), delay_s=0.3) as server:
+
+        async def race() -> list[int]:
+            async with httpx.AsyncClient(base_url=collector.base_url, timeout=30) as client:
+                answers = await asyncio.gather(
+                    *(client.post("/windows/race/start", json={"targets": [server.target]}) for _ in range(20))
+                )
+            return sorted(answer.status_code for answer in answers)
+
+        assert asyncio.run(race()) == [200] * 19 + [201]
+        assert server.count() == 1
+
+
+def test_conflicts_and_unknown_windows(api: httpx.Client) -> None:
+    with serve_metrics() as server, serve_metrics() as other:
+        run_window(api, server, "done")
+        server.set_text(vllm_payload(SEED_BEFORE))
+        again = api.post("/windows/done/start", json={"targets": [server.target]})
+        assert again.status_code == 409
+        assert again.json()["detail"] == "window done is already stopped"
+
+        assert api.post("/windows/open/start", json={"targets": [server.target]}).status_code == 201
+        clash = api.post("/windows/open/start", json={"targets": [other.target]})
+        assert clash.status_code == 409
+        assert clash.json()["detail"] == f"window open already exists with other targets: {server.target}"
+    missing = api.post("/windows/nope/stop")
+    assert missing.status_code == 404
+    assert missing.json()["detail"] == "window nope not found"
+    assert api.get("/windows/nope").status_code == 404
+    assert api.get("/windows/nope/report").status_code == 404
+    assert api.get("/windows/done/results/10.0.0.9:1").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "text"),
+    [
+        ("/windows/bad-1/start", {"targets": []}, ["body", "targets"], "at least one target"),
+        ("/windows/bad-2/start", {"targets": ["ftp://h:21/m"]}, ["body", "targets"], "scheme 'ftp'"),
+        ("/windows/bad-3/start", {"targets": ["h:70000"]}, ["body", "targets"], "outside 1-65535"),
+        ("/windows/bad-4/start", {"targets": ["h:1"], "labels": {"a": 1}}, ["body", "labels", "a"], "string"),
+        ("/windows/bad-5/start", {"targets": ["h:1"], "sample_interval_s": 0.1}, ["body", "sample_interval_s"], "0.5"),
+        ("/windows/bad-6/start", {"targets": [{"host_ip": "h"}]}, ["body", "targets"], "host_port"),
+        ("/windows/bad-7/start", {}, ["body", "targets"], "at least one target"),
+        ("/windows/" + "a" * 300 + "/start", {"targets": ["h:1"]}, ["path", "window_id"], "128"),
+        ("/windows/-lead/start", {"targets": ["h:1"]}, ["path", "window_id"], "pattern"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_a_422_naming_the_field_and_stores_nothing(
+    api: httpx.Client, path: str, body: dict[str, Any], field: list[str], text: str
+) -> None:
+    answer = api.post(path, json=body)
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["detail"][0]
+    assert error["loc"][: len(field)] == field
+    assert text in error["msg"]
+    window_id = path.split("/")[2]
+    if len(window_id) <= 128 and not window_id.startswith("-"):
+        assert api.get(f"/windows/{window_id}").status_code == 404
+    assert api.get("/healthz").status_code == 200
+
+
+def test_malformed_json_is_a_422_naming_the_body(api: httpx.Client) -> None:
+    answer = api.post("/windows/x/start", content=b'{"targets": [', headers={"content-type": "application/json"})
+    assert answer.status_code == 422
+    assert answer.json()["detail"][0]["loc"][0] == "body"
+    assert answer.json()["detail"][0]["type"] == "json_invalid"
+    assert api.get("/windows/x").status_code == 404
+    assert api.get("/healthz").status_code == 200
+
+
+def test_aisbench_models_list_and_duplicate_targets(api: httpx.Client) -> None:
+    with serve_metrics(body=vllm_payload(SEED_BEFORE).encode()) as server:
+        models = [
+            {"abbr": "vllm-api", "host_ip": "127.0.0.1", "host_port": server.port, "max_out_len": 512},
+            f"127.0.0.1:{server.port}",
+        ]
+        window = api.post("/windows/ais/start", json={"models": models}).json()
+    assert [t["target"] for t in window["targets"]] == [server.target]
+    assert server.count() == 1
+
+
+def test_failing_targets_give_na_results_with_reasons(api: httpx.Client) -> None:
+    dead_port = free_port()
+    with serve_metrics(status=500) as broken, serve_metrics() as nospec, serve_metrics() as idle:
+        nospec.set_text(fixture("vllm_v1_dp1_nospec.txt"))
+        idle.set_text(vllm_payload(SEED_BEFORE))
+        targets = [broken.target, nospec.target, idle.target, f"127.0.0.1:{dead_port}"]
+        assert api.post("/windows/na/start", json={"targets": targets}).status_code == 201
+        stopped = api.post("/windows/na/stop").json()
+    results = {t["target"]: t["result"] for t in stopped["targets"]}
+    assert results[broken.target]["error"] == (
+        "[before] Metrics endpoint returned HTTP 500; [after] Metrics endpoint returned HTTP 500"
+    )
+    assert results[nospec.target]["error"] == (
+        "[before] No spec decode metrics found on server; [after] No spec decode metrics found on server"
+    )
+    assert results[idle.target]["error"] == "No spec decode activity detected during benchmark window"
+    assert results[idle.target]["raw"]["before"] == raw_of(SEED_BEFORE)
+    refused = results[f"127.0.0.1:{dead_port}"]["error"]
+    assert refused.startswith(f"[before] Failed to fetch metrics from http://127.0.0.1:{dead_port}/metrics: ")
+    for result in results.values():
+        assert (result["status"], result["data"]) == ("na", None)
+    report = api.get("/windows/na/report").text
+    assert report.count("Status                                        N/A") == 4
+
+
+def test_window_survives_sigkill_between_start_and_stop(tmp_path: Path) -> None:
+    with run_collector(tmp_path) as collector, serve_metrics() as server:
+        server.set_text(vllm_payload(SEED_BEFORE))
+        started = httpx.post(
+            f"{collector.base_url}/windows/crash/start", json={"targets": [server.target]}, timeout=30
+        )
+        assert started.status_code == 201
+        collector.kill()
+        server.set_text(vllm_payload(SEED_AFTER))
+        collector.start()
+        stopped = httpx.post(f"{collector.base_url}/windows/crash/stop", timeout=30)
+        assert stopped.status_code == 200
+        result = stopped.json()["targets"][0]["result"]
+        assert result["status"] == "ok"
+        assert result["data"] == expected_data(SEED_BEFORE, SEED_AFTER)
+
+
+def test_thirty_two_slow_targets_are_scraped_at_once(api: httpx.Client) -> None:
+    """All 32 baseline scrapes are in flight together: the start does not scrape in turn."""
+    with ExitStack() as stack:
+        servers = [
+            stack.enter_context(serve_metrics(body=vllm_payload(SEED_BEFORE).encode(), delay_s=0.5))
+            for _ in range(32)
+        ]
+        answer = api.post("/windows/wide/start", json={"targets": [s.target for s in servers]})
+        assert answer.status_code == 201
+        assert all(t["before"] == raw_of(SEED_BEFORE) for t in answer.json()["targets"])
+        spans = [span for s in servers for span in s.spans]
+    assert len(spans) == 32
+    # The last request arrived before the first answer left: all 32 overlapped.
+    assert max(arrived for arrived, _ in spans) < min(answered for _, answered in spans)

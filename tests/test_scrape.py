@@ -1,0 +1,199 @@
+"""One scrape against real HTTP servers, and respx for the failures hard to make real."""
+
+import asyncio
+import gzip
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import respx
+
+from app.promtext import extract_spec_decode
+from app.scrape import ScrapeOutcome, new_client, scrape_all, scrape_target
+from app.targets import parse_target
+from tests.metrics_server import free_port, serve_metrics
+from tests.payloads import fixture
+
+MAX = 1 << 20
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with new_client(2.0) as shared:
+        yield shared
+
+
+async def scrape(client: httpx.AsyncClient, target: str, max_bytes: int = MAX) -> ScrapeOutcome:
+    return await scrape_target(client, parse_target(target), timeout_s=2.0, max_bytes=max_bytes)
+
+
+async def test_reads_a_vllm_payload_and_asks_for_text(client: httpx.AsyncClient) -> None:
+    text = fixture("vllm_v1_dp8_k5.txt")
+    with serve_metrics(body=text.encode()) as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error is None
+    assert outcome.series == extract_spec_decode(text)
+    assert server.requests[0]["accept"].startswith("text/plain;version=0.0.4")
+    assert server.requests[0]["path"] == "/metrics"
+
+
+async def test_reads_gzip(client: httpx.AsyncClient) -> None:
+    text = fixture("vllm_v1_dp1_k5.txt")
+    with serve_metrics(body=text.encode(), gzip=True) as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.series == extract_spec_decode(text)
+
+
+async def test_reads_openmetrics(client: httpx.AsyncClient) -> None:
+    text = (
+        "# TYPE vllm:spec_decode_num_drafts counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0"} 5.0\n'
+        'vllm:spec_decode_num_drafts_created{engine="0"} 1.7e+09\n# EOF\n'
+    )
+    content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    with serve_metrics(body=text.encode(), content_type=content_type) as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.series == extract_spec_decode(text)
+    assert len(outcome.series or {}) == 1
+
+
+async def test_http_500(client: httpx.AsyncClient) -> None:
+    with serve_metrics(body=b"oops", status=500) as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error == "Metrics endpoint returned HTTP 500"
+
+
+async def test_redirect_is_not_followed(client: httpx.AsyncClient) -> None:
+    with serve_metrics(status=302, extra_headers={"Location": "http://169.254.169.254/"}) as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error == "Metrics endpoint returned HTTP 302"
+    assert server.count() == 1
+
+
+async def test_connection_refused(client: httpx.AsyncClient) -> None:
+    port = free_port()
+    outcome = await scrape(client, f"127.0.0.1:{port}")
+    assert outcome.error is not None
+    assert outcome.error.startswith(f"Failed to fetch metrics from http://127.0.0.1:{port}/metrics: ")
+    assert "ConnectError" in outcome.error
+
+
+async def test_html_page(client: httpx.AsyncClient) -> None:
+    with serve_metrics(body=b"<html>login</html>", content_type="text/html; charset=utf-8") as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error == f"Failed to fetch metrics from {server.url}: not a Prometheus exposition: text/html"
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+async def test_answer_over_the_cap(client: httpx.AsyncClient, compressed: bool) -> None:
+    body = fixture("vllm_v1_dp1_k5.txt").encode() * 4  # ~240 KB, over a 100 KB cap
+    with serve_metrics(body=body, gzip=compressed) as server:
+        outcome = await scrape(client, server.target, max_bytes=100_000)
+    assert outcome.error == f"Failed to fetch metrics from {server.url}: answer larger than 100000 bytes"
+
+
+async def test_gzip_bomb_is_stopped_at_the_cap(client: httpx.AsyncClient) -> None:
+    bomb = b"# padding\n" * 5_000_000  # 50 MB that gzip turns into ~50 KB
+    with serve_metrics() as server:
+        server.body = gzip.decompress(gzip.compress(bomb))  # plain body for the control below
+        server.body = bomb
+        server.gzip = True
+        outcome = await scrape(client, server.target, max_bytes=MAX)
+    assert outcome.error == f"Failed to fetch metrics from {server.url}: answer larger than {MAX} bytes"
+
+
+async def test_not_utf8_and_cut_payload(client: httpx.AsyncClient) -> None:
+    with serve_metrics(body=b"vllm:spec_decode_num_drafts_total \xff\xfe\n") as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error is not None and "not UTF-8" in outcome.error
+    with serve_metrics(body=b'vllm:spec_decode_num_drafts_total{engine="0",mo') as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error is not None and "malformed sample line" in outcome.error
+
+
+async def test_all_targets_are_scraped_at_once(client: httpx.AsyncClient) -> None:
+    text = fixture("vllm_v1_dp1_k5.txt").encode()
+    with serve_metrics(body=text, delay_s=1.0) as server:
+        targets = [parse_target(f"http://{server.target}/metrics?n={n}") for n in range(32)]
+        outcomes = await scrape_all(client, targets, timeout_s=5, max_bytes=MAX)
+    assert [o.error for o in outcomes] == [None] * 32
+    # Every request was in flight at the same time: the scrapes did not queue.
+    assert server.max_in_flight == 32
+
+
+@respx.mock
+async def test_timeout_is_an_error_naming_the_target() -> None:
+    respx.get("http://10.9.9.9:8000/metrics").mock(side_effect=httpx.ReadTimeout("read timed out"))
+    async with new_client(2.0) as client:
+        outcome = await scrape(client, "10.9.9.9:8000")
+    assert outcome.error == (
+        "Failed to fetch metrics from http://10.9.9.9:8000/metrics: timed out after 2 s (ReadTimeout)"
+    )
+
+
+@respx.mock
+async def test_connection_reset() -> None:
+    respx.get("http://10.9.9.9:8000/metrics").mock(
+        side_effect=httpx.ReadError("[Errno 104] Connection reset by peer")
+    )
+    async with new_client(2.0) as client:
+        outcome = await scrape(client, "10.9.9.9:8000")
+    assert outcome.error == (
+        "Failed to fetch metrics from http://10.9.9.9:8000/metrics: "
+        "ReadError: [Errno 104] Connection reset by peer"
+    )
+
+
+async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
+        for _ in range(100):
+            writer.write(b"# x\n")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        writer.close()
+
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, new_client(0.5) as client:
+        outcome = await scrape_target(
+            client, parse_target(f"127.0.0.1:{port}"), timeout_s=0.5, max_bytes=MAX
+        )
+    assert outcome.error == f"Failed to fetch metrics from http://127.0.0.1:{port}/metrics: timed out after 0.5 s"
+
+
+PROXY_CHECK = """
+import asyncio, sys
+from app.scrape import new_client, scrape_target
+from app.targets import parse_target
+async def main():
+    async with new_client(2.0) as client:
+        outcome = await scrape_target(client, parse_target(sys.argv[1]), timeout_s=2, max_bytes=1 << 20)
+    print(outcome.error or len(outcome.series))
+asyncio.run(main())
+"""
+
+
+def test_proxy_from_the_environment_is_honoured() -> None:
+    text = fixture("vllm_v1_dp1_k5.txt").encode()
+    with serve_metrics(body=text) as proxy, serve_metrics(body=b"") as direct:
+        env = {**os.environ, "HTTP_PROXY": f"http://{proxy.target}", "NO_PROXY": ""}
+        # The target does not exist: only a proxy that is used can answer for it.
+        run = subprocess.run(
+            [sys.executable, "-c", PROXY_CHECK, "metrics.invalid:9100"],
+            env=env, capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert run.stdout.strip() == "8"
+        assert proxy.requests[0]["path"] == "http://metrics.invalid:9100/metrics"
+        env["NO_PROXY"] = "127.0.0.1"
+        run = subprocess.run(
+            [sys.executable, "-c", PROXY_CHECK, direct.target],
+            env=env, capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert direct.count() == 1
+        assert len(proxy.requests) == 1
