@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--port", type=int, default=9000)
     simulate.add_argument("--engines", type=_positive_int, default=1, help="data-parallel engines")
     simulate.add_argument("--k", type=_positive_int, default=5, help="speculative tokens per draft")
-    simulate.add_argument("--drafts-per-s", type=float, default=50.0, help="drafts per second per engine")
+    simulate.add_argument(
+        "--drafts-per-s", type=float, default=50.0, help="drafts per second per engine"
+    )
     simulate.set_defaults(handler=_simulate)
     return parser
 

@@ -172,7 +172,9 @@ def series_from_json(rows: list[dict[str, object]]) -> Series:
     for row in rows:
         labels = row["labels"]
         assert isinstance(labels, dict)
-        key = SeriesKey(str(row["family"]), tuple(sorted((str(k), str(v)) for k, v in labels.items())))
+        key = SeriesKey(
+            str(row["family"]), tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        )
         value, created = row["value"], row.get("created")
         series[key] = SeriesValue(
             float(value) if isinstance(value, int | float) else None,

@@ -27,7 +27,10 @@ def render_block(target: str, result: dict[str, Any]) -> str:
             _row("Drafts", data["num_drafts"]),
             _row("Draft tokens", data["draft_tokens"]),
             _row("Accepted tokens", data["accepted_tokens"]),
-            _row("Per-position acceptance rates", _per_position(data["per_position_acceptance_rates"])),
+            _row(
+                "Per-position acceptance rates",
+                _per_position(data["per_position_acceptance_rates"]),
+            ),
         ]
     else:
         rows = [_row("Status", "N/A"), _row("Reason", result.get("error"))]

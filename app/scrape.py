@@ -75,9 +75,8 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
             if size > max_bytes:
                 raise _TooLarge
             chunks.append(piece)
-    if decoder is not None:
-        if not decoder.eof:
-            raise _BadPayload("gzip stream ends early")
+    if decoder is not None and not decoder.eof:
+        raise _BadPayload("gzip stream ends early")
     return b"".join(chunks)
 
 
@@ -108,7 +107,9 @@ async def scrape_target(
                 )
             body = await _read_capped(response, max_bytes)
     except _TooLarge:
-        return ScrapeOutcome(target, utcnow(), error=failed + f"answer larger than {max_bytes} bytes")
+        return ScrapeOutcome(
+            target, utcnow(), error=failed + f"answer larger than {max_bytes} bytes"
+        )
     except _BadPayload as exc:
         return ScrapeOutcome(target, utcnow(), error=failed + str(exc))
     except TimeoutError:

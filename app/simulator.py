@@ -74,11 +74,24 @@ def _labels(engine: int, model: str, **extra: str) -> str:
 def _process_block(out: list[str], started: float, now: float) -> None:
     for generation in range(3):
         if generation == 0:
-            _family(out, "python_gc_objects_collected_total", "counter", "Objects collected during gc")
-        out.append(f'python_gc_objects_collected_total{{generation="{generation}"}} {192.0 * (generation + 1)}')
-    _family(out, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.")
+            _family(
+                out, "python_gc_objects_collected_total", "counter", "Objects collected during gc"
+            )
+        collected = 192.0 * (generation + 1)
+        out.append(f'python_gc_objects_collected_total{{generation="{generation}"}} {collected}')
+    _family(
+        out,
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+    )
     out.append(f"process_start_time_seconds {started:.2f}")
-    _family(out, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
+    _family(
+        out,
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+    )
     out.append(f"process_cpu_seconds_total {max(0.0, now - started) * 0.3:.2f}")
 
 
@@ -106,39 +119,42 @@ def _histograms(out: list[str], engines: int, model: str, elapsed: float) -> Non
             labels = _labels(engine, model)
             for bound in buckets:
                 share = min(1.0, float(bound) / float(buckets[len(buckets) // 2]))
-                out.append(f'{name}_bucket{{{labels},le="{float(bound)}"}} {float(int(count * share))}')
+                out.append(
+                    f'{name}_bucket{{{labels},le="{float(bound)}"}} {float(int(count * share))}'
+                )
             out.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(count)}')
             out.append(f"{name}_count{{{labels}}} {float(count)}")
             out.append(f"{name}_sum{{{labels}}} {count * 0.173:.6f}")
 
 
 def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
-    per_engine = [server.drafts(engine, now) for engine in range(server.engines)]
-    accepted_at = [[math.floor(d * rate) for rate in server.acceptance] for d in per_engine]
+    drafts = [server.drafts(engine, now) for engine in range(server.engines)]
+    accepted_at = [[math.floor(d * rate) for rate in server.acceptance] for d in drafts]
+    draft_tokens = [d * server.k for d in drafts]
+    accepted = [sum(at) for at in accepted_at]
     families = (
-        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", lambda e: per_engine[e]),
-        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", lambda e: per_engine[e] * server.k),
-        ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", lambda e: sum(accepted_at[e])),
+        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", drafts),
+        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", draft_tokens),
+        ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", accepted),
     )
-    for name, help_text, value_of in families:
+    for name, help_text, per_engine in families:
         _family(out, f"{name}_total", "counter", help_text)
-        for engine in range(server.engines):
-            out.append(f"{name}_total{{{_labels(engine, server.model_name)}}} {float(value_of(engine))}")
+        for engine, value in enumerate(per_engine):
+            out.append(f"{name}_total{{{_labels(engine, server.model_name)}}} {float(value)}")
         _family(out, f"{name}_created", "gauge", help_text)
         for engine in range(server.engines):
             out.append(f"{name}_created{{{_labels(engine, server.model_name)}}} {server.started}")
     name = "vllm:spec_decode_num_accepted_tokens_per_pos"
     help_text = "Accepted tokens per draft position."
-    _family(out, f"{name}_total", "counter", help_text)
-    for engine in range(server.engines):
-        for position in range(server.k):
-            labels = _labels(engine, server.model_name, position=str(position))
-            out.append(f"{name}_total{{{labels}}} {float(accepted_at[engine][position])}")
-    _family(out, f"{name}_created", "gauge", help_text)
-    for engine in range(server.engines):
-        for position in range(server.k):
-            labels = _labels(engine, server.model_name, position=str(position))
-            out.append(f"{name}_created{{{labels}}} {server.started}")
+    for suffix, kind in (("_total", "counter"), ("_created", "gauge")):
+        _family(out, f"{name}{suffix}", kind, help_text)
+        for engine in range(server.engines):
+            for position in range(server.k):
+                labels = _labels(engine, server.model_name, position=str(position))
+                value = (
+                    float(accepted_at[engine][position]) if suffix == "_total" else server.started
+                )
+                out.append(f"{name}{suffix}{{{labels}}} {value}")
 
 
 def create_simulator_app(server: SimulatedServer) -> FastAPI:

@@ -86,7 +86,9 @@ def series_increase(earlier: SeriesValue | None, later: SeriesValue) -> tuple[fl
     if earlier is None or earlier.value is None:
         return later.value, False
     reset = later.value < earlier.value or (
-        earlier.created is not None and later.created is not None and later.created > earlier.created
+        earlier.created is not None
+        and later.created is not None
+        and later.created > earlier.created
     )
     return (later.value if reset else later.value - earlier.value), reset
 

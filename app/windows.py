@@ -17,13 +17,21 @@ from typing import Any
 
 import httpx
 from sqlalchemy import update
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
-from app.models import Snapshot, Window, WindowCreate, WindowPublic, WindowTarget, TargetPublic, utcnow
+from app.models import (
+    Snapshot,
+    TargetPublic,
+    Window,
+    WindowCreate,
+    WindowPublic,
+    WindowTarget,
+    utcnow,
+)
 from app.promtext import series_from_json, series_to_json
 from app.scrape import ScrapeOutcome, scrape_all
 from app.specdecode import Phase, absolute_totals, build_result
@@ -59,11 +67,9 @@ class _StoredWindow:
     targets: list[_StoredTarget]
 
 
-def _as_utc(moment: datetime | None) -> datetime | None:
+def _as_utc(moment: datetime) -> datetime:
     # SQLite returns naive datetimes; every stored time is UTC.
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _load(session: Session, window_id: str) -> _StoredWindow | None:
@@ -71,7 +77,9 @@ def _load(session: Session, window_id: str) -> _StoredWindow | None:
     if window is None:
         return None
     rows = session.exec(
-        select(WindowTarget).where(WindowTarget.window_pk == window.id).order_by(col(WindowTarget.ordinal))
+        select(WindowTarget)
+        .where(WindowTarget.window_pk == window.id)
+        .order_by(col(WindowTarget.ordinal))
     ).all()
     befores = {
         snapshot.target_id: snapshot
@@ -120,7 +128,7 @@ def _public(stored: _StoredWindow) -> WindowPublic:
         labels=window.labels,
         sample_interval_s=window.sample_interval_s,
         started_at=_as_utc(window.started_at),
-        stopped_at=_as_utc(window.stopped_at),
+        stopped_at=_as_utc(window.stopped_at) if window.stopped_at else None,
         targets=targets,
     )
 
@@ -145,7 +153,9 @@ def read_results(engine: Engine, window_id: str) -> list[tuple[str, dict[str, An
     return [(t.target, t.result or {}) for t in stored.targets]
 
 
-def _insert_window(engine: Engine, window_id: str, body: WindowCreate, targets: Sequence[Target]) -> bool:
+def _insert_window(
+    engine: Engine, window_id: str, body: WindowCreate, targets: Sequence[Target]
+) -> bool:
     with Session(engine) as session:
         window = Window(
             window_id=window_id, labels=body.labels, sample_interval_s=body.sample_interval_s
@@ -158,12 +168,18 @@ def _insert_window(engine: Engine, window_id: str, body: WindowCreate, targets: 
             return False
         assert window.id is not None
         for ordinal, target in enumerate(targets):
-            session.add(WindowTarget(window_pk=window.id, ordinal=ordinal, target=target.key, url=target.url))
+            session.add(
+                WindowTarget(
+                    window_pk=window.id, ordinal=ordinal, target=target.key, url=target.url
+                )
+            )
         session.commit()
         return True
 
 
-def _store_snapshot_rows(session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]) -> None:
+def _store_snapshot_rows(
+    session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
+) -> None:
     for outcome in outcomes:
         session.add(
             Snapshot(
@@ -194,7 +210,7 @@ def _close_window(
     with Session(engine) as session:
         # The conditional update goes first: it takes the write lock, and of two concurrent
         # stops only the one that still sees the window open stores its results.
-        closed = session.execute(
+        closed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Window)
             .where(col(Window.id) == stored.window.id, col(Window.state) == "open")
             .values(state="closed", stopped_at=utcnow())
@@ -218,7 +234,11 @@ def _same_targets(stored: _StoredWindow, targets: Sequence[Target]) -> bool:
 
 
 async def start_window(
-    engine: Engine, client: httpx.AsyncClient, settings: Settings, window_id: str, body: WindowCreate
+    engine: Engine,
+    client: httpx.AsyncClient,
+    settings: Settings,
+    window_id: str,
+    body: WindowCreate,
 ) -> tuple[bool, WindowPublic]:
     """Create the window and store every target's baseline; `True` when it was created here.
 

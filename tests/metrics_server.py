@@ -59,7 +59,9 @@ def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             arrived = time.monotonic()
             with state.lock:
-                state.requests.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
+                state.requests.append(
+                    {"path": self.path, **{k.lower(): v for k, v in self.headers.items()}}
+                )
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
             try:
@@ -98,7 +100,9 @@ def serve_metrics(**settings: object) -> Iterator[MetricsServer]:
     state = MetricsServer(**settings)  # type: ignore[arg-type]
     server = _Server((state.host, 0), _handler(state))
     state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield state

@@ -5,6 +5,7 @@
 surrounded by the non-spec families of the shipped fixture `vllm_v1_dp1_nospec.txt`.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def _escape(value: str) -> str:
 def spec_block(series: list[EngineCounters]) -> str:
     """The four spec-decode families with their `_created` siblings."""
     lines: list[str] = []
-    families = [
+    families: list[tuple[str, Callable[[EngineCounters], int]]] = [
         ("vllm:spec_decode_num_drafts", lambda s: s.drafts),
         ("vllm:spec_decode_num_draft_tokens", lambda s: s.draft_tokens),
         (

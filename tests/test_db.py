@@ -36,6 +36,9 @@ def test_upgrade_is_idempotent_and_creates_the_folder(tmp_path: Path) -> None:
         with engine.connect() as connection:
             assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             assert connection.execute(text("PRAGMA foreign_keys")).scalar() == 1
-            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+            assert (
+                connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+                == "0001"
+            )
     finally:
         engine.dispose()

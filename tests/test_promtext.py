@@ -40,7 +40,9 @@ def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]
     return {key: value for key, value in found.items() if value.value is not None}
 
 
-@pytest.mark.parametrize("name", ["vllm_v1_dp1_k5.txt", "vllm_v1_dp8_k5.txt", "vllm_v1_dp1_nospec.txt"])
+@pytest.mark.parametrize(
+    "name", ["vllm_v1_dp1_k5.txt", "vllm_v1_dp8_k5.txt", "vllm_v1_dp1_nospec.txt"]
+)
 def test_fixtures_agree_with_prometheus_client(name: str) -> None:
     text = fixture(name)
     assert extract_spec_decode(text) == oracle(text)
@@ -138,9 +140,7 @@ def test_series_json_round_trip() -> None:
 
 # --- differential test against prometheus_client on generated payloads ---------------------
 
-_HOSTILE = st.text(
-    alphabet=st.sampled_from(list('ab09 ,{}="\\\n=#:.') + ["é", "中", "\t"]), max_size=12
-)
+_HOSTILE = st.text(alphabet=st.sampled_from([*'ab09 ,{}="\\\n=#:.', "é", "中", "\t"]), max_size=12)
 _NAMES = sorted(f"{base}{suffix}" for base in FAMILIES for suffix in ("_total", "_created"))
 
 
@@ -181,7 +181,7 @@ def payloads(draw: st.DrawFn) -> tuple[str, bool]:
     )
     lines: list[str] = []
     noise_labels = draw(_HOSTILE)
-    lines.append(f'# HELP noise_metric help with "quotes" and vllm:spec_decode_num_drafts_total')
+    lines.append('# HELP noise_metric help with "quotes" and vllm:spec_decode_num_drafts_total')
     lines.append("# TYPE noise_metric gauge")
     lines.append(f'noise_metric{{label="{_escape(noise_labels)}"}} 1.5')
     for base in FAMILIES:

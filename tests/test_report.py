@@ -1,8 +1,10 @@
 """The console block, byte for byte as the design shows it."""
 
+from typing import Any
+
 from app.report import render_block, render_report
 
-SEED = {
+SEED: dict[str, Any] = {
     "status": "ok",
     "url": "http://10.0.0.1:8080/metrics",
     "error": None,
@@ -12,7 +14,13 @@ SEED = {
         "accepted_tokens": 809,
         "acceptance_rate": 99.26,
         "acceptance_length": 5.963,
-        "per_position_acceptance_rates": {"0": 0.9939, "1": 0.9939, "2": 0.9939, "3": 0.9939, "4": 0.9877},
+        "per_position_acceptance_rates": {
+            "0": 0.9939,
+            "1": 0.9939,
+            "2": 0.9939,
+            "3": 0.9939,
+            "4": 0.9877,
+        },
     },
 }
 
@@ -44,7 +52,7 @@ def test_na_block() -> None:
 
 
 def test_positions_sort_numerically_and_blocks_concatenate() -> None:
-    data = dict(SEED["data"])  # type: ignore[call-overload]
+    data = dict(SEED["data"])
     data["per_position_acceptance_rates"] = {"10": 0.1, "2": 0.5, "0": 1.0}
     report = render_report([("a:1", {**SEED, "data": data}), ("b:2", SEED)])
     assert "{0: 1.0000, 2: 0.5000, 10: 0.1000}" in report

@@ -78,14 +78,21 @@ async def test_connection_refused(client: httpx.AsyncClient) -> None:
     port = free_port()
     outcome = await scrape(client, f"127.0.0.1:{port}")
     assert outcome.error is not None
-    assert outcome.error.startswith(f"Failed to fetch metrics from http://127.0.0.1:{port}/metrics: ")
+    assert outcome.error.startswith(
+        f"Failed to fetch metrics from http://127.0.0.1:{port}/metrics: "
+    )
     assert "ConnectError" in outcome.error
 
 
 async def test_html_page(client: httpx.AsyncClient) -> None:
-    with serve_metrics(body=b"<html>login</html>", content_type="text/html; charset=utf-8") as server:
+    with serve_metrics(
+        body=b"<html>login</html>", content_type="text/html; charset=utf-8"
+    ) as server:
         outcome = await scrape(client, server.target)
-    assert outcome.error == f"Failed to fetch metrics from {server.url}: not a Prometheus exposition: text/html"
+    assert (
+        outcome.error
+        == f"Failed to fetch metrics from {server.url}: not a Prometheus exposition: text/html"
+    )
 
 
 @pytest.mark.parametrize("compressed", [False, True])
@@ -93,7 +100,10 @@ async def test_answer_over_the_cap(client: httpx.AsyncClient, compressed: bool) 
     body = fixture("vllm_v1_dp1_k5.txt").encode() * 4  # ~240 KB, over a 100 KB cap
     with serve_metrics(body=body, gzip=compressed) as server:
         outcome = await scrape(client, server.target, max_bytes=100_000)
-    assert outcome.error == f"Failed to fetch metrics from {server.url}: answer larger than 100000 bytes"
+    assert (
+        outcome.error
+        == f"Failed to fetch metrics from {server.url}: answer larger than 100000 bytes"
+    )
 
 
 async def test_gzip_bomb_is_stopped_at_the_cap(client: httpx.AsyncClient) -> None:
@@ -103,7 +113,10 @@ async def test_gzip_bomb_is_stopped_at_the_cap(client: httpx.AsyncClient) -> Non
         server.body = bomb
         server.gzip = True
         outcome = await scrape(client, server.target, max_bytes=MAX)
-    assert outcome.error == f"Failed to fetch metrics from {server.url}: answer larger than {MAX} bytes"
+    assert (
+        outcome.error
+        == f"Failed to fetch metrics from {server.url}: answer larger than {MAX} bytes"
+    )
 
 
 async def test_not_utf8_and_cut_payload(client: httpx.AsyncClient) -> None:
@@ -151,7 +164,9 @@ async def test_connection_reset() -> None:
 async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
     async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n"
+        )
         for _ in range(100):
             writer.write(b"# x\n")
             await writer.drain()
@@ -164,7 +179,10 @@ async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
         outcome = await scrape_target(
             client, parse_target(f"127.0.0.1:{port}"), timeout_s=0.5, max_bytes=MAX
         )
-    assert outcome.error == f"Failed to fetch metrics from http://127.0.0.1:{port}/metrics: timed out after 0.5 s"
+    assert (
+        outcome.error
+        == f"Failed to fetch metrics from http://127.0.0.1:{port}/metrics: timed out after 0.5 s"
+    )
 
 
 PROXY_CHECK = """

@@ -14,7 +14,9 @@ def snap(*engines: EngineCounters) -> Series:
 
 
 def test_seed_example_exactly() -> None:
-    before = snap(EngineCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30]))
+    before = snap(
+        EngineCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30])
+    )
     after = snap(
         EngineCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])
     )
@@ -56,7 +58,11 @@ def test_two_engines_and_two_models_are_summed() -> None:
 
     result = build_result(URL, snap(*counters(1)), snap(*counters(4)))
     drafts = 3 * sum(10 + i for i in range(4))
-    accepted = [3 * sum(7 + i for i in range(4)), 3 * sum(5 + i for i in range(4)), 3 * sum(2 + i for i in range(4))]
+    accepted = [
+        3 * sum(7 + i for i in range(4)),
+        3 * sum(5 + i for i in range(4)),
+        3 * sum(2 + i for i in range(4)),
+    ]
     assert result["data"]["num_drafts"] == drafts
     assert result["data"]["draft_tokens"] == 3 * drafts
     assert result["data"]["accepted_tokens"] == sum(accepted)
@@ -67,7 +73,9 @@ def test_two_engines_and_two_models_are_summed() -> None:
 
 def test_one_engine_reset_while_the_other_keeps_counting() -> None:
     before = snap(
-        EngineCounters(drafts=1000, draft_tokens=3000, accepted_per_pos=[600, 300, 100], engine="0"),
+        EngineCounters(
+            drafts=1000, draft_tokens=3000, accepted_per_pos=[600, 300, 100], engine="0"
+        ),
         EngineCounters(drafts=500, draft_tokens=1500, accepted_per_pos=[300, 200, 100], engine="1"),
     )
     after = snap(
@@ -86,7 +94,9 @@ def test_one_engine_reset_while_the_other_keeps_counting() -> None:
 def test_restarted_engine_that_outgrew_its_old_count_is_found_by_created() -> None:
     before = snap(EngineCounters(drafts=100, draft_tokens=300, accepted_per_pos=[50, 30, 10]))
     after = snap(
-        EngineCounters(drafts=150, draft_tokens=450, accepted_per_pos=[80, 40, 20], created=1_796_050_000.0)
+        EngineCounters(
+            drafts=150, draft_tokens=450, accepted_per_pos=[80, 40, 20], created=1_796_050_000.0
+        )
     )
     result = build_result(URL, before, after)
     # Without _created, the increase would look like 50 drafts; the engine counted 150 since it restarted.
@@ -107,7 +117,9 @@ def test_twelve_positions_come_in_numeric_order() -> None:
 
 
 def test_series_absent_before_starts_from_zero() -> None:
-    before = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1], engine="0"))
+    before = snap(
+        EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1], engine="0")
+    )
     after = snap(
         EngineCounters(drafts=20, draft_tokens=60, accepted_per_pos=[10, 6, 2], engine="0"),
         EngineCounters(drafts=7, draft_tokens=21, accepted_per_pos=[4, 2, 1], engine="1"),

@@ -14,7 +14,9 @@ from tests.metrics_server import MetricsServer, free_port, serve_metrics
 from tests.payloads import EngineCounters, fixture, vllm_payload
 
 SEED_BEFORE = [EngineCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30])]
-SEED_AFTER = [EngineCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])]
+SEED_AFTER = [
+    EngineCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])
+]
 
 
 def expected_data(before: list[EngineCounters], after: list[EngineCounters]) -> dict[str, Any]:
@@ -51,7 +53,9 @@ def raw_of(counters: list[EngineCounters]) -> dict[str, Any]:
     }
 
 
-def run_window(api: httpx.Client, server: MetricsServer, window_id: str = "run-1") -> dict[str, Any]:
+def run_window(
+    api: httpx.Client, server: MetricsServer, window_id: str = "run-1"
+) -> dict[str, Any]:
     server.set_text(vllm_payload(SEED_BEFORE))
     started = api.post(f"/windows/{window_id}/start", json={"targets": [server.target]})
     assert started.status_code == 201, started.text
@@ -143,7 +147,10 @@ def test_twenty_concurrent_starts_create_one_window(collector: Collector) -> Non
         async def race() -> list[int]:
             async with httpx.AsyncClient(base_url=collector.base_url, timeout=30) as client:
                 answers = await asyncio.gather(
-                    *(client.post("/windows/race/start", json={"targets": [server.target]}) for _ in range(20))
+                    *(
+                        client.post("/windows/race/start", json={"targets": [server.target]})
+                        for _ in range(20)
+                    )
                 )
             return sorted(answer.status_code for answer in answers)
 
@@ -162,7 +169,10 @@ def test_conflicts_and_unknown_windows(api: httpx.Client) -> None:
         assert api.post("/windows/open/start", json={"targets": [server.target]}).status_code == 201
         clash = api.post("/windows/open/start", json={"targets": [other.target]})
         assert clash.status_code == 409
-        assert clash.json()["detail"] == f"window open already exists with other targets: {server.target}"
+        assert (
+            clash.json()["detail"]
+            == f"window open already exists with other targets: {server.target}"
+        )
     missing = api.post("/windows/nope/stop")
     assert missing.status_code == 404
     assert missing.json()["detail"] == "window nope not found"
@@ -200,7 +210,9 @@ def test_bad_input_is_a_422_naming_the_field_and_stores_nothing(
 
 
 def test_malformed_json_is_a_422_naming_the_body(api: httpx.Client) -> None:
-    answer = api.post("/windows/x/start", content=b'{"targets": [', headers={"content-type": "application/json"})
+    answer = api.post(
+        "/windows/x/start", content=b'{"targets": [', headers={"content-type": "application/json"}
+    )
     assert answer.status_code == 422
     assert answer.json()["detail"][0]["loc"][0] == "body"
     assert answer.json()["detail"][0]["type"] == "json_invalid"
@@ -211,7 +223,12 @@ def test_malformed_json_is_a_422_naming_the_body(api: httpx.Client) -> None:
 def test_aisbench_models_list_and_duplicate_targets(api: httpx.Client) -> None:
     with serve_metrics(body=vllm_payload(SEED_BEFORE).encode()) as server:
         models = [
-            {"abbr": "vllm-api", "host_ip": "127.0.0.1", "host_port": server.port, "max_out_len": 512},
+            {
+                "abbr": "vllm-api",
+                "host_ip": "127.0.0.1",
+                "host_port": server.port,
+                "max_out_len": 512,
+            },
             f"127.0.0.1:{server.port}",
         ]
         window = api.post("/windows/ais/start", json={"models": models}).json()
@@ -234,10 +251,14 @@ def test_failing_targets_give_na_results_with_reasons(api: httpx.Client) -> None
     assert results[nospec.target]["error"] == (
         "[before] No spec decode metrics found on server; [after] No spec decode metrics found on server"
     )
-    assert results[idle.target]["error"] == "No spec decode activity detected during benchmark window"
+    assert (
+        results[idle.target]["error"] == "No spec decode activity detected during benchmark window"
+    )
     assert results[idle.target]["raw"]["before"] == raw_of(SEED_BEFORE)
     refused = results[f"127.0.0.1:{dead_port}"]["error"]
-    assert refused.startswith(f"[before] Failed to fetch metrics from http://127.0.0.1:{dead_port}/metrics: ")
+    assert refused.startswith(
+        f"[before] Failed to fetch metrics from http://127.0.0.1:{dead_port}/metrics: "
+    )
     for result in results.values():
         assert (result["status"], result["data"]) == ("na", None)
     report = api.get("/windows/na/report").text
@@ -248,7 +269,9 @@ def test_window_survives_sigkill_between_start_and_stop(tmp_path: Path) -> None:
     with run_collector(tmp_path) as collector, serve_metrics() as server:
         server.set_text(vllm_payload(SEED_BEFORE))
         started = httpx.post(
-            f"{collector.base_url}/windows/crash/start", json={"targets": [server.target]}, timeout=30
+            f"{collector.base_url}/windows/crash/start",
+            json={"targets": [server.target]},
+            timeout=30,
         )
         assert started.status_code == 201
         collector.kill()
