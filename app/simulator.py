@@ -151,10 +151,8 @@ def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
         for engine in range(server.engines):
             for position in range(server.k):
                 labels = _labels(engine, server.model_name, position=str(position))
-                value = (
-                    float(accepted_at[engine][position]) if suffix == "_total" else server.started
-                )
-                out.append(f"{name}{suffix}{{{labels}}} {value}")
+                sample = accepted_at[engine][position] if suffix == "_total" else server.started
+                out.append(f"{name}{suffix}{{{labels}}} {float(sample)}")
 
 
 def create_simulator_app(server: SimulatedServer) -> FastAPI:
