@@ -12,6 +12,8 @@ Correctness is pinned by a differential test against prometheus_client's parsers
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
 PREFIX = "vllm:spec_decode_"
 
@@ -28,7 +30,7 @@ FAMILIES: dict[str, str] = {
 _SAMPLE = re.compile(
     r"""
     (?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)
-    (?:\{(?P<labels>(?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?
+    (?:\{(?P<labels>(?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+)\})?
     [ \t]+(?P<value>[^ \t]+)
     (?:[ \t]+(?P<timestamp>[^ \t\#]+))?
     (?:[ \t]+\#.*)?
@@ -36,7 +38,7 @@ _SAMPLE = re.compile(
     """,
     re.VERBOSE,
 )
-_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,|$)')
+_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]++|\\.)*+)"[ \t]*(,|$)')
 _ESCAPE = re.compile(r'\\([\\"n])')
 
 
@@ -44,8 +46,7 @@ class ExtractionError(ValueError):
     """The payload holds a spec-decode sample that cannot be read as a counter."""
 
 
-@dataclass(frozen=True, slots=True)
-class SeriesKey:
+class SeriesKey(NamedTuple):
     """One series of one family: the field name and its sorted label pairs."""
 
     family: str
@@ -69,21 +70,20 @@ def _unescape(value: str) -> str:
     return _ESCAPE.sub(lambda m: "\n" if m[1] == "n" else m[1], value)
 
 
-def _parse_labels(text: str, line: str) -> tuple[tuple[str, str], ...]:
+# A server repeats the same label sets on every scrape (and `_total` and `_created` share
+# them), so parsed label sets are cached; the bound keeps hostile payloads from growing it.
+@lru_cache(maxsize=8192)
+def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
     labels: dict[str, str] = {}
-    pos, end = 0, len(text)
+    pos, end = 0, len(text.rstrip(" \t"))
     while pos < end:
-        if text[pos:].strip() == "":
-            break
         match = _LABEL.match(text, pos)
-        if match is None:
-            raise ExtractionError(f"malformed labels in line: {line[:200]}")
+        if match is None or (match[3] == "" and match.end() < end):
+            raise ExtractionError(f"malformed labels: {{{text[:200]}}}")
         if match[1] in labels:
-            raise ExtractionError(f"label {match[1]!r} given twice in line: {line[:200]}")
+            raise ExtractionError(f"label {match[1]!r} given twice: {{{text[:200]}}}")
         labels[match[1]] = _unescape(match[2])
         pos = match.end()
-        if match[3] == "" and pos < end:
-            raise ExtractionError(f"malformed labels in line: {line[:200]}")
     return tuple(sorted(labels.items()))
 
 
@@ -106,7 +106,7 @@ def _parse_line(line: str, series: Series) -> None:
         raise ExtractionError(f"value is not a number in line: {line[:200]}") from None
     if not is_created and (not math.isfinite(value) or value < 0):
         raise ExtractionError(f"counter value {match['value']} is not a finite count: {name}")
-    labels = _parse_labels(match["labels"] or "", line)
+    labels = _parse_labels(match["labels"] or "")
     slot = series.setdefault(SeriesKey(family, labels), SeriesValue())
     if (slot.created if is_created else slot.value) is not None:
         raise ExtractionError(f"series given twice: {name}{{{match['labels'] or ''}}}")
@@ -147,14 +147,15 @@ def extract_spec_decode(text: str) -> Series:
 
 
 def _eof_offset(text: str) -> int:
-    """Offset of an OpenMetrics `# EOF` line, or the payload's length when there is none."""
-    if text.startswith("# EOF") and text[5:6] in ("", "\n", "\r"):
-        return 0
-    pos = text.find("\n# EOF")
-    while pos != -1:
-        if text[pos + 6 : pos + 7] in ("", "\n", "\r"):
-            return pos
-        pos = text.find("\n# EOF", pos + 1)
+    """Offset of the OpenMetrics `# EOF` line that ends the payload, else the payload's length.
+
+    OpenMetrics allows nothing after `# EOF`, so only the end of the payload is looked at.
+    """
+    end = len(text)
+    while end and text[end - 1] in "\r\n":
+        end -= 1
+    if text.endswith("# EOF", 0, end) and (end == 5 or text[end - 6] == "\n"):
+        return max(0, end - 6)
     return len(text)
 
 

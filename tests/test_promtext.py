@@ -88,7 +88,6 @@ def test_openmetrics_with_eof_and_exemplar() -> None:
         'vllm:spec_decode_num_drafts_total{engine="0"} 12.0 # {trace_id="a b"} 1.0\n'
         'vllm:spec_decode_num_drafts_created{engine="0"} 1.7e+09\n'
         "# EOF\n"
-        'vllm:spec_decode_num_drafts_total{engine="9"} 99\n'
     )
     series = extract_spec_decode(text)
     assert series == {SeriesKey("num_drafts", (("engine", "0"),)): SeriesValue(12.0, 1.7e9)}
@@ -224,3 +223,11 @@ def test_extraction_matches_prometheus_client(case: tuple[str, bool]) -> None:
         assert value.created == expected[key].created or (
             value.created is not None and math.isclose(value.created, expected[key].created or 0)
         )
+
+
+def test_eof_forms() -> None:
+    line = 'vllm:spec_decode_num_drafts_total{engine="0"} 3'
+    assert extract_spec_decode("# EOF\n") == {}
+    assert len(extract_spec_decode(f"{line}\n# EOF")) == 1
+    assert len(extract_spec_decode(f"{line}\n# EOF\r\n")) == 1
+    assert len(extract_spec_decode(f"{line}\n")) == 1
