@@ -1,6 +1,7 @@
 """The `specdec` command: `serve` the collector, `simulate` a vLLM `/metrics` server."""
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -12,6 +13,12 @@ def _serve(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     settings = get_settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per scrape and per Alembic plugin is noise at INFO; keep their warnings.
+    for noisy in ("httpx", "alembic.runtime.plugins"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     # The lifespan applies the migrations before uvicorn accepts the first connection.
     uvicorn.run(
         create_app(settings),

@@ -10,6 +10,7 @@ crash between the two finds the window and does not scrape again; its stop then 
 missing baseline instead of inventing one.
 """
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +37,8 @@ from app.promtext import series_from_json, series_to_json
 from app.scrape import ScrapeOutcome, scrape_all
 from app.specdecode import Phase, absolute_totals, build_result
 from app.targets import Target, parse_target
+
+logger = logging.getLogger(__name__)
 
 NO_BASELINE = "baseline was never stored (the collector stopped before the start scrape finished)"
 
@@ -259,6 +262,8 @@ async def start_window(
         client, targets, timeout_s=settings.scrape_timeout_s, max_bytes=settings.max_metrics_bytes
     )
     await run_in_threadpool(_store_baseline, engine, window_id, outcomes)
+    failed = sum(outcome.error is not None for outcome in outcomes)
+    logger.info("window %s started: %d targets, %d failed", window_id, len(targets), failed)
     return True, await run_in_threadpool(read_window, engine, window_id)
 
 
@@ -289,4 +294,6 @@ async def stop_window(
         after: Phase = outcome.series if outcome.series is not None else outcome.error or ""
         results[target.target] = build_result(target.url, _phase_of(target.before), after)
     await run_in_threadpool(_close_window, engine, stored, outcomes, results)
+    ok = sum(result["status"] == "ok" for result in results.values())
+    logger.info("window %s stopped: %d of %d targets ok", window_id, ok, len(results))
     return await run_in_threadpool(read_window, engine, window_id)

@@ -1,6 +1,8 @@
 """Windows end to end: `specdec serve` over real sockets against real `/metrics` servers."""
 
 import asyncio
+import threading
+import time
 from contextlib import ExitStack
 from fractions import Fraction
 from pathlib import Path
@@ -298,3 +300,38 @@ def test_thirty_two_slow_targets_are_scraped_at_once(api: httpx.Client) -> None:
     assert len(spans) == 32
     # The last request arrived before the first answer left: all 32 overlapped.
     assert max(arrived for arrived, _ in spans) < min(answered for _, answered in spans)
+
+
+def test_crash_before_the_baseline_was_stored_gives_an_honest_na(tmp_path: Path) -> None:
+    with run_collector(tmp_path) as collector, serve_metrics(delay_s=3.0) as server:
+        server.set_text(vllm_payload(SEED_BEFORE))
+        body = {"targets": [server.target]}
+        outcome: dict[str, Any] = {}
+
+        def start() -> None:
+            try:
+                httpx.post(f"{collector.base_url}/windows/half/start", json=body, timeout=30)
+            except httpx.TransportError as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=start)
+        thread.start()
+        while server.count() == 0:  # the window row is stored before the baseline scrape
+            time.sleep(0.01)
+        collector.kill()
+        thread.join()
+        assert "error" in outcome  # the client saw the collector die
+
+        server.delay_s = 0
+        collector.start()
+        retry = httpx.post(f"{collector.base_url}/windows/half/start", json=body, timeout=30)
+        assert retry.status_code == 200
+        assert retry.json()["targets"][0]["before"] is None
+        server.set_text(vllm_payload(SEED_AFTER))
+        result = httpx.post(f"{collector.base_url}/windows/half/stop", timeout=30).json()
+    after = result["targets"][0]["result"]
+    assert after["status"] == "na"
+    assert after["error"] == (
+        "[before] baseline was never stored (the collector stopped before the start scrape finished)"
+    )
+    assert after["raw"] == {"before": None, "after": raw_of(SEED_AFTER)}
