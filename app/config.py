@@ -23,6 +23,11 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest /metrics answer read, counted after gzip decoding.",
     )
+    sample_retention_days: float = Field(
+        default=30,
+        gt=0,
+        description="Samples of windows closed longer ago than this are deleted (results stay).",
+    )
     log_level: str = Field(default="info", description="Log level of the service.")
 
 

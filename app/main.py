@@ -1,4 +1,4 @@
-"""The FastAPI application and its lifespan."""
+"""The FastAPI application and its lifespan, which owns the engine, client and scheduler."""
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,6 +10,7 @@ from app import __version__
 from app.config import Settings, get_settings
 from app.db import create_db_engine, upgrade_database
 from app.routes import health, windows
+from app.sampler import Sampler
 from app.scrape import new_client
 
 
@@ -24,9 +25,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = create_db_engine(settings.database_url)
         app.state.client = new_client(settings.scrape_timeout_s)
+        app.state.sampler = Sampler(app.state.engine, app.state.client, settings)
+        await app.state.sampler.start()
         try:
             yield
         finally:
+            app.state.sampler.shutdown()
             await app.state.client.aclose()
             app.state.engine.dispose()
 

@@ -1,9 +1,11 @@
 """SQLModel tables and the API models of windows.
 
 Tables: `window` (one per benchmark window), `window_target` (one per target of a window,
-holding its final result once the window is closed) and `snapshot` (the spec-decode series
-of one scrape of one target, or the reason it failed). The schema is created only by the
-Alembic migrations in `migrations/`; a test checks that the two agree.
+holding its final result once the window is closed), `target_series` (the spec-decode series
+a target has shown: family and labels, stored once) and `snapshot` (one scrape of one target:
+the counter values per series, or the reason it failed). Keeping labels out of the snapshots
+keeps a one-engine sample under 1 KB. The schema is created only by the Alembic migrations in
+`migrations/`; a test checks that the two agree.
 """
 
 from datetime import UTC, datetime
@@ -90,6 +92,7 @@ class Window(WindowBase, table=True):
     state: str = Field(default="open", max_length=16)
     started_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
     stopped_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
+    last_sampled_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
 
 
 class WindowTarget(SQLModel, table=True):
@@ -104,7 +107,21 @@ class WindowTarget(SQLModel, table=True):
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
+class TargetSeries(SQLModel, table=True):
+    """A series one target has shown: its family and canonical label text (`labels`)."""
+
+    __tablename__ = "target_series"
+    __table_args__ = (UniqueConstraint("target_id", "family", "labels"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    target_id: int = Field(foreign_key="window_target.id", ondelete="CASCADE", index=True)
+    family: str = Field(max_length=32)
+    labels: str = Field(max_length=4096)
+
+
 class Snapshot(SQLModel, table=True):
+    """One scrape: `counters` rows are `[target_series.id, value, created]`; or an error."""
+
     __tablename__ = "snapshot"
 
     id: int | None = Field(default=None, primary_key=True)
@@ -112,7 +129,9 @@ class Snapshot(SQLModel, table=True):
     phase: str = Field(max_length=16)
     taken_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
     error: str | None = Field(default=None)
-    series: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    counters: list[list[float | None]] | None = Field(
+        default=None, sa_column=Column(JSON, nullable=True)
+    )
 
 
 class TargetPublic(SQLModel):

@@ -9,6 +9,7 @@ only the family bookkeeping (which we skip) differs.
 Correctness is pinned by a differential test against prometheus_client's parsers.
 """
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -159,26 +160,11 @@ def _eof_offset(text: str) -> int:
     return len(text)
 
 
-def series_to_json(series: Series) -> list[dict[str, object]]:
-    """The series as JSON rows, for storage: family, labels, value and `_created`."""
-    return [
-        {"family": key.family, "labels": dict(key.labels), "value": v.value, "created": v.created}
-        for key, v in series.items()
-    ]
+def labels_to_text(labels: tuple[tuple[str, str], ...]) -> str:
+    """Canonical text of a sorted label set, for storage and comparison."""
+    return json.dumps(labels, ensure_ascii=False, separators=(",", ":"))
 
 
-def series_from_json(rows: list[dict[str, object]]) -> Series:
-    """The inverse of `series_to_json`."""
-    series: Series = {}
-    for row in rows:
-        labels = row["labels"]
-        assert isinstance(labels, dict)
-        key = SeriesKey(
-            str(row["family"]), tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-        )
-        value, created = row["value"], row.get("created")
-        series[key] = SeriesValue(
-            float(value) if isinstance(value, int | float) else None,
-            float(created) if isinstance(created, int | float) else None,
-        )
-    return series
+def labels_from_text(text: str) -> tuple[tuple[str, str], ...]:
+    """The inverse of `labels_to_text`."""
+    return tuple((str(name), str(value)) for name, value in json.loads(text))

@@ -1,7 +1,12 @@
-"""The AISBench console block of a window's results."""
+"""Renderings: the AISBench console block of a window's results, and timelines as CSV."""
 
-from collections.abc import Iterable
+import csv
+import io
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
+
+from app.specdecode import TIMELINE_FIELDS
 
 
 def _row(label: str, value: object) -> str:
@@ -40,3 +45,41 @@ def render_block(target: str, result: dict[str, Any]) -> str:
 def render_report(results: Iterable[tuple[str, dict[str, Any]]]) -> str:
     """The blocks of every (`host:port`, result) pair, in the order given."""
     return "".join(render_block(target, result) for target, result in results)
+
+
+def timeline_csv(series: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> str:
+    """Timelines of (`host:port`, rows) as CSV: a header row, then one row per snapshot.
+
+    Per-position rates become one column each (`position_0`, `position_1`, ...).
+    """
+    positions = sorted(
+        {
+            int(pos)
+            for _, rows in series
+            for row in rows
+            for pos in row["per_position_acceptance_rates"] or {}
+        }
+    )
+    plain = [name for name in TIMELINE_FIELDS if name != "per_position_acceptance_rates"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["target", *plain, *(f"position_{pos}" for pos in positions)])
+    for target, rows in series:
+        for row in rows:
+            rates = row["per_position_acceptance_rates"] or {}
+            writer.writerow(
+                [
+                    target,
+                    *(_cell(row[name]) for name in plain),
+                    *(_cell(rates.get(str(pos))) for pos in positions),
+                ]
+            )
+    return out.getvalue()
+
+
+def _cell(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value

@@ -40,6 +40,15 @@ class Totals:
             if position is not None:
                 self.accepted_per_pos[position] = self.accepted_per_pos.get(position, 0.0) + amount
 
+    def absorb(self, other: "Totals") -> None:
+        """Add every counter of `other` to this one."""
+        self.num_drafts += other.num_drafts
+        self.num_draft_tokens += other.num_draft_tokens
+        self.num_accepted_tokens += other.num_accepted_tokens
+        for position, amount in other.accepted_per_pos.items():
+            self.accepted_per_pos[position] = self.accepted_per_pos.get(position, 0.0) + amount
+        self.counter_resets += other.counter_resets
+
     def raw(self) -> dict[str, Any]:
         """The AISBench `raw.before` / `raw.after` shape."""
         return {
@@ -93,20 +102,30 @@ def series_increase(earlier: SeriesValue | None, later: SeriesValue) -> tuple[fl
     return (later.value if reset else later.value - earlier.value), reset
 
 
-def window_increase(chain: Sequence[Series]) -> Totals:
-    """Sum of per-series increases between consecutive snapshots of `chain`.
+def interval_increases(chain: Sequence[Series]) -> list[Totals]:
+    """The increase of each step of `chain`: element i is from snapshot i to snapshot i + 1.
 
     A series missing from one snapshot is compared, when it returns, with its last value seen,
     so a scrape that omitted it loses nothing.
     """
-    totals = Totals()
+    steps: list[Totals] = []
     last: dict[SeriesKey, SeriesValue] = dict(chain[0]) if chain else {}
     for snapshot in chain[1:]:
+        step = Totals()
         for key, sample in snapshot.items():
             amount, reset = series_increase(last.get(key), sample)
-            totals.add(key, amount)
-            totals.counter_resets += reset
+            step.add(key, amount)
+            step.counter_resets += reset
             last[key] = sample
+        steps.append(step)
+    return steps
+
+
+def window_increase(chain: Sequence[Series]) -> Totals:
+    """Sum of per-series increases between consecutive snapshots of `chain`."""
+    totals = Totals()
+    for step in interval_increases(chain):
+        totals.absorb(step)
     return totals
 
 
@@ -131,20 +150,29 @@ def _phase_error(phase: Phase) -> str | None:
     return NO_METRICS if not phase else None
 
 
-def build_result(url: str, before: Phase, after: Phase) -> dict[str, Any]:
-    """The AISBench `spec_decode_<host>_<port>.json` dict of one target over one window."""
+def build_result(
+    url: str, before: Phase, after: Phase, samples: Sequence[Phase] = ()
+) -> dict[str, Any]:
+    """The AISBench `spec_decode_<host>_<port>.json` dict of one target over one window.
+
+    `samples` are the background scrapes between the two, in time order; failed ones are
+    skipped, so the chain continues from the last good snapshot.
+    """
     errors = {name: _phase_error(phase) for name, phase in (("before", before), ("after", after))}
     raw = {
         name: None if errors[name] or isinstance(phase, str) else absolute_totals(phase).raw()
         for name, phase in (("before", before), ("after", after))
     }
     result: dict[str, Any] = {"status": "na", "url": url, "error": None, "data": None, "raw": raw}
+    failed_samples = sum(isinstance(sample, str) for sample in samples)
+    result["samples"] = {"taken": len(samples), "failed": failed_samples}
     failed = [f"[{name}] {error}" for name, error in errors.items() if error]
     if failed:
         result["error"] = "; ".join(failed)
         return result
     assert not isinstance(before, str) and not isinstance(after, str)
-    totals = window_increase([before, after])
+    good = [sample for sample in samples if not isinstance(sample, str)]
+    totals = window_increase([before, *good, after])
     result["counter_resets"] = totals.counter_resets
     if totals.num_draft_tokens <= 0 or totals.num_drafts <= 0:
         result["error"] = NO_ACTIVITY
@@ -152,3 +180,54 @@ def build_result(url: str, before: Phase, after: Phase) -> dict[str, Any]:
     result["status"] = "ok"
     result["data"] = derived(totals)
     return result
+
+
+TIMELINE_FIELDS = (
+    "taken_at", "phase", "status", "error", "num_drafts", "draft_tokens", "accepted_tokens",
+    "acceptance_rate", "acceptance_length", "per_position_acceptance_rates", "counter_resets",
+)  # fmt: skip
+
+
+def timeline(points: Sequence[tuple[Any, str, Phase]]) -> list[dict[str, Any]]:
+    """One row per snapshot of a target, in the order given (`before`, samples, `after`).
+
+    `num_drafts`, `draft_tokens` and `accepted_tokens` are cumulative since `before` (null when
+    `before` failed); the rates, the acceptance length and `counter_resets` are those of the
+    interval since the previous good snapshot (null where that interval has no drafts).
+    A failed scrape is a row with its error and nulls: the gap shows as a gap.
+    """
+    rows: list[dict[str, Any]] = []
+    for taken_at, phase, outcome in points:
+        row: dict[str, Any] = dict.fromkeys(TIMELINE_FIELDS)
+        error = _phase_error(outcome)
+        row.update(taken_at=taken_at, phase=phase, status="error" if error else "ok", error=error)
+        rows.append(row)
+    good = [
+        (row, outcome)
+        for row, (_, _, outcome) in zip(rows, points, strict=True)
+        if row["status"] == "ok" and not isinstance(outcome, str)
+    ]
+    if not good:
+        return rows
+    # Totals count from `before` only; a chain whose `before` failed has none.
+    cumulative = Totals() if good[0][0]["phase"] == "before" else None
+    steps = interval_increases([outcome for _, outcome in good])
+    for (row, _), step in zip(good[1:], steps, strict=True):
+        row["counter_resets"] = step.counter_resets
+        if step.num_drafts > 0 and step.num_draft_tokens > 0:
+            rates = derived(step)
+            row["acceptance_rate"] = rates["acceptance_rate"]
+            row["acceptance_length"] = rates["acceptance_length"]
+            row["per_position_acceptance_rates"] = rates["per_position_acceptance_rates"]
+        if cumulative is not None:
+            cumulative.absorb(step)
+            _put_cumulative(row, cumulative)
+    if cumulative is not None:
+        _put_cumulative(good[0][0], Totals())
+    return rows
+
+
+def _put_cumulative(row: dict[str, Any], totals: Totals) -> None:
+    row["num_drafts"] = as_number(totals.num_drafts)
+    row["draft_tokens"] = as_number(totals.num_draft_tokens)
+    row["accepted_tokens"] = as_number(totals.num_accepted_tokens)

@@ -1,23 +1,30 @@
 """Start, stop and read windows: scraping and storage, with idempotent retries.
 
 Database work runs in the thread pool (SQLModel sessions are synchronous); scraping runs on
-the event loop with the shared client. Every write is one short transaction that begins with
-a write, so concurrent callers serialise on SQLite's write lock instead of failing.
+the event loop with the shared client. Every write transaction begins with a write, so
+concurrent callers queue on SQLite's write lock (or PostgreSQL's row lock) instead of failing.
 
 Start is two transactions on purpose: the window row first (its unique `window_id` decides
 which of several concurrent starts creates it), then the baseline. A start retried after a
 crash between the two finds the window and does not scrape again; its stop then reports the
 missing baseline instead of inventing one.
+
+Stop scrapes first, then closes the window in one transaction that stores the final snapshots
+and computes every result from what is stored (baseline, samples, final), so a sample stored
+by the background sampler up to that moment is part of the result, and none after it.
 """
 
 import logging
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from sqlalchemy import update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -27,15 +34,16 @@ from app.config import Settings
 from app.models import (
     Snapshot,
     TargetPublic,
+    TargetSeries,
     Window,
     WindowCreate,
     WindowPublic,
     WindowTarget,
     utcnow,
 )
-from app.promtext import series_from_json, series_to_json
+from app.promtext import Series, SeriesKey, SeriesValue, labels_from_text, labels_to_text
 from app.scrape import ScrapeOutcome, scrape_all
-from app.specdecode import Phase, absolute_totals, build_result
+from app.specdecode import Phase, absolute_totals, build_result, timeline
 from app.targets import Target, parse_target
 
 logger = logging.getLogger(__name__)
@@ -55,27 +63,50 @@ class WindowOpen(Exception):
     """The window has no results yet: it is still open."""
 
 
+class SamplerHandle(Protocol):
+    """What windows need of the background sampler: add and remove a window's job."""
+
+    def watch(
+        self, window_pk: int, targets: Sequence["StoredTarget"], interval_s: float
+    ) -> None: ...
+
+    def unwatch(self, window_pk: int) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
-class _StoredTarget:
+class StoredTarget:
+    """A target as stored: its row id, `host:port` key, URL and (once closed) result."""
+
     id: int
-    target: str
+    key: str
     url: str
-    before: Snapshot | None
     result: dict[str, Any] | None
 
+    def parsed(self) -> Target:
+        """The `Target` to scrape."""
+        return parse_target(self.url)
+
 
 @dataclass(frozen=True, slots=True)
-class _StoredWindow:
+class StoredWindow:
     window: Window
-    targets: list[_StoredTarget]
+    targets: list[StoredTarget]
+
+    @property
+    def pk(self) -> int:
+        assert self.window.id is not None
+        return self.window.id
 
 
-def _as_utc(moment: datetime) -> datetime:
-    # SQLite returns naive datetimes; every stored time is UTC.
+def as_utc(moment: datetime) -> datetime:
+    """A stored time as an aware UTC datetime (SQLite returns naive ones)."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _load(session: Session, window_id: str) -> _StoredWindow | None:
+# --- reading ------------------------------------------------------------------------------
+
+
+def _load(session: Session, window_id: str) -> StoredWindow | None:
     window = session.exec(select(Window).where(Window.window_id == window_id)).first()
     if window is None:
         return None
@@ -84,42 +115,63 @@ def _load(session: Session, window_id: str) -> _StoredWindow | None:
         .where(WindowTarget.window_pk == window.id)
         .order_by(col(WindowTarget.ordinal))
     ).all()
-    befores = {
-        snapshot.target_id: snapshot
-        for snapshot in session.exec(
-            select(Snapshot)
-            .where(col(Snapshot.target_id).in_([row.id for row in rows]))
-            .where(Snapshot.phase == "before")
-        ).all()
-    }
-    targets = [
-        _StoredTarget(row.id or 0, row.target, row.url, befores.get(row.id or 0), row.result)
-        for row in rows
-    ]
-    return _StoredWindow(window, targets)
+    targets = [StoredTarget(row.id or 0, row.target, row.url, row.result) for row in rows]
+    return StoredWindow(window, targets)
 
 
-def _phase_of(snapshot: Snapshot | None) -> Phase:
+def load_window(engine: Engine, window_id: str) -> StoredWindow:
+    """The window and its targets; `WindowNotFound` when there is none."""
+    with Session(engine) as session:
+        stored = _load(session, window_id)
+    if stored is None:
+        raise WindowNotFound(window_id)
+    return stored
+
+
+def _catalog(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKey]:
+    rows = session.exec(
+        select(TargetSeries).where(col(TargetSeries.target_id).in_(list(target_ids)))
+    ).all()
+    return {row.id or 0: SeriesKey(row.family, labels_from_text(row.labels)) for row in rows}
+
+
+def _snapshots(
+    session: Session, target_ids: Iterable[int], phases: Sequence[str] | None = None
+) -> dict[int, list[Snapshot]]:
+    query = select(Snapshot).where(col(Snapshot.target_id).in_(list(target_ids)))
+    if phases is not None:
+        query = query.where(col(Snapshot.phase).in_(phases))
+    by_target: dict[int, list[Snapshot]] = defaultdict(list)
+    for snapshot in session.exec(query.order_by(col(Snapshot.taken_at), col(Snapshot.id))).all():
+        by_target[snapshot.target_id].append(snapshot)
+    return by_target
+
+
+def _phase_of(snapshot: Snapshot | None, catalog: dict[int, SeriesKey]) -> Phase:
     if snapshot is None:
         return NO_BASELINE
-    if snapshot.series is None:
+    if snapshot.counters is None:
         return snapshot.error or "scrape failed"
-    return series_from_json(snapshot.series)
+    series: Series = {}
+    for series_id, value, created in snapshot.counters:
+        assert series_id is not None
+        series[catalog[int(series_id)]] = SeriesValue(value, created)
+    return series
 
 
-def _public(stored: _StoredWindow) -> WindowPublic:
+def _public(session: Session, stored: StoredWindow) -> WindowPublic:
+    ids = [t.id for t in stored.targets]
+    catalog = _catalog(session, ids)
+    befores = _snapshots(session, ids, ["before"])
     targets = []
     for target in stored.targets:
-        before = target.before
+        before = befores[target.id][0] if befores.get(target.id) else None
+        phase = _phase_of(before, catalog) if before is not None else None
         targets.append(
             TargetPublic(
-                target=target.target,
+                target=target.key,
                 url=target.url,
-                before=(
-                    absolute_totals(series_from_json(before.series)).raw()
-                    if before is not None and before.series is not None
-                    else None
-                ),
+                before=absolute_totals(phase).raw() if isinstance(phase, dict) else None,
                 before_error=before.error if before is not None else None,
                 result=target.result,
             )
@@ -130,30 +182,119 @@ def _public(stored: _StoredWindow) -> WindowPublic:
         state=window.state,
         labels=window.labels,
         sample_interval_s=window.sample_interval_s,
-        started_at=_as_utc(window.started_at),
-        stopped_at=_as_utc(window.stopped_at) if window.stopped_at else None,
+        started_at=as_utc(window.started_at),
+        stopped_at=as_utc(window.stopped_at) if window.stopped_at else None,
         targets=targets,
     )
 
 
 def read_window(engine: Engine, window_id: str) -> WindowPublic:
-    """The window with its targets and, once closed, their results."""
+    """The window with its targets' baselines and, once closed, their results."""
     with Session(engine) as session:
         stored = _load(session, window_id)
-    if stored is None:
-        raise WindowNotFound(window_id)
-    return _public(stored)
+        if stored is None:
+            raise WindowNotFound(window_id)
+        return _public(session, stored)
 
 
 def read_results(engine: Engine, window_id: str) -> list[tuple[str, dict[str, Any]]]:
     """(`host:port`, result) of every target of a closed window, in the order started."""
-    with Session(engine) as session:
-        stored = _load(session, window_id)
-    if stored is None:
-        raise WindowNotFound(window_id)
+    stored = load_window(engine, window_id)
     if stored.window.state != "closed":
         raise WindowOpen(window_id)
-    return [(t.target, t.result or {}) for t in stored.targets]
+    return [(t.key, t.result or {}) for t in stored.targets]
+
+
+def read_timeline(
+    engine: Engine, window_id: str, target_key: str | None
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(`host:port`, timeline rows) of the window's targets, or of the one named."""
+    with Session(engine) as session:
+        stored = _load(session, window_id)
+        if stored is None:
+            raise WindowNotFound(window_id)
+        targets = [t for t in stored.targets if target_key is None or t.key == target_key]
+        if not targets:
+            raise LookupError(f"window {window_id} has no target {target_key}")
+        ids = [t.id for t in targets]
+        catalog = _catalog(session, ids)
+        chains = _snapshots(session, ids)
+    return [
+        (
+            target.key,
+            timeline(
+                [
+                    (as_utc(s.taken_at), s.phase, _phase_of(s, catalog))
+                    for s in _in_chain_order(chains.get(target.id, []))
+                ]
+            ),
+        )
+        for target in targets
+    ]
+
+
+def _in_chain_order(snapshots: list[Snapshot]) -> list[Snapshot]:
+    # `before` first and `after` last whatever the clocks say; samples in time order between.
+    rank = {"before": 0, "sample": 1, "after": 2}
+    return sorted(snapshots, key=lambda s: rank.get(s.phase, 1))
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+def _series_ids(
+    session: Session, target_id: int, keys: Iterable[SeriesKey]
+) -> dict[SeriesKey, int]:
+    """Catalogue ids of `keys` for one target, adding the series it has not shown before."""
+    wanted = {key: labels_to_text(key.labels) for key in keys}
+    known = {
+        (row.family, row.labels): row.id or 0
+        for row in session.exec(select(TargetSeries).where(TargetSeries.target_id == target_id))
+    }
+    missing = [
+        {"target_id": target_id, "family": key.family, "labels": text}
+        for key, text in wanted.items()
+        if (key.family, text) not in known
+    ]
+    if missing:
+        dialect = session.get_bind().dialect.name
+        insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+        # Another writer may add the same series at the same moment: the unique constraint
+        # keeps one row, and the second insert does nothing.
+        session.execute(
+            insert(TargetSeries)
+            .values(missing)
+            .on_conflict_do_nothing(index_elements=["target_id", "family", "labels"])
+        )
+        known = {
+            (row.family, row.labels): row.id or 0
+            for row in session.exec(select(TargetSeries).where(TargetSeries.target_id == target_id))
+        }
+    return {key: known[(key.family, text)] for key, text in wanted.items()}
+
+
+def store_snapshots(
+    session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
+) -> None:
+    """Add one snapshot row per outcome (counters, or the error) to the session."""
+    for outcome in outcomes:
+        target_id = ids[outcome.target.key]
+        counters: list[list[float | None]] | None = None
+        if outcome.series is not None:
+            series_ids = _series_ids(session, target_id, outcome.series)
+            counters = [
+                [series_ids[key], value.value, value.created]
+                for key, value in outcome.series.items()
+            ]
+        session.add(
+            Snapshot(
+                target_id=target_id,
+                phase=phase,
+                taken_at=outcome.taken_at,
+                error=outcome.error,
+                counters=counters,
+            )
+        )
 
 
 def _insert_window(
@@ -180,120 +321,116 @@ def _insert_window(
         return True
 
 
-def _store_snapshot_rows(
-    session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
+def _store_baseline(
+    engine: Engine, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]
 ) -> None:
-    for outcome in outcomes:
-        session.add(
-            Snapshot(
-                target_id=ids[outcome.target.key],
-                phase=phase,
-                taken_at=outcome.taken_at,
-                error=outcome.error,
-                series=series_to_json(outcome.series) if outcome.series is not None else None,
-            )
-        )
-
-
-def _store_baseline(engine: Engine, window_id: str, outcomes: Sequence[ScrapeOutcome]) -> None:
     with Session(engine) as session:
-        stored = _load(session, window_id)
-        assert stored is not None
-        ids = {t.target: t.id for t in stored.targets}
-        _store_snapshot_rows(session, ids, "before", outcomes)
+        store_snapshots(session, {t.key: t.id for t in stored.targets}, "before", outcomes)
         session.commit()
 
 
-def _close_window(
-    engine: Engine,
-    stored: _StoredWindow,
-    outcomes: Sequence[ScrapeOutcome],
-    results: dict[str, dict[str, Any]],
-) -> None:
+def _close_window(engine: Engine, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]) -> None:
     with Session(engine) as session:
-        # The conditional update goes first: it takes the write lock, and of two concurrent
-        # stops only the one that still sees the window open stores its results.
+        # The conditional update goes first: it takes the write lock, so no sample lands while
+        # the results are computed, and of two concurrent stops only the first stores results.
         closed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Window)
-            .where(col(Window.id) == stored.window.id, col(Window.state) == "open")
+            .where(col(Window.id) == stored.pk, col(Window.state) == "open")
             .values(state="closed", stopped_at=utcnow())
         )
         if closed.rowcount != 1:
             session.rollback()
             return
-        ids = {t.target: t.id for t in stored.targets}
-        _store_snapshot_rows(session, ids, "after", outcomes)
+        store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
+        session.flush()
+        ids = [t.id for t in stored.targets]
+        catalog = _catalog(session, ids)
+        chains = _snapshots(session, ids)
         for target in stored.targets:
+            chain = chains.get(target.id, [])
+            before = next((s for s in chain if s.phase == "before"), None)
+            after = next(s for s in chain if s.phase == "after")
+            # A sample scraped after the final scrape (while this stop ran) is not part of it.
+            samples = [
+                s for s in chain
+                if s.phase == "sample" and as_utc(s.taken_at) <= as_utc(after.taken_at)
+            ]  # fmt: skip
+            result = build_result(
+                target.url,
+                _phase_of(before, catalog),
+                _phase_of(after, catalog),
+                [_phase_of(sample, catalog) for sample in samples],
+            )
             session.execute(
-                update(WindowTarget)
-                .where(col(WindowTarget.id) == target.id)
-                .values(result=results[target.target])
+                update(WindowTarget).where(col(WindowTarget.id) == target.id).values(result=result)
             )
         session.commit()
 
 
-def _same_targets(stored: _StoredWindow, targets: Sequence[Target]) -> bool:
-    return {(t.target, t.url) for t in stored.targets} == {(t.key, t.url) for t in targets}
+def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
+    return {(t.key, t.url) for t in stored.targets} == {(t.key, t.url) for t in targets}
+
+
+# --- the calls ----------------------------------------------------------------------------
 
 
 async def start_window(
     engine: Engine,
     client: httpx.AsyncClient,
     settings: Settings,
+    sampler: SamplerHandle,
     window_id: str,
     body: WindowCreate,
 ) -> tuple[bool, WindowPublic]:
-    """Create the window and store every target's baseline; `True` when it was created here.
+    """Create the window, store every target's baseline, start sampling; `True` if created.
 
     A start of an existing open window with the same targets is a retry: it returns the
     window unchanged and scrapes nothing.
     """
     targets = body.parsed_targets()
     created = await run_in_threadpool(_insert_window, engine, window_id, body, targets)
+    stored = await run_in_threadpool(load_window, engine, window_id)
     if not created:
-        stored = await run_in_threadpool(_load_or_raise, engine, window_id)
         if stored.window.state != "open":
             raise WindowConflict(f"window {window_id} is already stopped")
         if not _same_targets(stored, targets):
-            known = ", ".join(t.target for t in stored.targets)
+            known = ", ".join(t.key for t in stored.targets)
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
-        return False, _public(stored)
+        return False, await run_in_threadpool(read_window, engine, window_id)
     outcomes = await scrape_all(
         client, targets, timeout_s=settings.scrape_timeout_s, max_bytes=settings.max_metrics_bytes
     )
-    await run_in_threadpool(_store_baseline, engine, window_id, outcomes)
+    await run_in_threadpool(_store_baseline, engine, stored, outcomes)
+    if body.sample_interval_s is not None:
+        sampler.watch(stored.pk, stored.targets, body.sample_interval_s)
     failed = sum(outcome.error is not None for outcome in outcomes)
     logger.info("window %s started: %d targets, %d failed", window_id, len(targets), failed)
     return True, await run_in_threadpool(read_window, engine, window_id)
 
 
-def _load_or_raise(engine: Engine, window_id: str) -> _StoredWindow:
-    with Session(engine) as session:
-        stored = _load(session, window_id)
-    if stored is None:
-        raise WindowNotFound(window_id)
-    return stored
-
-
 async def stop_window(
-    engine: Engine, client: httpx.AsyncClient, settings: Settings, window_id: str
+    engine: Engine,
+    client: httpx.AsyncClient,
+    settings: Settings,
+    sampler: SamplerHandle,
+    window_id: str,
 ) -> WindowPublic:
-    """Take the final scrape, compute and store every target's result, close the window.
+    """Stop sampling, take the final scrape, store every target's result, close the window.
 
     A stop of a closed window returns the stored results and scrapes nothing.
     """
-    stored = await run_in_threadpool(_load_or_raise, engine, window_id)
+    stored = await run_in_threadpool(load_window, engine, window_id)
     if stored.window.state == "closed":
-        return _public(stored)
-    targets = [parse_target(t.url) for t in stored.targets]
+        return await run_in_threadpool(read_window, engine, window_id)
+    sampler.unwatch(stored.pk)
     outcomes = await scrape_all(
-        client, targets, timeout_s=settings.scrape_timeout_s, max_bytes=settings.max_metrics_bytes
+        client,
+        [t.parsed() for t in stored.targets],
+        timeout_s=settings.scrape_timeout_s,
+        max_bytes=settings.max_metrics_bytes,
     )
-    results: dict[str, dict[str, Any]] = {}
-    for target, outcome in zip(stored.targets, outcomes, strict=True):
-        after: Phase = outcome.series if outcome.series is not None else outcome.error or ""
-        results[target.target] = build_result(target.url, _phase_of(target.before), after)
-    await run_in_threadpool(_close_window, engine, stored, outcomes, results)
-    ok = sum(result["status"] == "ok" for result in results.values())
-    logger.info("window %s stopped: %d of %d targets ok", window_id, ok, len(results))
-    return await run_in_threadpool(read_window, engine, window_id)
+    await run_in_threadpool(_close_window, engine, stored, outcomes)
+    window = await run_in_threadpool(read_window, engine, window_id)
+    ok = sum(t.result is not None and t.result["status"] == "ok" for t in window.targets)
+    logger.info("window %s stopped: %d of %d targets ok", window_id, ok, len(window.targets))
+    return window

@@ -21,7 +21,7 @@ def test_upgrade_of_an_empty_database_matches_the_models(tmp_path: Path) -> None
             )
             assert diff == []
             assert set(inspect(connection).get_table_names()) == {
-                "alembic_version", "window", "window_target", "snapshot",
+                "alembic_version", "window", "window_target", "target_series", "snapshot",
             }  # fmt: skip
     finally:
         engine.dispose()

@@ -16,8 +16,8 @@ from app.promtext import (
     SeriesKey,
     SeriesValue,
     extract_spec_decode,
-    series_from_json,
-    series_to_json,
+    labels_from_text,
+    labels_to_text,
 )
 from tests.payloads import fixture
 
@@ -132,9 +132,10 @@ def test_the_same_series_twice_raises() -> None:
         extract_spec_decode(line + line)
 
 
-def test_series_json_round_trip() -> None:
-    series = extract_spec_decode(fixture("vllm_v1_dp8_k5.txt"))
-    assert series_from_json(series_to_json(series)) == series
+def test_labels_text_round_trip() -> None:
+    labels = (("engine", "0"), ("model_name", 'a "b",\n{c}'), ("x", "中"))
+    assert labels_from_text(labels_to_text(labels)) == labels
+    assert labels_to_text(labels) == '[["engine","0"],["model_name","a \\"b\\",\\n{c}"],["x","中"]]'
 
 
 # --- differential test against prometheus_client on generated payloads ---------------------

@@ -41,6 +41,7 @@ def test_seed_example_exactly() -> None:
             "after": {"num_drafts": 263, "num_draft_tokens": 1315, "num_accepted_tokens": 1069,
                       "accepted_per_pos": {"0": 242, "1": 222, "2": 212, "3": 202, "4": 191}},
         },
+        "samples": {"taken": 0, "failed": 0},
         "counter_resets": 0,
     }  # fmt: skip
 

@@ -93,6 +93,7 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
         "error": None,
         "data": expected_data(SEED_BEFORE, SEED_AFTER),
         "raw": {"before": raw_of(SEED_BEFORE), "after": raw_of(SEED_AFTER)},
+        "samples": {"taken": 0, "failed": 0},
         "counter_resets": 0,
     }
     assert result["data"]["acceptance_rate"] == 99.26  # the design's worked example
