@@ -41,6 +41,7 @@ format: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev ## speed figures, measured side by side in one run
 	$(BIN)/python -m tests.bench.bench_extract
 	$(BIN)/python -m tests.bench.bench_start
+	$(BIN)/python -m tests.bench.bench_storage
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -34,6 +34,8 @@ class MetricsServer:
     in_flight: int = 0
     max_in_flight: int = 0
     spans: list[tuple[float, float]] = field(default_factory=list)  # (arrived, answered), monotonic
+    served: list[bytes] = field(default_factory=list)  # the bodies answered, in order
+    served_mark: int = 0  # len(served) when the body last changed through `replace`
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -46,6 +48,22 @@ class MetricsServer:
 
     def set_text(self, text: str) -> None:
         self.body = text.encode()
+
+    def replace(self, body: bytes) -> None:
+        """Answer `body` from now on; `wait_served` then waits for an answer with it."""
+        with self.lock:
+            self.body = body
+            self.served_mark = len(self.served)
+
+    def wait_served(self, timeout_s: float = 30) -> None:
+        """Block until the body given to `replace` has been answered at least once."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.body in self.served[self.served_mark :]:
+                    return
+            time.sleep(0.02)
+        raise TimeoutError("the body was never served")
 
     def count(self) -> int:
         with self.lock:
@@ -67,8 +85,9 @@ def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
             try:
                 if state.delay_s:
                     time.sleep(state.delay_s)
-                body = gzip.compress(state.body) if state.gzip else state.body
-                self.send_response(state.status)
+                plain, status = state.body, state.status
+                body = gzip.compress(plain) if state.gzip else plain
+                self.send_response(status)
                 self.send_header("Content-Type", state.content_type)
                 self.send_header("Content-Length", str(len(body)))
                 if state.gzip:
@@ -78,6 +97,8 @@ def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 with state.lock:
                     state.spans.append((arrived, time.monotonic()))
+                    if status == 200:
+                        state.served.append(plain)
                 self.wfile.write(body)
             finally:
                 with state.lock:

@@ -26,7 +26,7 @@ class EngineCounters:
     accepted_per_pos: list[int]
     engine: str = "0"
     model: str = MODEL
-    created: float = 1_796_032_661.25
+    created: float | None = 1_796_032_661.25  # None: no `_created` (vLLM with several API servers)
     accepted: int | None = None  # default: the sum over positions
     extra_labels: dict[str, str] = field(default_factory=dict)
 
@@ -54,7 +54,7 @@ def spec_block(series: list[EngineCounters]) -> str:
         lines += [f"# HELP {name}_total x", f"# TYPE {name}_total counter"]
         lines += [f"{name}_total{{{s.labels()}}} {float(value(s))}" for s in series]
         lines += [f"# HELP {name}_created x", f"# TYPE {name}_created gauge"]
-        lines += [f"{name}_created{{{s.labels()}}} {s.created}" for s in series]
+        lines += [f"{name}_created{{{s.labels()}}} {s.created}" for s in series if s.created]
     name = "vllm:spec_decode_num_accepted_tokens_per_pos"
     lines += [f"# HELP {name}_total x", f"# TYPE {name}_total counter"]
     for s in series:
@@ -63,7 +63,8 @@ def spec_block(series: list[EngineCounters]) -> str:
     lines += [f"# HELP {name}_created x", f"# TYPE {name}_created gauge"]
     for s in series:
         for pos in range(len(s.accepted_per_pos)):
-            lines.append(f"{name}_created{{{s.labels(position=str(pos))}}} {s.created}")
+            if s.created:
+                lines.append(f"{name}_created{{{s.labels(position=str(pos))}}} {s.created}")
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,7 @@
 from fractions import Fraction
 
 from app.promtext import Series, SeriesKey, SeriesValue, extract_spec_decode
-from app.specdecode import NO_ACTIVITY, NO_METRICS, build_result, window_increase
+from app.specdecode import NO_ACTIVITY, NO_METRICS, Phase, build_result, timeline, window_increase
 from tests.payloads import EngineCounters, spec_block, vllm_payload
 
 URL = "http://10.0.0.1:8080/metrics"
@@ -176,3 +176,66 @@ def test_window_increase_over_a_chain_counts_a_reset_between_samples() -> None:
 def test_spec_block_alone_is_enough() -> None:
     text = spec_block([EngineCounters(drafts=3, draft_tokens=9, accepted_per_pos=[2, 1, 0])])
     assert len(extract_spec_decode(text)) == 3 + 3
+
+
+def test_timeline_rows_cumulative_and_interval_values() -> None:
+    def at(drafts: int, created: float = 1.0) -> Series:
+        per_pos = [drafts // 2, drafts // 4]
+        return snap(
+            EngineCounters(
+                drafts=drafts, draft_tokens=2 * drafts, accepted_per_pos=per_pos, created=created
+            )
+        )
+
+    points: list[tuple[str, str, Phase]] = [
+        ("t0", "before", at(100)),
+        ("t1", "sample", at(300)),
+        ("t2", "sample", "Metrics endpoint returned HTTP 503"),
+        ("t3", "sample", at(300)),
+        ("t4", "sample", at(40, created=2.0)),  # reset
+        ("t5", "after", at(140, created=2.0)),
+    ]
+    rows = timeline(points)
+    assert [r["status"] for r in rows] == ["ok", "ok", "error", "ok", "ok", "ok"]
+    assert [r["num_drafts"] for r in rows] == [0, 200, None, 200, 240, 340]
+    assert [r["draft_tokens"] for r in rows] == [0, 400, None, 400, 480, 680]
+    # interval t0 -> t1: 200 drafts, 100 + 50 accepted of 400 draft tokens
+    assert rows[1]["acceptance_rate"] == round(150 / 400 * 100, 2)
+    assert rows[1]["acceptance_length"] == round(1 + 150 / 200, 3)
+    assert rows[1]["per_position_acceptance_rates"] == {"0": 0.5, "1": 0.25}
+    assert rows[3]["acceptance_rate"] is None  # no drafts between t1 and t3
+    assert rows[4]["counter_resets"] == 3 + 2 and rows[4]["num_drafts"] == 240
+    assert rows[2]["error"] == "Metrics endpoint returned HTTP 503"
+    assert rows[0]["acceptance_rate"] is None and rows[0]["counter_resets"] is None
+
+
+def test_timeline_without_a_baseline_has_no_cumulative_counts() -> None:
+    later = snap(EngineCounters(drafts=50, draft_tokens=100, accepted_per_pos=[20, 10]))
+    rows = timeline(
+        [
+            ("t0", "before", "Metrics endpoint returned HTTP 500"),
+            ("t1", "sample", later),
+            ("t2", "after", later),
+        ]
+    )
+    assert [r["num_drafts"] for r in rows] == [None, None, None]
+    assert rows[0]["error"] == "Metrics endpoint returned HTTP 500"
+
+
+def test_samples_join_the_chain_and_are_counted() -> None:
+    before = snap(
+        EngineCounters(drafts=100, draft_tokens=300, accepted_per_pos=[50, 30, 10], created=None)
+    )
+    middle = snap(
+        EngineCounters(drafts=500, draft_tokens=1500, accepted_per_pos=[250, 150, 50], created=None)
+    )
+    restarted = snap(
+        EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1], created=None)
+    )
+    after = snap(
+        EngineCounters(drafts=600, draft_tokens=1800, accepted_per_pos=[300, 180, 60], created=None)
+    )
+    result = build_result(URL, before, after, [middle, "timed out", restarted])
+    assert result["data"]["num_drafts"] == 400 + 10 + 590
+    assert result["samples"] == {"taken": 3, "failed": 1}
+    assert build_result(URL, before, after)["data"]["num_drafts"] == 500

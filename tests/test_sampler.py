@@ -1,0 +1,248 @@
+"""The background sampler, with the real scheduler at sub-second intervals over real sockets."""
+
+import csv
+import io
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import update
+from sqlmodel import Session, col
+
+from app.config import Settings
+from app.db import create_db_engine, upgrade_database
+from app.models import Window
+from app.sampler import Sampler, purge_samples
+from app.scrape import new_client
+from tests.bench.bench_storage import bytes_per_sample
+from tests.collector import Collector, run_collector
+from tests.metrics_server import MetricsServer, serve_metrics
+from tests.payloads import EngineCounters, fixture, vllm_payload
+
+K = 3
+
+
+def counters(drafts: int, created: float | None = None) -> EngineCounters:
+    """One engine whose counts all follow `drafts`: 3 tokens a draft, 0.6/0.3/0.1 accepted."""
+    per_pos = [drafts * 6 // 10, drafts * 3 // 10, drafts // 10]
+    return EngineCounters(
+        drafts=drafts, draft_tokens=K * drafts, accepted_per_pos=per_pos, created=created
+    )
+
+
+def serve_and_wait(server: MetricsServer, drafts: int, created: float | None = None) -> None:
+    """Serve a new payload and wait until a sample has read it."""
+    server.replace(vllm_payload([counters(drafts, created)]).encode())
+    server.wait_served()
+
+
+def samples_of(api: httpx.Client, window_id: str) -> list[dict[str, Any]]:
+    answer = api.get(f"/windows/{window_id}/samples")
+    assert answer.status_code == 200, answer.text
+    points: list[dict[str, Any]] = answer.json()["series"][0]["points"]
+    return points
+
+
+@pytest.mark.parametrize("interval", [0.1, 0.49, 3600.5, -1])
+def test_interval_outside_half_a_second_to_an_hour_is_a_422(
+    api: httpx.Client, interval: float
+) -> None:
+    answer = api.post("/windows/w/start", json={"targets": ["h:1"], "sample_interval_s": interval})
+    assert answer.status_code == 422
+    assert answer.json()["detail"][0]["loc"] == ["body", "sample_interval_s"]
+
+
+def test_reset_between_samples_is_counted_in_full(api: httpx.Client) -> None:
+    """No `_created` here (several API servers): only the samples can see the reset."""
+    with serve_metrics() as server:
+        server.set_text(vllm_payload([counters(1000)]))
+        body = {"targets": [server.target], "sample_interval_s": 0.5}
+        assert api.post("/windows/sampled/start", json=body).status_code == 201
+        assert (
+            api.post("/windows/plain/start", json={"targets": [server.target]}).status_code == 201
+        )
+        serve_and_wait(server, 1200)
+        serve_and_wait(server, 100)  # the engine restarted
+        serve_and_wait(server, 1500)  # and climbed above its old count
+        sampled = api.post("/windows/sampled/stop").json()["targets"][0]["result"]
+        plain = api.post("/windows/plain/stop").json()["targets"][0]["result"]
+    drafts = (1200 - 1000) + 100 + (1500 - 100)
+    assert sampled["status"] == "ok"
+    assert sampled["data"]["num_drafts"] == drafts
+    assert sampled["data"]["draft_tokens"] == K * drafts
+    accepted_at_0 = (720 - 600) + 60 + (900 - 60)
+    assert sampled["data"]["per_position_acceptance_rates"]["0"] == round(accepted_at_0 / drafts, 4)
+    assert sampled["counter_resets"] == 3 + K  # every series of the engine, once
+    assert sampled["samples"]["taken"] >= 3
+    assert sampled["samples"]["failed"] == 0
+    # Without samples and without `_created`, the reset is invisible: only the net change shows.
+    assert plain["data"]["num_drafts"] == 1500 - 1000
+    assert plain["samples"] == {"taken": 0, "failed": 0}
+
+
+def test_failed_samples_are_stored_and_skipped(api: httpx.Client) -> None:
+    with serve_metrics() as server:
+        server.set_text(vllm_payload([counters(1000)]))
+        assert (
+            api.post(
+                "/windows/flaky/start", json={"targets": [server.target], "sample_interval_s": 0.5}
+            ).status_code
+            == 201
+        )
+        serve_and_wait(server, 1100)
+        failures = len(server.spans)
+        server.status = 503
+        while len(server.spans) < failures + 2:
+            time.sleep(0.05)
+        server.status = 200
+        serve_and_wait(server, 1300)
+        result = api.post("/windows/flaky/stop").json()["targets"][0]["result"]
+        points = samples_of(api, "flaky")
+    assert result["status"] == "ok"
+    assert result["data"]["num_drafts"] == 300
+    assert result["samples"]["failed"] >= 2
+    failed = [p for p in points if p["status"] == "error"]
+    assert len(failed) == result["samples"]["failed"]
+    assert all(p["error"] == "Metrics endpoint returned HTTP 503" for p in failed)
+    assert all(p["num_drafts"] is None and p["acceptance_rate"] is None for p in failed)
+
+
+def test_samples_endpoint_json_and_csv(api: httpx.Client) -> None:
+    with serve_metrics() as server:
+        server.set_text(vllm_payload([counters(1000)]))
+        body = {"targets": [server.target], "sample_interval_s": 0.5}
+        assert api.post("/windows/ts/start", json=body).status_code == 201
+        serve_and_wait(server, 1400)
+        live = samples_of(api, "ts")  # while the window is open
+        assert live[0]["phase"] == "before"
+        assert live[-1]["phase"] == "sample"
+        serve_and_wait(server, 2000)
+        api.post("/windows/ts/stop")
+        points = samples_of(api, "ts")
+        as_csv = api.get(f"/windows/ts/samples?target={server.target}&format=csv")
+        by_accept = api.get("/windows/ts/samples", headers={"Accept": "text/csv"})
+    assert points[0]["phase"] == "before"
+    assert points[-1]["phase"] == "after"
+    assert points[0]["num_drafts"] == 0
+    assert points[-1]["num_drafts"] == 1000
+    # Cumulative counts follow what the server showed; each interval's rate is its own.
+    seen = [1000]
+    for point in points[1:]:
+        drafts = 1000 + point["num_drafts"]
+        assert drafts in (1000, 1400, 2000)
+        assert point["draft_tokens"] == K * point["num_drafts"]
+        if drafts != seen[-1]:
+            interval = drafts - seen[-1]
+            accepted = sum(counters(drafts).accepted_per_pos) - sum(
+                counters(seen[-1]).accepted_per_pos
+            )
+            assert point["acceptance_rate"] == round(accepted / (K * interval) * 100, 2)
+            assert point["acceptance_length"] == round(1 + accepted / interval, 3)
+            seen.append(drafts)
+        else:
+            assert point["acceptance_rate"] is None  # no drafts in that interval
+    assert seen == [1000, 1400, 2000]
+
+    assert as_csv.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(as_csv.text)))
+    assert as_csv.text.splitlines()[0] == (
+        "target,taken_at,phase,status,error,num_drafts,draft_tokens,accepted_tokens,"
+        "acceptance_rate,acceptance_length,counter_resets,position_0,position_1,position_2"
+    )
+    assert len(rows) == len(points)
+    assert rows[-1]["num_drafts"] == "1000"
+    assert rows[0]["target"] == server.target
+    assert by_accept.text == as_csv.text
+
+
+def test_slow_scrapes_never_pile_up_and_stop_ends_sampling(api: httpx.Client) -> None:
+    with serve_metrics(delay_s=1.2) as server:
+        server.set_text(vllm_payload([counters(1000)]))
+        body = {"targets": [server.target], "sample_interval_s": 0.5}
+        assert api.post("/windows/slow/start", json=body).status_code == 201
+        while server.count() < 4:
+            time.sleep(0.05)
+        assert server.max_in_flight == 1  # one run at a time, missed runs coalesced
+        server.delay_s = 0
+        api.post("/windows/slow/stop")
+        after_stop = server.count()
+        time.sleep(1.5)  # three intervals: a job left behind would have scraped by now
+        assert server.count() == after_stop
+
+
+def test_sampling_resumes_after_sigkill(tmp_path: Path) -> None:
+    with run_collector(tmp_path) as collector, serve_metrics() as server:
+        server.set_text(vllm_payload([counters(1000)]))
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        body = {"targets": [server.target], "sample_interval_s": 0.5}
+        assert api.post("/windows/kill/start", json=body).status_code == 201
+        serve_and_wait(server, 1100)
+        collector.kill()
+        killed_at = datetime.now(UTC)
+        time.sleep(1.0)  # the gap
+        restarted_at = datetime.now(UTC)
+        collector.start()
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        serve_and_wait(server, 1600)  # nobody calls the API: only a recreated job scrapes
+        result = api.post("/windows/kill/stop").json()["targets"][0]["result"]
+        points = samples_of(api, "kill")
+    assert result["data"]["num_drafts"] == 600
+    times = [datetime.fromisoformat(p["taken_at"]) for p in points]
+    assert not [t for t in times if killed_at < t < restarted_at]  # nothing invented in the gap
+    assert [t for t in times if t > restarted_at and t < times[-1]]  # sampled again after restart
+
+
+def test_retention_deletes_old_samples_and_keeps_results(
+    collector: Collector, api: httpx.Client
+) -> None:
+    with serve_metrics() as server:
+        for window_id in ("old", "recent"):
+            server.set_text(vllm_payload([counters(1000)]))
+            body = {"targets": [server.target], "sample_interval_s": 0.5}
+            assert api.post(f"/windows/{window_id}/start", json=body).status_code == 201
+            serve_and_wait(server, 1300)
+            serve_and_wait(server, 1700)
+            api.post(f"/windows/{window_id}/stop")
+    results = {
+        w: api.get(f"/windows/{w}/results/{server.target}").json() for w in ("old", "recent")
+    }
+    engine = create_db_engine(collector.database_url)
+    with Session(engine) as session:
+        session.execute(
+            update(Window)
+            .where(col(Window.window_id) == "old")
+            .values(stopped_at=datetime.now(UTC) - timedelta(days=31))
+        )
+        session.commit()
+    deleted = purge_samples(engine, datetime.now(UTC) - timedelta(days=30))
+    assert deleted == results["old"]["samples"]["taken"] >= 2
+    phases = {w: [p["phase"] for p in samples_of(api, w)] for w in ("old", "recent")}
+    assert phases["old"] == ["before", "after"]
+    assert "sample" in phases["recent"]
+    for window_id, result in results.items():
+        assert api.get(f"/windows/{window_id}/results/{server.target}").json() == result
+    engine.dispose()
+
+
+@pytest.mark.anyio
+async def test_sampler_schedules_the_daily_retention_job(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade_database(url)
+    engine = create_db_engine(url)
+    async with new_client(1.0) as client:
+        sampler = Sampler(engine, client, Settings(database_url=url, sample_retention_days=7))
+        await sampler.start()
+        job = sampler.scheduler.get_job("purge-samples")
+        sampler.shutdown()
+    assert job is not None
+    assert job.trigger.interval == timedelta(days=1)
+    engine.dispose()
+
+
+def test_a_one_engine_k5_sample_costs_under_1_kb(tmp_path: Path) -> None:
+    """Measured on the database file: bytes added per stored sample, after a checkpoint."""
+    per_sample = bytes_per_sample(fixture("vllm_v1_dp1_k5.txt"), 1000, tmp_path)
+    assert 0 < per_sample < 1024, per_sample
