@@ -30,6 +30,28 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="info", description="Log level of the service.")
 
+    # --- shared deployments ---------------------------------------------------------------
+    api_keys: str = Field(
+        default="",
+        description="Comma-separated `team:role:key` entries (roles: read, write, admin).",
+    )
+    allow_anonymous: bool = Field(
+        default=False,
+        description="Serve without keys on a non-loopback address (one team `default`).",
+    )
+    allowed_targets: str = Field(
+        default="",
+        description="Comma-separated CIDRs, host names and `*.suffix` patterns scrapes may reach; "
+        "empty: anywhere but link-local, 0.0.0.0/8 and multicast.",
+    )
+    max_targets_per_window: int = Field(default=256, ge=1, le=10_000)
+    max_open_windows_per_team: int = Field(default=100, ge=1)
+    max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
+    max_labels_per_window: int = Field(default=32, ge=0, le=1000)
+    max_label_chars: int = Field(
+        default=128, ge=1, le=4096, description="Longest label key or value."
+    )
+
 
 @lru_cache
 def get_settings() -> Settings:

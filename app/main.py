@@ -1,38 +1,116 @@
 """The FastAPI application and its lifespan, which owns the engine, client and scheduler."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from app import __version__
+from app.auth import parse_env_keys
 from app.config import Settings, get_settings
 from app.db import create_db_engine, upgrade_database
 from app.routes import health, windows
 from app.sampler import Sampler
-from app.scrape import new_client
+from app.scrape import ScrapeConfig, new_client
+from app.windows import Collector
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """An app for `settings` (default: the environment's)."""
+class BodySizeLimit:
+    """Answer 413 to a request whose body is larger than `max_bytes`, before any route reads it.
+
+    The body is read here (at most `max_bytes` + one chunk) and handed on, so a client that
+    sends no Content-Length, or a false one, is limited too.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _reject(self, send: Send) -> None:
+        body = f'{{"detail":"request body larger than {self.max_bytes} bytes"}}'.encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._reject(send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._reject(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def create_app(settings: Settings | None = None, *, anonymous_allowed: bool = True) -> FastAPI:
+    """An app for `settings` (default: the environment's).
+
+    `anonymous_allowed` says whether the service may run without keys (no keys configured
+    serves team `default` without auth); `specdec serve` sets it from the bind address.
+    """
     settings = settings or get_settings()
+    env_keys = parse_env_keys(settings.api_keys)
+    scrape = ScrapeConfig.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Migrations run before the first request is accepted.
         await run_in_threadpool(upgrade_database, settings.database_url)
+        engine = create_db_engine(settings.database_url)
+        client = new_client(settings.scrape_timeout_s)
+        sampler = Sampler(engine, client, scrape, settings.sample_retention_days)
         app.state.settings = settings
-        app.state.engine = create_db_engine(settings.database_url)
-        app.state.client = new_client(settings.scrape_timeout_s)
-        app.state.sampler = Sampler(app.state.engine, app.state.client, settings)
-        await app.state.sampler.start()
+        app.state.engine = engine
+        app.state.env_keys = env_keys
+        app.state.anonymous_allowed = anonymous_allowed
+        app.state.collector = Collector(engine, client, scrape, sampler, settings)
+        await sampler.start()
         try:
             yield
         finally:
-            app.state.sampler.shutdown()
-            await app.state.client.aclose()
-            app.state.engine.dispose()
+            sampler.shutdown()
+            await client.aclose()
+            engine.dispose()
 
     app = FastAPI(
         title="specdec-collector",
@@ -40,6 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Speculative-decoding metrics of vLLM servers over benchmark windows.",
         lifespan=lifespan,
     )
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.include_router(health.router)
     app.include_router(windows.router)
     return app

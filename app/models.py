@@ -85,11 +85,17 @@ class WindowCreate(WindowBase):
 
 
 class Window(WindowBase, table=True):
+    """A window; its id is unique within its team."""
+
     __tablename__ = "window"
+    __table_args__ = (UniqueConstraint("team", "window_id"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    window_id: str = Field(max_length=128, unique=True)
-    state: str = Field(default="open", max_length=16)
+    team: str = Field(default="default", max_length=64)
+    window_id: str = Field(max_length=128)
+    state: str = Field(default="open", max_length=16, index=True)
+    started_by: str = Field(default="anonymous", max_length=64)
+    stopped_by: str | None = Field(default=None, max_length=64)
     started_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
     stopped_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
     last_sampled_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
@@ -102,8 +108,10 @@ class WindowTarget(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     window_pk: int = Field(foreign_key="window.id", ondelete="CASCADE", index=True)
     ordinal: int
-    target: str = Field(max_length=300)
+    target: str = Field(max_length=300, index=True)
     url: str = Field(max_length=2048)
+    # Sent with every scrape of this target, never returned by the API nor logged.
+    headers: dict[str, str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
@@ -134,9 +142,24 @@ class Snapshot(SQLModel, table=True):
     )
 
 
+class ApiKey(SQLModel, table=True):
+    """An API key of a team, stored as its SHA-256; the key itself is shown once."""
+
+    __tablename__ = "api_key"
+
+    id: int | None = Field(default=None, primary_key=True)
+    team: str = Field(max_length=64)
+    role: str = Field(max_length=16)
+    key_hash: str = Field(max_length=64, unique=True)
+    prefix: str = Field(max_length=16)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
+    revoked_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
+
+
 class TargetPublic(SQLModel):
     target: str
     url: str
+    header_names: list[str] = Field(default_factory=list)
     before: dict[str, Any] | None = None
     before_error: str | None = None
     result: dict[str, Any] | None = None
@@ -144,7 +167,10 @@ class TargetPublic(SQLModel):
 
 class WindowPublic(WindowBase):
     id: str = Field(schema_extra={"pattern": WINDOW_ID_PATTERN})
+    team: str
     state: str
+    started_by: str
+    stopped_by: str | None
     started_at: datetime
     stopped_at: datetime | None
     targets: list[TargetPublic]

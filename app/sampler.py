@@ -22,9 +22,8 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
-from app.config import Settings
 from app.models import Snapshot, Window, WindowTarget, utcnow
-from app.scrape import ScrapeOutcome, scrape_all
+from app.scrape import ScrapeConfig, ScrapeOutcome, scrape_all
 from app.windows import StoredTarget, store_snapshots
 
 logger = logging.getLogger(__name__)
@@ -81,7 +80,7 @@ def _open_windows(engine: Engine) -> list[tuple[int, float, list[StoredTarget]]]
             targets = session.exec(
                 select(WindowTarget).where(WindowTarget.window_pk == window.id)
             ).all()
-            stored = [StoredTarget(t.id or 0, t.target, t.url, t.result) for t in targets]
+            stored = [StoredTarget.of(t) for t in targets]
             found.append((window.id or 0, window.sample_interval_s or 0.0, stored))
         return found
 
@@ -89,10 +88,17 @@ def _open_windows(engine: Engine) -> list[tuple[int, float, list[StoredTarget]]]
 class Sampler:
     """Owns the scheduler and the jobs of open windows."""
 
-    def __init__(self, engine: Engine, client: httpx.AsyncClient, settings: Settings) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        client: httpx.AsyncClient,
+        scrape: ScrapeConfig,
+        retention_days: float,
+    ) -> None:
         self.engine = engine
         self.client = client
-        self.settings = settings
+        self.scrape = scrape
+        self.retention_days = retention_days
         self.scheduler = AsyncIOScheduler(timezone=UTC)
 
     async def start(self) -> None:
@@ -141,12 +147,7 @@ class Sampler:
 
     async def sample(self, window_pk: int, targets: list[StoredTarget]) -> None:
         """One sampling run: scrape every target at once, store what came back."""
-        outcomes = await scrape_all(
-            self.client,
-            [t.parsed() for t in targets],
-            timeout_s=self.settings.scrape_timeout_s,
-            max_bytes=self.settings.max_metrics_bytes,
-        )
+        outcomes = await scrape_all(self.client, [t.parsed() for t in targets], self.scrape)
         ids = {t.key: t.id for t in targets}
         stored = await run_in_threadpool(store_samples, self.engine, window_pk, outcomes, ids)
         if not stored:
@@ -154,7 +155,7 @@ class Sampler:
 
     async def purge(self) -> None:
         """The daily retention run."""
-        cutoff = utcnow() - timedelta(days=self.settings.sample_retention_days)
+        cutoff = utcnow() - timedelta(days=self.retention_days)
         deleted = await run_in_threadpool(purge_samples, self.engine, cutoff)
         if deleted:
             logger.info("deleted %d samples of windows closed before %s", deleted, cutoff)

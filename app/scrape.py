@@ -5,16 +5,129 @@
 """
 
 import asyncio
+import ipaddress
+import socket
+import urllib.request
 import zlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from app.config import Settings
 from app.models import utcnow
 from app.promtext import ExtractionError, Series, extract_spec_decode
-from app.targets import Target
+from app.targets import Target, TargetPolicy
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    """The addresses of `host`, from the system resolver, without duplicates."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeConfig:
+    """How scrapes are done: timeout, size cap, where they may connect, how names resolve."""
+
+    timeout_s: float
+    max_bytes: int
+    policy: TargetPolicy = field(default_factory=TargetPolicy)
+    resolve: Resolver = system_resolve
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "ScrapeConfig":
+        """The configuration the settings describe."""
+        return cls(
+            timeout_s=settings.scrape_timeout_s,
+            max_bytes=settings.max_metrics_bytes,
+            policy=TargetPolicy.parse(settings.allowed_targets),
+        )
+
+
+class Refused(Exception):
+    """The policy does not let the collector connect to this target."""
+
+
+class _Unresolved(Exception):
+    pass
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _proxy_route(target: Target) -> str:
+    """`proxied`, `bypassed` (a proxy is set but NO_PROXY names the host) or `direct`."""
+    if urlsplit(target.url).scheme not in urllib.request.getproxies():
+        return "direct"
+    return "bypassed" if urllib.request.proxy_bypass(target.host) else "proxied"
+
+
+async def pin(target: Target, config: ScrapeConfig) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The URL, headers and request extensions that reach the address the policy checked.
+
+    The host name is resolved once and every address checked; the request then goes to the
+    first address, with the original `Host` (and TLS server name), so a DNS answer that
+    changes between the check and the connection cannot redirect it. Through an HTTP proxy
+    the proxy resolves names: only IP literals and the name rules are checked there. A host
+    that NO_PROXY exempts from a configured proxy is checked but keeps its name in the URL
+    (httpx would send a rewritten address through the proxy).
+    """
+    headers = dict(target.headers)
+    route = _proxy_route(target)
+    if _is_ip(target.host):
+        addresses = [target.host]
+    elif route == "proxied":
+        if config.policy.restricted and not config.policy.name_allowed(target.host):
+            raise Refused(f"{target.host} is not in SPECDEC_ALLOWED_TARGETS")
+        return target.url, headers, {}
+    else:
+        try:
+            addresses = await config.resolve(target.host, target.port)
+        except OSError as exc:
+            raise _Unresolved(f"cannot resolve {target.host}: {exc}") from None
+        if not addresses:
+            raise _Unresolved(f"cannot resolve {target.host}: no address")
+    for address in addresses:
+        reason = config.policy.refusal(target.host, address)
+        if reason is not None:
+            raise Refused(reason)
+    if _is_ip(target.host) or route == "bypassed":
+        return target.url, headers, {}
+    parts = urlsplit(target.url)
+    address = addresses[0]
+    netloc = f"[{address}]:{target.port}" if ":" in address else f"{address}:{target.port}"
+    headers["Host"] = parts.netloc
+    extensions: dict[str, Any] = {}
+    if parts.scheme == "https":
+        extensions["sni_hostname"] = target.host
+    return urlunsplit(parts._replace(netloc=netloc)), headers, extensions
+
+
+async def refusals(targets: Sequence[Target], config: ScrapeConfig) -> list[str | None]:
+    """Why each target may not be scraped, or None; a name that does not resolve is not refused."""
+
+    async def check(target: Target) -> str | None:
+        try:
+            await pin(target, config)
+        except Refused as exc:
+            return str(exc)
+        except _Unresolved:
+            return None
+        return None
+
+    return list(await asyncio.gather(*(check(target) for target in targets)))
+
 
 # Ask for the classic text format: every vLLM version serves it, and OpenMetrics answers
 # (some proxies rewrite the negotiation) are read by the same extraction.
@@ -88,24 +201,37 @@ def _describe(exc: Exception, timeout_s: float) -> str:
 
 
 async def scrape_target(
-    client: httpx.AsyncClient, target: Target, *, timeout_s: float, max_bytes: int
+    client: httpx.AsyncClient, target: Target, config: ScrapeConfig
 ) -> ScrapeOutcome:
     """Scrape `target` once and extract its spec-decode series."""
     failed = f"Failed to fetch metrics from {target.url}: "
+    timeout_s, max_bytes = config.timeout_s, config.max_bytes
     try:
         # The client's timeout bounds each network step; this bounds the whole scrape, so a
         # server that trickles its answer cannot hold a window open.
-        async with asyncio.timeout(timeout_s), client.stream("GET", target.url) as response:
-            if response.status_code != 200:
-                return ScrapeOutcome(
-                    target, utcnow(), error=f"Metrics endpoint returned HTTP {response.status_code}"
-                )
-            content_type = response.headers.get("content-type", "")
-            if content_type.split(";")[0].strip().lower() == "text/html":
-                return ScrapeOutcome(
-                    target, utcnow(), error=failed + "not a Prometheus exposition: text/html"
-                )
-            body = await _read_capped(response, max_bytes)
+        async with asyncio.timeout(timeout_s):
+            url, headers, extensions = await pin(target, config)
+            request = client.build_request("GET", url, headers=headers, extensions=extensions)
+            response = await client.send(request, stream=True)
+            try:
+                if response.status_code != 200:
+                    return ScrapeOutcome(
+                        target,
+                        utcnow(),
+                        error=f"Metrics endpoint returned HTTP {response.status_code}",
+                    )
+                content_type = response.headers.get("content-type", "")
+                if content_type.split(";")[0].strip().lower() == "text/html":
+                    return ScrapeOutcome(
+                        target, utcnow(), error=failed + "not a Prometheus exposition: text/html"
+                    )
+                body = await _read_capped(response, max_bytes)
+            finally:
+                await response.aclose()
+    except Refused as exc:
+        return ScrapeOutcome(target, utcnow(), error=failed + f"refused: {exc}")
+    except _Unresolved as exc:
+        return ScrapeOutcome(target, utcnow(), error=failed + str(exc))
     except _TooLarge:
         return ScrapeOutcome(
             target, utcnow(), error=failed + f"answer larger than {max_bytes} bytes"
@@ -130,11 +256,7 @@ async def scrape_target(
 
 
 async def scrape_all(
-    client: httpx.AsyncClient, targets: Sequence[Target], *, timeout_s: float, max_bytes: int
+    client: httpx.AsyncClient, targets: Sequence[Target], config: ScrapeConfig
 ) -> list[ScrapeOutcome]:
     """Scrape every target at once; the outcomes come back in the targets' order."""
-    return list(
-        await asyncio.gather(
-            *(scrape_target(client, t, timeout_s=timeout_s, max_bytes=max_bytes) for t in targets)
-        )
-    )
+    return list(await asyncio.gather(*(scrape_target(client, t, config) for t in targets)))

@@ -8,7 +8,7 @@ and the `host:port` key that names it within a window (IPv6 hosts bracketed).
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -22,11 +22,12 @@ _HOSTNAME = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A `/metrics` endpoint to scrape."""
+    """A `/metrics` endpoint to scrape, with the headers to send (never shown or logged)."""
 
     host: str
     port: int
     url: str
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def key(self) -> str:
@@ -104,17 +105,55 @@ def _from_url(text: str) -> Target:
     return Target(host, port, url)
 
 
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
+_RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
+MAX_HEADERS = 16
+
+
+def _parse_headers(value: Any) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ValueError("headers must be an object of name: value strings")
+    if len(value) > MAX_HEADERS:
+        raise ValueError(f"at most {MAX_HEADERS} headers per target")
+    headers = []
+    for name, text in value.items():
+        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+            raise ValueError(f"header name {str(name)[:64]!r} is not a valid HTTP header name")
+        if name.lower() in _RESERVED_HEADERS:
+            raise ValueError(f"header {name} is set by the collector")
+        if not isinstance(text, str) or len(text) > 8192 or any(c in text for c in "\r\n\0"):
+            # The value is a secret: the message names the header only.
+            raise ValueError(f"header {name} needs a string value of one line, at most 8192 chars")
+        headers.append((name, text))
+    return tuple(headers)
+
+
 def parse_target(value: str | Mapping[str, Any]) -> Target:
-    """Parse one target in any accepted form; raise `ValueError` saying what is wrong."""
+    """Parse one target in any accepted form; raise `ValueError` saying what is wrong.
+
+    Objects are an AISBench model entry (`host_ip`, `host_port`) or `{"url": ...}`; either may
+    carry `headers` to send with each scrape (for targets behind auth).
+    """
     if isinstance(value, Mapping):
+        headers = _parse_headers(value.get("headers"))
+        if "url" in value:
+            if not isinstance(value["url"], str):
+                raise ValueError("url must be a string")
+            return replace(parse_target(value["url"]), headers=headers)
         if "host_ip" not in value or "host_port" not in value:
-            raise ValueError("a model entry needs host_ip and host_port")
+            raise ValueError("an object target needs url, or host_ip and host_port")
         if not isinstance(value["host_ip"], str):
             raise ValueError("host_ip must be a string")
-        return _from_host_port(value["host_ip"].strip(), value["host_port"])
+        return replace(
+            _from_host_port(value["host_ip"].strip(), value["host_port"]), headers=headers
+        )
     if not isinstance(value, str):
         raise ValueError("a target is a string or an object with host_ip and host_port")
     text = value.strip()
+    if len(text) > 2048:
+        raise ValueError("a target is at most 2048 characters")
     if "://" in text:
         return _from_url(text)
     if "/" in text:
@@ -125,3 +164,77 @@ def parse_target(value: str | Mapping[str, Any]) -> Target:
 def parse_target_key(text: str) -> str:
     """Normalise a `host:port` path parameter to the key `Target.key` gives."""
     return _from_host_port(*_split_host_port(text)).key
+
+
+# --- where the collector may connect ------------------------------------------------------
+
+_ALWAYS_DENIED = (
+    (ipaddress.ip_network("169.254.0.0/16"), "link-local (cloud metadata)"),
+    (ipaddress.ip_network("fe80::/10"), "link-local (cloud metadata)"),
+    (ipaddress.ip_network("0.0.0.0/8"), "in 0.0.0.0/8"),
+    (ipaddress.ip_network("224.0.0.0/4"), "multicast"),
+    (ipaddress.ip_network("ff00::/8"), "multicast"),
+)
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPolicy:
+    """`SPECDEC_ALLOWED_TARGETS`: networks, exact host names and `*.suffix` patterns.
+
+    Empty means anywhere except the always-denied ranges (link-local, 0.0.0.0/8, multicast);
+    an always-denied address is allowed only by a listed network that contains it.
+    """
+
+    networks: tuple[IPNetwork, ...] = ()
+    names: frozenset[str] = frozenset()
+    suffixes: tuple[str, ...] = ()
+
+    @property
+    def restricted(self) -> bool:
+        """Whether an allow-list is set."""
+        return bool(self.networks or self.names or self.suffixes)
+
+    @classmethod
+    def parse(cls, text: str) -> "TargetPolicy":
+        """Parse the comma-separated setting; `ValueError` names a bad entry."""
+        networks: list[IPNetwork] = []
+        names: set[str] = set()
+        suffixes: list[str] = []
+        for entry in (part.strip() for part in text.split(",")):
+            if not entry:
+                continue
+            if entry.startswith("*."):
+                suffixes.append("." + _check_host(entry[2:]))
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+                continue
+            except ValueError:
+                pass
+            try:
+                names.add(_check_host(entry))
+            except ValueError:
+                raise ValueError(
+                    f"SPECDEC_ALLOWED_TARGETS: {entry!r} is not a CIDR, host name or *.suffix"
+                ) from None
+        return cls(tuple(networks), frozenset(names), tuple(suffixes))
+
+    def name_allowed(self, host: str) -> bool:
+        """Whether `host` is listed by name or suffix."""
+        return host in self.names or any(host.endswith(suffix) for suffix in self.suffixes)
+
+    def refusal(self, host: str, address: str) -> str | None:
+        """Why the collector may not connect to `address` (resolved from `host`), or None."""
+        ip = ipaddress.ip_address(address)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        listed = any(ip in network for network in self.networks)
+        for network, what in _ALWAYS_DENIED:
+            if ip in network and not listed:
+                return f"address {ip} is {what}; list it in SPECDEC_ALLOWED_TARGETS to allow it"
+        if self.restricted and not listed and not self.name_allowed(host):
+            return f"{host} ({ip}) is not in SPECDEC_ALLOWED_TARGETS"
+        return None

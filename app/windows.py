@@ -17,12 +17,13 @@ by the background sampler up to that moment is part of the result, and none afte
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
-from sqlalchemy import update
+from sqlalchemy import func, update
+from sqlalchemy import select as sa_select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import CursorResult, Engine
@@ -42,7 +43,7 @@ from app.models import (
     utcnow,
 )
 from app.promtext import Series, SeriesKey, SeriesValue, labels_from_text, labels_to_text
-from app.scrape import ScrapeOutcome, scrape_all
+from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Phase, absolute_totals, build_result, timeline
 from app.targets import Target, parse_target
 
@@ -63,6 +64,18 @@ class WindowOpen(Exception):
     """The window has no results yet: it is still open."""
 
 
+class InvalidWindow(ValueError):
+    """The body breaks a limit or names a refused target; `loc` is the field, as FastAPI's."""
+
+    def __init__(self, loc: Sequence[str | int], message: str) -> None:
+        super().__init__(message)
+        self.loc = list(loc)
+
+
+class TooManyWindows(Exception):
+    """The team has as many open windows as it may."""
+
+
 class SamplerHandle(Protocol):
     """What windows need of the background sampler: add and remove a window's job."""
 
@@ -74,6 +87,14 @@ class SamplerHandle(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Actor:
+    """Who makes a call: the team it acts in and the key that made it (a label, not the key)."""
+
+    team: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class StoredTarget:
     """A target as stored: its row id, `host:port` key, URL and (once closed) result."""
 
@@ -81,10 +102,17 @@ class StoredTarget:
     key: str
     url: str
     result: dict[str, Any] | None
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @classmethod
+    def of(cls, row: WindowTarget) -> "StoredTarget":
+        """From its row."""
+        headers = tuple((row.headers or {}).items())
+        return cls(row.id or 0, row.target, row.url, row.result, headers)
 
     def parsed(self) -> Target:
-        """The `Target` to scrape."""
-        return parse_target(self.url)
+        """The `Target` to scrape, with its headers."""
+        return replace(parse_target(self.url), headers=self.headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +134,10 @@ def as_utc(moment: datetime) -> datetime:
 # --- reading ------------------------------------------------------------------------------
 
 
-def _load(session: Session, window_id: str) -> StoredWindow | None:
-    window = session.exec(select(Window).where(Window.window_id == window_id)).first()
+def _load(session: Session, team: str, window_id: str) -> StoredWindow | None:
+    window = session.exec(
+        select(Window).where(Window.team == team, Window.window_id == window_id)
+    ).first()
     if window is None:
         return None
     rows = session.exec(
@@ -115,14 +145,13 @@ def _load(session: Session, window_id: str) -> StoredWindow | None:
         .where(WindowTarget.window_pk == window.id)
         .order_by(col(WindowTarget.ordinal))
     ).all()
-    targets = [StoredTarget(row.id or 0, row.target, row.url, row.result) for row in rows]
-    return StoredWindow(window, targets)
+    return StoredWindow(window, [StoredTarget.of(row) for row in rows])
 
 
-def load_window(engine: Engine, window_id: str) -> StoredWindow:
-    """The window and its targets; `WindowNotFound` when there is none."""
+def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
+    """The team's window and its targets; `WindowNotFound` when there is none."""
     with Session(engine) as session:
-        stored = _load(session, window_id)
+        stored = _load(session, team, window_id)
     if stored is None:
         raise WindowNotFound(window_id)
     return stored
@@ -159,10 +188,62 @@ def _phase_of(snapshot: Snapshot | None, catalog: dict[int, SeriesKey]) -> Phase
     return series
 
 
+def _overlaps(session: Session, stored: StoredWindow) -> dict[str, dict[str, Any]]:
+    """Per target: the other windows open on the same host:port during this one.
+
+    The counters are server-wide, so their benchmarks are in this window's numbers. Windows of
+    the same team are named; other teams' are only counted.
+    """
+    window = stored.window
+    start = as_utc(window.started_at)
+    end = as_utc(window.stopped_at) if window.stopped_at else utcnow()
+    found: dict[str, dict[str, Any]] = {
+        t.key: {"windows": [], "other_teams": {"windows": 0, "seconds": 0.0}}
+        for t in stored.targets
+    }
+    rows = session.execute(
+        sa_select(
+            col(Window.team),
+            col(Window.window_id),
+            col(Window.started_at),
+            col(Window.stopped_at),
+            col(WindowTarget.target),
+        )
+        .join(WindowTarget, col(WindowTarget.window_pk) == col(Window.id))
+        .where(
+            col(WindowTarget.target).in_(list(found)),
+            col(Window.id) != window.id,
+            col(Window.started_at) < end,
+            (col(Window.stopped_at).is_(None)) | (col(Window.stopped_at) > start),
+        )
+        .order_by(col(Window.started_at))
+    ).all()
+    for team, other_id, other_start, other_stop, key in rows:
+        other_end = as_utc(other_stop) if other_stop else utcnow()
+        seconds = round((min(end, other_end) - max(start, as_utc(other_start))).total_seconds(), 3)
+        if seconds <= 0:
+            continue
+        if team == window.team:
+            found[key]["windows"].append({"id": other_id, "seconds": seconds})
+        else:
+            found[key]["other_teams"]["windows"] += 1
+            found[key]["other_teams"]["seconds"] = round(
+                found[key]["other_teams"]["seconds"] + seconds, 3
+            )
+    return found
+
+
+def _with_overlaps(
+    result: dict[str, Any] | None, overlaps: dict[str, Any]
+) -> dict[str, Any] | None:
+    return None if result is None else {**result, "overlaps": overlaps}
+
+
 def _public(session: Session, stored: StoredWindow) -> WindowPublic:
     ids = [t.id for t in stored.targets]
     catalog = _catalog(session, ids)
     befores = _snapshots(session, ids, ["before"])
+    overlaps = _overlaps(session, stored)
     targets = []
     for target in stored.targets:
         before = befores[target.id][0] if befores.get(target.id) else None
@@ -171,15 +252,19 @@ def _public(session: Session, stored: StoredWindow) -> WindowPublic:
             TargetPublic(
                 target=target.key,
                 url=target.url,
+                header_names=[name for name, _ in target.headers],
                 before=absolute_totals(phase).raw() if isinstance(phase, dict) else None,
                 before_error=before.error if before is not None else None,
-                result=target.result,
+                result=_with_overlaps(target.result, overlaps[target.key]),
             )
         )
     window = stored.window
     return WindowPublic(
         id=window.window_id,
+        team=window.team,
         state=window.state,
+        started_by=window.started_by,
+        stopped_by=window.stopped_by,
         labels=window.labels,
         sample_interval_s=window.sample_interval_s,
         started_at=as_utc(window.started_at),
@@ -188,29 +273,33 @@ def _public(session: Session, stored: StoredWindow) -> WindowPublic:
     )
 
 
-def read_window(engine: Engine, window_id: str) -> WindowPublic:
+def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
     """The window with its targets' baselines and, once closed, their results."""
     with Session(engine) as session:
-        stored = _load(session, window_id)
+        stored = _load(session, team, window_id)
         if stored is None:
             raise WindowNotFound(window_id)
         return _public(session, stored)
 
 
-def read_results(engine: Engine, window_id: str) -> list[tuple[str, dict[str, Any]]]:
-    """(`host:port`, result) of every target of a closed window, in the order started."""
-    stored = load_window(engine, window_id)
-    if stored.window.state != "closed":
-        raise WindowOpen(window_id)
-    return [(t.key, t.result or {}) for t in stored.targets]
+def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """(`host:port`, result with overlaps) of every target of a closed window, in order."""
+    with Session(engine) as session:
+        stored = _load(session, team, window_id)
+        if stored is None:
+            raise WindowNotFound(window_id)
+        if stored.window.state != "closed":
+            raise WindowOpen(window_id)
+        overlaps = _overlaps(session, stored)
+    return [(t.key, _with_overlaps(t.result, overlaps[t.key]) or {}) for t in stored.targets]
 
 
 def read_timeline(
-    engine: Engine, window_id: str, target_key: str | None
+    engine: Engine, team: str, window_id: str, target_key: str | None
 ) -> list[tuple[str, list[dict[str, Any]]]]:
     """(`host:port`, timeline rows) of the window's targets, or of the one named."""
     with Session(engine) as session:
-        stored = _load(session, window_id)
+        stored = _load(session, team, window_id)
         if stored is None:
             raise WindowNotFound(window_id)
         targets = [t for t in stored.targets if target_key is None or t.key == target_key]
@@ -298,11 +387,20 @@ def store_snapshots(
 
 
 def _insert_window(
-    engine: Engine, window_id: str, body: WindowCreate, targets: Sequence[Target]
+    engine: Engine,
+    actor: Actor,
+    window_id: str,
+    body: WindowCreate,
+    targets: Sequence[Target],
+    max_open: int,
 ) -> bool:
     with Session(engine) as session:
         window = Window(
-            window_id=window_id, labels=body.labels, sample_interval_s=body.sample_interval_s
+            team=actor.team,
+            window_id=window_id,
+            labels=body.labels,
+            sample_interval_s=body.sample_interval_s,
+            started_by=actor.key,
         )
         session.add(window)
         try:
@@ -310,11 +408,28 @@ def _insert_window(
         except IntegrityError:
             session.rollback()
             return False
+        # Counted after the insert, inside its transaction: on SQLite the write lock makes
+        # concurrent starts of one team count one after another.
+        open_count = session.exec(
+            select(func.count())
+            .select_from(Window)
+            .where(Window.team == actor.team, Window.state == "open")
+        ).one()
+        if open_count > max_open:
+            session.rollback()
+            raise TooManyWindows(
+                f"team {actor.team} has {max_open} open windows, the most it may have "
+                "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
+            )
         assert window.id is not None
         for ordinal, target in enumerate(targets):
             session.add(
                 WindowTarget(
-                    window_pk=window.id, ordinal=ordinal, target=target.key, url=target.url
+                    window_pk=window.id,
+                    ordinal=ordinal,
+                    target=target.key,
+                    url=target.url,
+                    headers=dict(target.headers) or None,
                 )
             )
         session.commit()
@@ -329,14 +444,16 @@ def _store_baseline(
         session.commit()
 
 
-def _close_window(engine: Engine, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]) -> None:
+def _close_window(
+    engine: Engine, stored: StoredWindow, actor: Actor, outcomes: Sequence[ScrapeOutcome]
+) -> None:
     with Session(engine) as session:
         # The conditional update goes first: it takes the write lock, so no sample lands while
         # the results are computed, and of two concurrent stops only the first stores results.
         closed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Window)
             .where(col(Window.id) == stored.pk, col(Window.state) == "open")
-            .values(state="closed", stopped_at=utcnow())
+            .values(state="closed", stopped_at=utcnow(), stopped_by=actor.key)
         )
         if closed.rowcount != 1:
             session.rollback()
@@ -374,63 +491,100 @@ def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
 # --- the calls ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Collector:
+    """What the window calls need, owned by the app's lifespan."""
+
+    engine: Engine
+    client: httpx.AsyncClient
+    scrape: ScrapeConfig
+    sampler: SamplerHandle
+    settings: Settings
+
+
+async def _check_body(collector: Collector, body: WindowCreate, targets: Sequence[Target]) -> None:
+    settings = collector.settings
+    if len(targets) > settings.max_targets_per_window:
+        raise InvalidWindow(
+            ["body", "targets"],
+            f"{len(targets)} targets; a window has at most {settings.max_targets_per_window} "
+            "(SPECDEC_MAX_TARGETS_PER_WINDOW)",
+        )
+    if len(body.labels) > settings.max_labels_per_window:
+        raise InvalidWindow(
+            ["body", "labels"],
+            f"{len(body.labels)} labels; a window has at most {settings.max_labels_per_window}",
+        )
+    for name, value in body.labels.items():
+        if (
+            not name
+            or len(name) > settings.max_label_chars
+            or len(value) > settings.max_label_chars
+        ):
+            raise InvalidWindow(
+                ["body", "labels", name[: settings.max_label_chars]],
+                f"label names and values are 1-{settings.max_label_chars} characters",
+            )
+    for index, reason in enumerate(await refusals(targets, collector.scrape)):
+        if reason is not None:
+            raise InvalidWindow(
+                ["body", "targets", index],
+                f"target {index} ({targets[index].key}) is refused: {reason}",
+            )
+
+
 async def start_window(
-    engine: Engine,
-    client: httpx.AsyncClient,
-    settings: Settings,
-    sampler: SamplerHandle,
-    window_id: str,
-    body: WindowCreate,
+    collector: Collector, actor: Actor, window_id: str, body: WindowCreate
 ) -> tuple[bool, WindowPublic]:
     """Create the window, store every target's baseline, start sampling; `True` if created.
 
     A start of an existing open window with the same targets is a retry: it returns the
     window unchanged and scrapes nothing.
     """
+    engine = collector.engine
     targets = body.parsed_targets()
-    created = await run_in_threadpool(_insert_window, engine, window_id, body, targets)
-    stored = await run_in_threadpool(load_window, engine, window_id)
+    await _check_body(collector, body, targets)
+    max_open = collector.settings.max_open_windows_per_team
+    created = await run_in_threadpool(
+        _insert_window, engine, actor, window_id, body, targets, max_open
+    )
+    stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
     if not created:
         if stored.window.state != "open":
             raise WindowConflict(f"window {window_id} is already stopped")
         if not _same_targets(stored, targets):
             known = ", ".join(t.key for t in stored.targets)
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
-        return False, await run_in_threadpool(read_window, engine, window_id)
-    outcomes = await scrape_all(
-        client, targets, timeout_s=settings.scrape_timeout_s, max_bytes=settings.max_metrics_bytes
-    )
+        return False, await run_in_threadpool(read_window, engine, actor.team, window_id)
+    outcomes = await scrape_all(collector.client, targets, collector.scrape)
     await run_in_threadpool(_store_baseline, engine, stored, outcomes)
     if body.sample_interval_s is not None:
-        sampler.watch(stored.pk, stored.targets, body.sample_interval_s)
+        collector.sampler.watch(stored.pk, stored.targets, body.sample_interval_s)
     failed = sum(outcome.error is not None for outcome in outcomes)
-    logger.info("window %s started: %d targets, %d failed", window_id, len(targets), failed)
-    return True, await run_in_threadpool(read_window, engine, window_id)
+    logger.info(
+        "window %s/%s started by %s: %d targets, %d failed",
+        actor.team, window_id, actor.key, len(targets), failed,
+    )  # fmt: skip
+    return True, await run_in_threadpool(read_window, engine, actor.team, window_id)
 
 
-async def stop_window(
-    engine: Engine,
-    client: httpx.AsyncClient,
-    settings: Settings,
-    sampler: SamplerHandle,
-    window_id: str,
-) -> WindowPublic:
+async def stop_window(collector: Collector, actor: Actor, window_id: str) -> WindowPublic:
     """Stop sampling, take the final scrape, store every target's result, close the window.
 
     A stop of a closed window returns the stored results and scrapes nothing.
     """
-    stored = await run_in_threadpool(load_window, engine, window_id)
+    engine = collector.engine
+    stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
     if stored.window.state == "closed":
-        return await run_in_threadpool(read_window, engine, window_id)
-    sampler.unwatch(stored.pk)
-    outcomes = await scrape_all(
-        client,
-        [t.parsed() for t in stored.targets],
-        timeout_s=settings.scrape_timeout_s,
-        max_bytes=settings.max_metrics_bytes,
-    )
-    await run_in_threadpool(_close_window, engine, stored, outcomes)
-    window = await run_in_threadpool(read_window, engine, window_id)
+        return await run_in_threadpool(read_window, engine, actor.team, window_id)
+    collector.sampler.unwatch(stored.pk)
+    targets = [t.parsed() for t in stored.targets]
+    outcomes = await scrape_all(collector.client, targets, collector.scrape)
+    await run_in_threadpool(_close_window, engine, stored, actor, outcomes)
+    window = await run_in_threadpool(read_window, engine, actor.team, window_id)
     ok = sum(t.result is not None and t.result["status"] == "ok" for t in window.targets)
-    logger.info("window %s stopped: %d of %d targets ok", window_id, ok, len(window.targets))
+    logger.info(
+        "window %s/%s stopped by %s: %d of %d targets ok",
+        actor.team, window_id, actor.key, ok, len(window.targets),
+    )  # fmt: skip
     return window

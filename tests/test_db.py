@@ -2,11 +2,13 @@
 
 from pathlib import Path
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from app.db import create_db_engine, upgrade_database
+from app.db import alembic_config, create_db_engine, upgrade_database
 from app.models import metadata
 
 
@@ -21,7 +23,7 @@ def test_upgrade_of_an_empty_database_matches_the_models(tmp_path: Path) -> None
             )
             assert diff == []
             assert set(inspect(connection).get_table_names()) == {
-                "alembic_version", "window", "window_target", "target_series", "snapshot",
+                "alembic_version", "window", "window_target", "target_series", "snapshot", "api_key",
             }  # fmt: skip
     finally:
         engine.dispose()
@@ -36,9 +38,29 @@ def test_upgrade_is_idempotent_and_creates_the_folder(tmp_path: Path) -> None:
         with engine.connect() as connection:
             assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             assert connection.execute(text("PRAGMA foreign_keys")).scalar() == 1
-            assert (
-                connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-                == "0001"
+            head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+            version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            assert version == head
+    finally:
+        engine.dispose()
+
+
+def test_windows_of_0001_keep_their_data_through_0002(tmp_path: Path) -> None:
+    """SQLite rebuilds the window table in batch mode; the rows must come through."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    command.upgrade(alembic_config(url), "0001")
+    engine = create_db_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO window (id, window_id, state, labels, started_at) "
+                    "VALUES (1, 'run-1', 'closed', '{}', '2026-11-30 10:00:00')"
+                )
             )
+        upgrade_database(url)
+        with engine.connect() as connection:
+            row = connection.execute(text("SELECT window_id, team, started_by FROM window")).one()
+        assert tuple(row) == ("run-1", "default", "anonymous")
     finally:
         engine.dispose()

@@ -12,11 +12,10 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import Session, col
 
-from app.config import Settings
 from app.db import create_db_engine, upgrade_database
 from app.models import Window
 from app.sampler import Sampler, purge_samples
-from app.scrape import new_client
+from app.scrape import ScrapeConfig, new_client
 from tests.bench.bench_storage import bytes_per_sample
 from tests.collector import Collector, run_collector
 from tests.metrics_server import MetricsServer, serve_metrics
@@ -233,7 +232,7 @@ async def test_sampler_schedules_the_daily_retention_job(tmp_path: Path) -> None
     upgrade_database(url)
     engine = create_db_engine(url)
     async with new_client(1.0) as client:
-        sampler = Sampler(engine, client, Settings(database_url=url, sample_retention_days=7))
+        sampler = Sampler(engine, client, ScrapeConfig(1.0, 1 << 20), retention_days=7)
         await sampler.start()
         job = sampler.scheduler.get_job("purge-samples")
         sampler.shutdown()

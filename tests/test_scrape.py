@@ -12,7 +12,7 @@ import pytest
 import respx
 
 from app.promtext import extract_spec_decode
-from app.scrape import ScrapeOutcome, new_client, scrape_all, scrape_target
+from app.scrape import ScrapeConfig, ScrapeOutcome, new_client, scrape_all, scrape_target
 from app.targets import parse_target
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import fixture
@@ -28,7 +28,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def scrape(client: httpx.AsyncClient, target: str, max_bytes: int = MAX) -> ScrapeOutcome:
-    return await scrape_target(client, parse_target(target), timeout_s=2.0, max_bytes=max_bytes)
+    return await scrape_target(client, parse_target(target), ScrapeConfig(2.0, max_bytes))
 
 
 async def test_reads_a_vllm_payload_and_asks_for_text(client: httpx.AsyncClient) -> None:
@@ -132,7 +132,7 @@ async def test_all_targets_are_scraped_at_once(client: httpx.AsyncClient) -> Non
     text = fixture("vllm_v1_dp1_k5.txt").encode()
     with serve_metrics(body=text, delay_s=1.0) as server:
         targets = [parse_target(f"http://{server.target}/metrics?n={n}") for n in range(32)]
-        outcomes = await scrape_all(client, targets, timeout_s=5, max_bytes=MAX)
+        outcomes = await scrape_all(client, targets, ScrapeConfig(5.0, MAX))
     assert [o.error for o in outcomes] == [None] * 32
     # Every request was in flight at the same time: the scrapes did not queue.
     assert server.max_in_flight == 32
@@ -177,7 +177,7 @@ async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
     port = server.sockets[0].getsockname()[1]
     async with server, new_client(0.5) as client:
         outcome = await scrape_target(
-            client, parse_target(f"127.0.0.1:{port}"), timeout_s=0.5, max_bytes=MAX
+            client, parse_target(f"127.0.0.1:{port}"), ScrapeConfig(0.5, MAX)
         )
     assert (
         outcome.error
@@ -187,11 +187,11 @@ async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
 
 PROXY_CHECK = """
 import asyncio, sys
-from app.scrape import new_client, scrape_target
+from app.scrape import ScrapeConfig, new_client, scrape_target
 from app.targets import parse_target
 async def main():
     async with new_client(2.0) as client:
-        outcome = await scrape_target(client, parse_target(sys.argv[1]), timeout_s=2, max_bytes=1 << 20)
+        outcome = await scrape_target(client, parse_target(sys.argv[1]), ScrapeConfig(2.0, 1 << 20))
     print(outcome.error or len(outcome.series))
 asyncio.run(main())
 """

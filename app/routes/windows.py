@@ -1,20 +1,22 @@
-"""Benchmark windows: start, stop, read, results and the console report."""
+"""Benchmark windows: start, stop, read, results, samples and the console report."""
 
 from typing import Annotated, Any, Literal
 
-import httpx
 from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from app.config import Settings
-from app.db import EngineDep
+from app.auth import ReaderDep, TeamQuery, WriterDep, team_scope
 from app.models import WindowCreate, WindowPublic
 from app.report import render_report, timeline_csv
-from app.sampler import Sampler
 from app.targets import WINDOW_ID_PATTERN, parse_target_key
 from app.windows import (
+    Actor,
+    Collector,
+    InvalidWindow,
+    TooManyWindows,
     WindowConflict,
     WindowNotFound,
     WindowOpen,
@@ -25,7 +27,27 @@ from app.windows import (
     stop_window,
 )
 
-router = APIRouter(prefix="/windows", tags=["windows"])
+
+class Problem(BaseModel):
+    """An error answer."""
+
+    detail: str | list[dict[str, Any]]
+
+
+def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    described = {
+        401: "no key, or an unknown or revoked one",
+        403: "the key's role does not allow this",
+        404: "no such window (or another team's)",
+        409: "the window's state does not allow this",
+        413: "the request body is too large",
+        422: "invalid input; `detail[].loc` names the field",
+        429: "the team has too many open windows",
+    }
+    return {code: {"model": Problem, "description": described[code]} for code in codes}
+
+
+router = APIRouter(prefix="/windows", tags=["windows"], responses=_responses(401, 403, 422))
 
 WindowId = Annotated[
     str,
@@ -38,27 +60,13 @@ WindowId = Annotated[
 ]
 
 
-def get_client(request: Request) -> httpx.AsyncClient:
-    """The shared scrape client the lifespan owns."""
-    client: httpx.AsyncClient = request.app.state.client
-    return client
+def get_collector(request: Request) -> Collector:
+    """The engine, client, scrape config, sampler and limits the lifespan owns."""
+    collector: Collector = request.app.state.collector
+    return collector
 
 
-def get_app_settings(request: Request) -> Settings:
-    """The settings the app was created with."""
-    settings: Settings = request.app.state.settings
-    return settings
-
-
-def get_sampler(request: Request) -> Sampler:
-    """The background sampler the lifespan owns."""
-    sampler: Sampler = request.app.state.sampler
-    return sampler
-
-
-ClientDep = Annotated[httpx.AsyncClient, Depends(get_client)]
-SettingsDep = Annotated[Settings, Depends(get_app_settings)]
-SamplerDep = Annotated[Sampler, Depends(get_sampler)]
+CollectorDep = Annotated[Collector, Depends(get_collector)]
 
 
 def _not_found(window_id: str) -> HTTPException:
@@ -71,67 +79,87 @@ def _still_open(window_id: str) -> HTTPException:
     )
 
 
+def _target_key(target: str) -> str:
+    try:
+        return parse_target_key(target)
+    except ValueError as exc:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            [{"loc": ["path", "target"], "msg": str(exc), "type": "value_error"}],
+        ) from None
+
+
 @router.post(
     "/{window_id}/start",
     status_code=status.HTTP_201_CREATED,
-    responses={200: {"model": WindowPublic, "description": "a retry: the window already exists"}},
+    responses={
+        200: {"model": WindowPublic, "description": "a retry: the window already exists"},
+        **_responses(409, 413, 429),
+    },
 )
 async def start(
     window_id: WindowId,
     body: Annotated[WindowCreate, Body()],
     response: Response,
-    engine: EngineDep,
-    client: ClientDep,
-    settings: SettingsDep,
-    sampler: SamplerDep,
+    collector: CollectorDep,
+    principal: WriterDep,
+    team: TeamQuery = None,
 ) -> WindowPublic:
     """Open a window, take every target's baseline scrape, start its sampling."""
+    actor = Actor(team_scope(principal, team), principal.key)
     try:
-        created, window = await start_window(engine, client, settings, sampler, window_id, body)
+        created, window = await start_window(collector, actor, window_id, body)
+    except InvalidWindow as exc:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            [{"loc": exc.loc, "msg": str(exc), "type": "value_error"}],
+        ) from None
     except WindowConflict as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except TooManyWindows as exc:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc)) from None
     if not created:
         response.status_code = status.HTTP_200_OK
     return window
 
 
-@router.post("/{window_id}/stop")
+@router.post("/{window_id}/stop", responses=_responses(404))
 async def stop(
-    window_id: WindowId,
-    engine: EngineDep,
-    client: ClientDep,
-    settings: SettingsDep,
-    sampler: SamplerDep,
+    window_id: WindowId, collector: CollectorDep, principal: WriterDep, team: TeamQuery = None
 ) -> WindowPublic:
     """Take the final scrapes, store every target's result and close the window."""
+    actor = Actor(team_scope(principal, team), principal.key)
     try:
-        return await stop_window(engine, client, settings, sampler, window_id)
+        return await stop_window(collector, actor, window_id)
     except WindowNotFound:
         raise _not_found(window_id) from None
 
 
-@router.get("/{window_id}")
-async def get_window(window_id: WindowId, engine: EngineDep) -> WindowPublic:
+@router.get("/{window_id}", responses=_responses(404))
+async def get_window(
+    window_id: WindowId, collector: CollectorDep, principal: ReaderDep, team: TeamQuery = None
+) -> WindowPublic:
     """The window with its targets and their results."""
+    scope = team_scope(principal, team)
     try:
-        return await run_in_threadpool(read_window, engine, window_id)
+        return await run_in_threadpool(read_window, collector.engine, scope, window_id)
     except WindowNotFound:
         raise _not_found(window_id) from None
 
 
-@router.get("/{window_id}/results/{target}")
+@router.get("/{window_id}/results/{target}", responses=_responses(404, 409))
 async def get_result(
     window_id: WindowId,
-    target: Annotated[str, Path(description="host:port of the target, IPv6 in brackets")],
-    engine: EngineDep,
+    target: Annotated[str, Path(max_length=300, description="host:port, IPv6 in brackets")],
+    collector: CollectorDep,
+    principal: ReaderDep,
+    team: TeamQuery = None,
 ) -> dict[str, Any]:
     """One target's result in the AISBench `spec_decode_<host>_<port>.json` shape."""
+    key = _target_key(target)
+    scope = team_scope(principal, team)
     try:
-        key = parse_target_key(target)
-    except ValueError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"target: {exc}") from None
-    try:
-        results = dict(await run_in_threadpool(read_results, engine, window_id))
+        results = dict(await run_in_threadpool(read_results, collector.engine, scope, window_id))
     except WindowNotFound:
         raise _not_found(window_id) from None
     except WindowOpen:
@@ -141,11 +169,18 @@ async def get_result(
     return results[key]
 
 
-@router.get("/{window_id}/report", response_class=PlainTextResponse)
-async def get_report(window_id: WindowId, engine: EngineDep) -> str:
+@router.get(
+    "/{window_id}/report",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {}}}, **_responses(404, 409)},
+)
+async def get_report(
+    window_id: WindowId, collector: CollectorDep, principal: ReaderDep, team: TeamQuery = None
+) -> str:
     """The AISBench console blocks of every target."""
+    scope = team_scope(principal, team)
     try:
-        results = await run_in_threadpool(read_results, engine, window_id)
+        results = await run_in_threadpool(read_results, collector.engine, scope, window_id)
     except WindowNotFound:
         raise _not_found(window_id) from None
     except WindowOpen:
@@ -155,26 +190,29 @@ async def get_report(window_id: WindowId, engine: EngineDep) -> str:
 
 @router.get(
     "/{window_id}/samples",
-    responses={200: {"content": {"text/csv": {}}, "description": "JSON, or CSV on request"}},
+    responses={
+        200: {"content": {"text/csv": {}}, "description": "JSON, or CSV on request"},
+        **_responses(404),
+    },
 )
 async def get_samples(
     window_id: WindowId,
     request: Request,
-    engine: EngineDep,
-    target: Annotated[str | None, Query(description="host:port; all targets when absent")] = None,
+    collector: CollectorDep,
+    principal: ReaderDep,
+    target: Annotated[
+        str | None, Query(max_length=300, description="host:port; all targets when absent")
+    ] = None,
     format: Annotated[
         Literal["json", "csv"] | None, Query(description="or Accept: text/csv")
     ] = None,
+    team: TeamQuery = None,
 ) -> Response:
     """Every snapshot of the window's targets over time (live while the window is open)."""
-    key = None
-    if target is not None:
-        try:
-            key = parse_target_key(target)
-        except ValueError as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"target: {exc}") from None
+    key = None if target is None else _target_key(target)
+    scope = team_scope(principal, team)
     try:
-        series = await run_in_threadpool(read_timeline, engine, window_id, key)
+        series = await run_in_threadpool(read_timeline, collector.engine, scope, window_id, key)
     except WindowNotFound:
         raise _not_found(window_id) from None
     except LookupError as exc:

@@ -95,6 +95,7 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
         "raw": {"before": raw_of(SEED_BEFORE), "after": raw_of(SEED_AFTER)},
         "samples": {"taken": 0, "failed": 0},
         "counter_resets": 0,
+        "overlaps": {"windows": [], "other_teams": {"windows": 0, "seconds": 0.0}},
     }
     assert result["data"]["acceptance_rate"] == 99.26  # the design's worked example
     assert result["data"]["per_position_acceptance_rates"]["4"] == 0.9877

@@ -1,0 +1,213 @@
+"""API keys, roles and teams.
+
+Keys come from `SPECDEC_API_KEYS` (`team:role:key`, comma-separated) and from the database
+(`specdec keys create`), where only their SHA-256 is stored. A client sends
+`Authorization: Bearer <key>`. Roles: `read` (GET only), `write` (start, stop, read) and
+`admin` (any team, named with `?team=`). With no key configured at all the service serves
+one team, `default`, without auth, which `specdec serve` allows only on a loopback address
+unless `SPECDEC_ALLOW_ANONYMOUS=true`.
+"""
+
+import hashlib
+import hmac
+import ipaddress
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Query, Request, status
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, func, select
+
+from app.db import EngineDep
+from app.models import ApiKey, utcnow
+
+ROLES = ("read", "write", "admin")
+DEFAULT_TEAM = "default"
+TEAM_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_TEAM = re.compile(TEAM_PATTERN)
+_BEARER = "bearer "
+
+
+def hash_key(key: str) -> str:
+    """The stored form of a key: its SHA-256, hex."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    """A fresh random key (256 bits)."""
+    return "sdk_" + secrets.token_urlsafe(32)
+
+
+def check_team(team: str) -> str:
+    """`team` if it is a valid team name, else `ValueError`."""
+    if not _TEAM.match(team):
+        raise ValueError(f"team {team!r} must be 1-64 characters of A-Za-z0-9._- ")
+    return team
+
+
+def check_role(role: str) -> str:
+    """`role` if it is a known role, else `ValueError`."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    return role
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: team, role, and a label of the key (`env:N`, `key:ID`, `anonymous`)."""
+
+    team: str
+    role: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class EnvKey:
+    principal: Principal
+    digest: bytes
+
+
+def parse_env_keys(text: str) -> list[EnvKey]:
+    """Parse `SPECDEC_API_KEYS`; `ValueError` names the bad entry by position, never its key."""
+    keys = []
+    for index, entry in enumerate(part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        team, sep, rest = entry.partition(":")
+        role, sep2, key = rest.partition(":")
+        if not sep or not sep2 or not key:
+            raise ValueError(f"SPECDEC_API_KEYS entry {index + 1} is not team:role:key")
+        try:
+            principal = Principal(check_team(team), check_role(role), f"env:{index + 1}")
+        except ValueError as exc:
+            raise ValueError(f"SPECDEC_API_KEYS entry {index + 1}: {exc}") from None
+        if len(key) < 16:
+            raise ValueError(
+                f"SPECDEC_API_KEYS entry {index + 1}: a key has at least 16 characters"
+            )
+        keys.append(EnvKey(principal, hashlib.sha256(key.encode()).digest()))
+    return keys
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to `host` serves this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def active_db_keys(engine: Engine) -> int:
+    """How many keys in the database are not revoked."""
+    with Session(engine) as session:
+        return session.exec(
+            select(func.count()).select_from(ApiKey).where(col(ApiKey.revoked_at).is_(None))
+        ).one()
+
+
+def create_key(engine: Engine, team: str, role: str) -> tuple[ApiKey, str]:
+    """Store a new key of `team` with `role`; the key itself is returned once, never stored."""
+    key = new_key()
+    row = ApiKey(
+        team=check_team(team), role=check_role(role), key_hash=hash_key(key), prefix=key[:8]
+    )
+    with Session(engine) as session:
+        session.add(row)
+        session.commit()
+        session.refresh(row)
+    return row, key
+
+
+def list_keys(engine: Engine) -> list[ApiKey]:
+    """Every key, revoked ones included, oldest first."""
+    with Session(engine) as session:
+        return list(session.exec(select(ApiKey).order_by(col(ApiKey.id))).all())
+
+
+def revoke_key(engine: Engine, key_id: int, now: datetime | None = None) -> bool:
+    """Revoke a key; `False` if there is no such key or it was revoked already."""
+    with Session(engine) as session:
+        row = session.get(ApiKey, key_id)
+        if row is None or row.revoked_at is not None:
+            return False
+        row.revoked_at = now or utcnow()
+        session.add(row)
+        session.commit()
+        return True
+
+
+def _lookup(engine: Engine, key: str) -> Principal | None:
+    with Session(engine) as session:
+        row = session.exec(
+            select(ApiKey).where(ApiKey.key_hash == hash_key(key), col(ApiKey.revoked_at).is_(None))
+        ).first()
+    return None if row is None else Principal(row.team, row.role, f"key:{row.id}")
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def authenticate(
+    authorization: str | None, env_keys: list[EnvKey], engine: Engine, anonymous_allowed: bool
+) -> Principal:
+    """The caller of a request with this `Authorization` header, or 401."""
+    if authorization is None:
+        if not env_keys and anonymous_allowed and active_db_keys(engine) == 0:
+            return Principal(DEFAULT_TEAM, "write", "anonymous")
+        raise _unauthorized("an API key is required: Authorization: Bearer <key>")
+    if not authorization.lower().startswith(_BEARER):
+        raise _unauthorized("use Authorization: Bearer <key>")
+    key = authorization[len(_BEARER) :].strip()
+    digest = hashlib.sha256(key.encode()).digest()
+    found: Principal | None = None
+    # Every configured key is compared, each in constant time, so timing tells nothing.
+    for env_key in env_keys:
+        if hmac.compare_digest(digest, env_key.digest):
+            found = env_key.principal
+    if found is None:
+        found = _lookup(engine, key)
+    if found is None:
+        raise _unauthorized("unknown or revoked API key")
+    return found
+
+
+def get_principal(request: Request, engine: EngineDep) -> Principal:
+    """The authenticated caller."""
+    state = request.app.state
+    return authenticate(
+        request.headers.get("authorization"), state.env_keys, engine, state.anonymous_allowed
+    )
+
+
+def require_writer(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    """The caller, who must hold a write or admin key."""
+    if principal.role == "read":
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "a read key cannot start or stop windows")
+    return principal
+
+
+TeamQuery = Annotated[
+    str | None,
+    Query(pattern=TEAM_PATTERN, description="admin keys only: the team to act in"),
+]
+
+
+def team_scope(principal: Principal, team: str | None) -> str:
+    """The team a call acts in: the key's, or for an admin key the one `?team=` names."""
+    if team is None or team == principal.team:
+        return principal.team
+    if principal.role != "admin":
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "only admin keys may name another team")
+    return team
+
+
+ReaderDep = Annotated[Principal, Depends(get_principal)]
+WriterDep = Annotated[Principal, Depends(require_writer)]
