@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,25 +30,35 @@ class Collector:
     env: dict[str, str] = field(default_factory=dict)
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
+    # stderr goes to a file: a pipe nobody reads would block a chatty process.
+    log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(suffix=".log")[1]))
+
+    @property
+    def stderr_text(self) -> str:
+        """Everything the processes wrote to stderr so far."""
+        return self.log_path.read_text(errors="replace")
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, host: str = "127.0.0.1") -> None:
         self.port = free_port()
         env = {**os.environ, "SPECDEC_DATABASE_URL": self.database_url, **self.env}
+        log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [*specdec_command(), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [*specdec_command(), "serve", "--host", host, "--port", str(self.port)],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=log,
         )
+        log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                stderr = self.process.stderr.read().decode() if self.process.stderr else ""
-                raise RuntimeError(f"specdec serve exited with {self.process.returncode}: {stderr}")
+                raise RuntimeError(
+                    f"specdec serve exited with {self.process.returncode}: {self.stderr_text}"
+                )
             try:
                 if httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
                     return
@@ -70,14 +81,14 @@ class Collector:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process is not None and self.process.stderr is not None:
-            self.process.stderr.close()
 
 
 @contextmanager
 def run_collector(tmp_path: Path, **env: str) -> Iterator[Collector]:
     """A collector on a fresh SQLite database under `tmp_path`."""
-    collector = Collector(f"sqlite:///{tmp_path / 'specdec.db'}", env=env)
+    collector = Collector(
+        f"sqlite:///{tmp_path / 'specdec.db'}", env=env, log_path=tmp_path / "collector.log"
+    )
     collector.start()
     try:
         yield collector

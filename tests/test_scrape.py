@@ -12,8 +12,16 @@ import pytest
 import respx
 
 from app.promtext import extract_spec_decode
-from app.scrape import ScrapeConfig, ScrapeOutcome, new_client, scrape_all, scrape_target
-from app.targets import parse_target
+from app.scrape import (
+    Resolver,
+    ScrapeConfig,
+    ScrapeOutcome,
+    new_client,
+    refusals,
+    scrape_all,
+    scrape_target,
+)
+from app.targets import TargetPolicy, parse_target
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import fixture
 
@@ -188,7 +196,7 @@ async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
 PROXY_CHECK = """
 import asyncio, sys
 from app.scrape import ScrapeConfig, new_client, scrape_target
-from app.targets import parse_target
+from app.targets import TargetPolicy, parse_target
 async def main():
     async with new_client(2.0) as client:
         outcome = await scrape_target(client, parse_target(sys.argv[1]), ScrapeConfig(2.0, 1 << 20))
@@ -215,3 +223,102 @@ def test_proxy_from_the_environment_is_honoured() -> None:
         )  # fmt: skip
         assert direct.count() == 1
         assert len(proxy.requests) == 1
+
+
+# --- where scrapes may go -------------------------------------------------------------------
+
+
+def resolver(table: dict[str, list[list[str]]]) -> Resolver:
+    """A resolver whose answers for a name change from one call to the next (DNS rebinding)."""
+    calls: dict[str, int] = {}
+
+    async def resolve(host: str, port: int) -> list[str]:
+        answers = table[host]
+        index = calls.get(host, 0)
+        calls[host] = index + 1
+        return answers[min(index, len(answers) - 1)]
+
+    return resolve
+
+
+async def test_connection_goes_to_the_checked_address_with_the_original_host() -> None:
+    text = fixture("vllm_v1_dp1_k5.txt")
+    with serve_metrics(body=text.encode()) as server:
+        config = ScrapeConfig(
+            2.0, MAX, TargetPolicy.parse("127.0.0.0/8"), resolver({"metrics.test": [["127.0.0.1"]]})
+        )
+        async with new_client(2.0) as client:
+            outcome = await scrape_target(
+                client, parse_target(f"metrics.test:{server.port}"), config
+            )
+    assert outcome.error is None
+    assert server.requests[0]["host"] == f"metrics.test:{server.port}"
+
+
+async def test_dns_rebinding_to_a_denied_address_is_refused() -> None:
+    with serve_metrics(body=b"") as server:
+        # Checked at start: 127.0.0.1. At the scrape, the name now points at cloud metadata.
+        config = ScrapeConfig(
+            2.0, MAX, TargetPolicy(), resolver({"flip.test": [["127.0.0.1"], ["169.254.169.254"]]})
+        )
+        target = parse_target(f"flip.test:{server.port}")
+        assert await refusals([target], config) == [None]
+        async with new_client(2.0) as client:
+            outcome = await scrape_target(client, target, config)
+    assert outcome.error == (
+        f"Failed to fetch metrics from http://flip.test:{server.port}/metrics: refused: address "
+        "169.254.169.254 is link-local (cloud metadata); list it in SPECDEC_ALLOWED_TARGETS to allow it"
+    )
+    assert server.count() == 0
+
+
+async def test_every_resolved_address_is_checked() -> None:
+    config = ScrapeConfig(
+        2.0,
+        MAX,
+        TargetPolicy.parse("127.0.0.0/8"),
+        resolver({"two.test": [["127.0.0.1", "10.1.2.3"]]}),
+    )
+    assert await refusals([parse_target("two.test:80")], config) == [
+        "two.test (10.1.2.3) is not in SPECDEC_ALLOWED_TARGETS"
+    ]
+
+
+async def test_suffix_and_name_rules() -> None:
+    table = {
+        "vllm-0.svc.test": [["10.1.2.3"]],
+        "other.test": [["10.1.2.4"]],
+        "exact": [["10.1.2.5"]],
+    }
+    config = ScrapeConfig(2.0, MAX, TargetPolicy.parse("*.svc.test, exact"), resolver(table))
+    targets = [parse_target(f"{name}:80") for name in table]
+    assert await refusals(targets, config) == [
+        None,
+        "other.test (10.1.2.4) is not in SPECDEC_ALLOWED_TARGETS",
+        None,
+    ]
+
+
+async def test_unresolvable_name_is_not_refused_but_fails_the_scrape() -> None:
+    async def nxdomain(host: str, port: int) -> list[str]:
+        raise OSError(-2, "Name or service not known")
+
+    config = ScrapeConfig(2.0, MAX, TargetPolicy(), nxdomain)
+    target = parse_target("gone.test:80")
+    assert await refusals([target], config) == [None]
+    async with new_client(2.0) as client:
+        outcome = await scrape_target(client, target, config)
+    assert outcome.error == (
+        "Failed to fetch metrics from http://gone.test:80/metrics: cannot resolve gone.test: "
+        "[Errno -2] Name or service not known"
+    )
+
+
+async def test_target_headers_are_sent() -> None:
+    with serve_metrics(body=b"") as server:
+        target = parse_target(
+            {"url": f"http://{server.target}/metrics", "headers": {"Authorization": "Bearer t0ken"}}
+        )
+        async with new_client(2.0) as client:
+            await scrape_target(client, target, ScrapeConfig(2.0, MAX))
+    assert server.requests[0]["authorization"] == "Bearer t0ken"

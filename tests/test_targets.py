@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.targets import parse_target, parse_target_key
+from app.targets import TargetPolicy, parse_target, parse_target_key
 
 
 @pytest.mark.parametrize(
@@ -50,3 +50,76 @@ def test_rejected_forms(value: object, message: str) -> None:
 def test_key_of_a_path_parameter() -> None:
     assert parse_target_key("[0::1]:80") == "[::1]:80"
     assert parse_target_key("H.example:1") == "h.example:1"
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("169.254.169.254", "link-local (cloud metadata)"),
+        ("fe80::1", "link-local (cloud metadata)"),
+        ("::ffff:169.254.169.254", "link-local (cloud metadata)"),
+        ("0.0.0.0", "in 0.0.0.0/8"),
+        ("224.0.0.1", "multicast"),
+        ("ff02::1", "multicast"),
+    ],
+)
+def test_always_denied_addresses(address: str, reason: str) -> None:
+    refusal = TargetPolicy().refusal("h", address)
+    assert refusal is not None and reason in refusal
+    assert (
+        TargetPolicy.parse(
+            "169.254.0.0/16, fe80::/10, 0.0.0.0/8, 224.0.0.0/4, ff00::/8, ::ffff:0:0/96"
+        ).refusal("h", address)
+        is None
+    )
+
+
+def test_unrestricted_policy_allows_the_rest() -> None:
+    for address in ("10.0.0.1", "192.168.1.1", "127.0.0.1", "::1", "8.8.8.8"):
+        assert TargetPolicy().refusal("h", address) is None
+
+
+def test_allow_list() -> None:
+    policy = TargetPolicy.parse("10.0.0.0/8, vllm-0, *.svc.cluster.local")
+    assert policy.refusal("x", "10.9.9.9") is None
+    assert policy.refusal("vllm-0", "172.16.0.1") is None
+    assert policy.refusal("a.svc.cluster.local", "172.16.0.2") is None
+    assert (
+        policy.refusal("svc.cluster.local", "172.16.0.3")
+        == "svc.cluster.local (172.16.0.3) is not in SPECDEC_ALLOWED_TARGETS"
+    )
+    # A name rule does not open the always-denied ranges.
+    assert policy.refusal("vllm-0", "169.254.169.254") is not None
+    with pytest.raises(ValueError, match="'not a host!'"):
+        TargetPolicy.parse("10.0.0.0/8, not a host!")
+
+
+def test_target_objects_with_headers() -> None:
+    target = parse_target(
+        {"url": "http://h:9/m", "headers": {"Authorization": "Bearer x", "X-Team": "a"}}
+    )
+    assert (target.key, target.url, target.headers) == (
+        "h:9",
+        "http://h:9/m",
+        (("Authorization", "Bearer x"), ("X-Team", "a")),
+    )
+    assert "Bearer" not in repr(target)
+    model = parse_target({"host_ip": "10.0.0.1", "host_port": 80, "headers": {"A": "b"}})
+    assert model.headers == (("A", "b"),)
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({"Bad Name": "x"}, "not a valid HTTP header name"),
+        ({"Host": "x"}, "set by the collector"),
+        ({"A": "line\r\nInjected: yes"}, "one line"),
+        ({"A": 5}, "string value"),
+        ({f"H{i}": "v" for i in range(17)}, "at most 16"),
+        ("Authorization: x", "an object"),
+    ],
+)
+def test_bad_headers(headers: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as error:
+        parse_target({"url": "http://h:1/", "headers": headers})
+    assert "Injected" not in str(error.value)

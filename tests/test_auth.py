@@ -1,0 +1,114 @@
+"""Keys, roles and teams: the pure parts and the database-backed keys."""
+
+from pathlib import Path
+
+import pytest
+from fastapi import HTTPException
+from sqlalchemy import text
+
+from app.auth import (
+    Principal,
+    authenticate,
+    create_key,
+    hash_key,
+    is_loopback,
+    list_keys,
+    parse_env_keys,
+    revoke_key,
+    team_scope,
+)
+from app.db import create_db_engine, upgrade_database
+
+KEY_A = "team-a-write-key-0123456789"
+KEY_R = "team-a-read-key-0123456789"
+
+
+@pytest.fixture
+def engine(tmp_path: Path):  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    upgrade_database(url)
+    engine = create_db_engine(url)
+    yield engine
+    engine.dispose()
+
+
+def test_env_keys_parse_with_colons_in_the_key() -> None:
+    keys = parse_env_keys(f"a:write:{KEY_A}, a:read:{KEY_R},ops:admin:x:y:z-0123456789abcdef")
+    assert [k.principal for k in keys] == [
+        Principal("a", "write", "env:1"),
+        Principal("a", "read", "env:2"),
+        Principal("ops", "admin", "env:3"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a:write", "entry 1 is not team:role:key"),
+        ("a:owner:0123456789abcdef0", "role 'owner'"),
+        ("a b:read:0123456789abcdef0", "team 'a b'"),
+        ("a:read:short", "at least 16"),
+    ],
+)
+def test_bad_env_keys_name_the_entry_never_the_key(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as error:
+        parse_env_keys(text)
+    assert "0123456789abcdef0" not in str(error.value)
+
+
+def test_authenticate_env_and_database_keys(engine) -> None:  # type: ignore[no-untyped-def]
+    env = parse_env_keys(f"a:write:{KEY_A}")
+    assert authenticate(f"Bearer {KEY_A}", env, engine, False) == Principal("a", "write", "env:1")
+    row, key = create_key(engine, "b", "read")
+    assert authenticate(f"bearer {key}", env, engine, False) == Principal(
+        "b", "read", f"key:{row.id}"
+    )
+    for header in (None, "Bearer nope-nope-nope-nope", f"Basic {KEY_A}", f"Bearer {KEY_A}x"):
+        with pytest.raises(HTTPException) as error:
+            authenticate(header, env, engine, True)
+        assert error.value.status_code == 401
+        assert error.value.headers == {"WWW-Authenticate": "Bearer"}
+    assert revoke_key(engine, row.id or 0)
+    assert not revoke_key(engine, row.id or 0)
+    with pytest.raises(HTTPException):
+        authenticate(f"Bearer {key}", env, engine, False)
+
+
+def test_keys_are_stored_hashed_and_listed_without_the_key(engine) -> None:  # type: ignore[no-untyped-def]
+    _, key = create_key(engine, "team-x", "admin")
+    with engine.connect() as connection:
+        stored = connection.execute(text("SELECT key_hash, prefix FROM api_key")).one()
+    assert stored[0] == hash_key(key) != key
+    assert key.startswith(stored[1]) and len(stored[1]) == 8
+    assert [(k.team, k.role, k.revoked_at) for k in list_keys(engine)] == [
+        ("team-x", "admin", None)
+    ]
+
+
+def test_open_mode_only_without_any_key(engine) -> None:  # type: ignore[no-untyped-def]
+    assert authenticate(None, [], engine, True) == Principal("default", "write", "anonymous")
+    with pytest.raises(HTTPException):
+        authenticate(None, [], engine, False)  # bound beyond loopback without permission
+    create_key(engine, "t", "read")
+    with pytest.raises(HTTPException):
+        authenticate(None, [], engine, True)  # a key exists: auth is on
+
+
+def test_team_scope() -> None:
+    writer, admin = Principal("a", "write", "env:1"), Principal("ops", "admin", "env:2")
+    assert team_scope(writer, None) == "a"
+    assert team_scope(writer, "a") == "a"
+    assert team_scope(admin, "a") == "a"
+    assert team_scope(admin, None) == "ops"
+    with pytest.raises(HTTPException) as error:
+        team_scope(writer, "b")
+    assert error.value.status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("[::1]", True), ("localhost", True),
+     ("0.0.0.0", False), ("::", False), ("10.0.0.1", False), ("example.com", False)],
+)  # fmt: skip
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
