@@ -2,6 +2,7 @@
 
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI
@@ -13,7 +14,7 @@ from app.config import Settings, get_settings
 from app.db import create_db_engine, upgrade_database
 from app.routes import health, windows
 from app.sampler import Sampler
-from app.scrape import ScrapeConfig, new_client
+from app.scrape import Resolver, ScrapeConfig, new_client
 from app.windows import Collector
 
 Scope = MutableMapping[str, Any]
@@ -82,15 +83,23 @@ class BodySizeLimit:
         await self.app(scope, replay, send)
 
 
-def create_app(settings: Settings | None = None, *, anonymous_allowed: bool = True) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    anonymous_allowed: bool = True,
+    resolve: Resolver | None = None,
+) -> FastAPI:
     """An app for `settings` (default: the environment's).
 
     `anonymous_allowed` says whether the service may run without keys (no keys configured
     serves team `default` without auth); `specdec serve` sets it from the bind address.
+    `resolve` replaces the system resolver (as an httpx transport replaces the network).
     """
     settings = settings or get_settings()
     env_keys = parse_env_keys(settings.api_keys)
     scrape = ScrapeConfig.from_settings(settings)
+    if resolve is not None:
+        scrape = replace(scrape, resolve=resolve)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

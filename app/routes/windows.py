@@ -36,6 +36,7 @@ class Problem(BaseModel):
 
 def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     described = {
+        400: "the body cannot be read (not UTF-8 JSON)",
         401: "no key, or an unknown or revoked one",
         403: "the key's role does not allow this",
         404: "no such window (or another team's)",
@@ -47,7 +48,7 @@ def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Problem, "description": described[code]} for code in codes}
 
 
-router = APIRouter(prefix="/windows", tags=["windows"], responses=_responses(401, 403, 422))
+router = APIRouter(prefix="/windows", tags=["windows"], responses=_responses(400, 401, 403, 422))
 
 WindowId = Annotated[
     str,
@@ -171,12 +172,15 @@ async def get_result(
 
 @router.get(
     "/{window_id}/report",
-    response_class=PlainTextResponse,
-    responses={200: {"content": {"text/plain": {}}}, **_responses(404, 409)},
+    response_class=Response,
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        **_responses(404, 409),
+    },
 )
 async def get_report(
     window_id: WindowId, collector: CollectorDep, principal: ReaderDep, team: TeamQuery = None
-) -> str:
+) -> PlainTextResponse:
     """The AISBench console blocks of every target."""
     scope = team_scope(principal, team)
     try:
@@ -185,7 +189,7 @@ async def get_report(
         raise _not_found(window_id) from None
     except WindowOpen:
         raise _still_open(window_id) from None
-    return render_report(results)
+    return PlainTextResponse(render_report(results))
 
 
 @router.get(

@@ -1,0 +1,85 @@
+"""schemathesis against the OpenAPI schema, with a valid key: no 5xx, every answer as documented.
+
+The service runs in a uvicorn thread on a free port, with a resolver that knows no names, so
+the fuzzer's made-up host names never reach a DNS server.
+"""
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from app.config import Settings
+from app.main import create_app
+from tests.metrics_server import free_port, serve_metrics
+from tests.payloads import EngineCounters, vllm_payload
+
+KEY = "fuzz-team-write-key-0123456789"
+CHECKS = ",".join(
+    [
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_schema_conformance",
+        "response_headers_conformance",
+    ]
+)
+
+
+async def no_dns(host: str, port: int) -> list[str]:
+    raise OSError(-2, "Name or service not known (the test resolver knows no names)")
+
+
+@pytest.fixture
+def base_url(tmp_path: Path) -> Iterator[str]:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'fuzz.db'}",
+        api_keys=f"fuzz:write:{KEY}",
+        scrape_timeout_s=1,
+    )
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings, resolve=no_dns), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(base_url: str) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    payload = vllm_payload([EngineCounters(drafts=9, draft_tokens=27, accepted_per_pos=[5, 3, 1])])
+    with serve_metrics(body=payload.encode()) as server:
+        # Windows the fuzzer can find: "0" and "a" are ids it tries first.
+        for window_id, stop in (("0", True), ("a", False)):
+            started = httpx.post(
+                f"{base_url}/windows/{window_id}/start",
+                json={"targets": [server.target]},
+                headers=headers,
+            )
+            assert started.status_code == 201
+            if stop:
+                httpx.post(f"{base_url}/windows/{window_id}/stop", headers=headers)
+        schemathesis = Path(sys.executable).parent / "schemathesis"
+        run = subprocess.run(
+            [str(schemathesis), "run", f"{base_url}/openapi.json", "-H", f"Authorization: Bearer {KEY}",
+             "--checks", CHECKS, "--max-examples", "60", "--no-color"],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert "Tested: 7" in run.stdout
