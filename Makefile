@@ -5,8 +5,10 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export SPECDEC_DATABASE_URL ?= sqlite:///./data/specdec.db
+# The PostgreSQL half of the suite runs here; `make postgres` prepares it on Debian (as root).
+export SPECDEC_TEST_POSTGRES_URL ?= postgresql+psycopg://specdec:specdec@127.0.0.1:5432/specdec_test
 
-.PHONY: run test lint format bench simulate clean
+.PHONY: run test lint format bench simulate postgres clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +44,9 @@ bench: $(VENV)/.installed-dev ## speed figures, measured side by side in one run
 	$(BIN)/python -m tests.bench.bench_extract
 	$(BIN)/python -m tests.bench.bench_start
 	$(BIN)/python -m tests.bench.bench_storage
+
+postgres: ## start the machine's PostgreSQL 15 and create the test role and a fresh database
+	bash .ci/postgres.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -15,6 +15,11 @@ class Settings(BaseSettings):
         default="sqlite:///./data/specdec.db",
         description="SQLAlchemy URL of the store; SQLite files get their folder created.",
     )
+    db_pool_size: int = Field(default=10, ge=1, le=1000, description="PostgreSQL pool size.")
+    db_statement_timeout_s: float = Field(
+        default=10, gt=0, description="PostgreSQL statement timeout; SQLite's busy timeout."
+    )
+    db_connect_timeout_s: float = Field(default=5, gt=0, description="Database connect timeout.")
     scrape_timeout_s: float = Field(
         default=5.0, gt=0, le=300, description="Timeout of one /metrics scrape (connect + read)."
     )
@@ -29,6 +34,14 @@ class Settings(BaseSettings):
         description="Samples of windows closed longer ago than this are deleted (results stay).",
     )
     log_level: str = Field(default="info", description="Log level of the service.")
+    replica_id: str | None = Field(
+        default=None,
+        max_length=128,
+        description="This replica's name in sampler leases; default: host name and port.",
+    )
+    sampler_scan_s: float = Field(
+        default=0.25, gt=0, le=60, description="How often a replica looks for windows to sample."
+    )
 
     # --- shared deployments ---------------------------------------------------------------
     api_keys: str = Field(

@@ -1,26 +1,66 @@
-"""Database engine and the request-scoped session dependency."""
+"""Database engine, migrations, and the request-scoped session dependency.
 
+SQLite is the default store (one process); PostgreSQL through psycopg 3 is the store of a
+shared deployment with several replicas. Migrations take a lock first (an advisory lock on
+PostgreSQL, a file lock beside the SQLite file), so replicas that boot together migrate once.
+"""
+
+import fcntl
+import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from sqlalchemy import event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session, create_engine
 
+# Any 64-bit number: every replica of every version of this service takes the same one.
+MIGRATION_LOCK_ID = 0x5EC_DEC_0001
 
-def create_db_engine(database_url: str) -> Engine:
-    """An engine for `database_url`; SQLite gets WAL, a busy timeout and foreign keys.
 
-    SQLite's folder is created so that `./data/specdec.db` works on a fresh clone.
+def create_db_engine(
+    database_url: str,
+    *,
+    pool_size: int = 10,
+    statement_timeout_s: float = 10,
+    connect_timeout_s: float = 5,
+) -> Engine:
+    """An engine for `database_url`.
+
+    PostgreSQL gets a bounded pool, a statement timeout and a connect timeout, and checks
+    connections before use, so the service recovers by itself when the database returns.
+    SQLite gets WAL, a busy timeout and foreign keys; its folder is created so that
+    `./data/specdec.db` works on a fresh clone.
     """
     url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":
+        # Keep options the URL carries (a search_path, say) beside the statement timeout.
+        options = str(url.query.get("options", ""))
+        options = f"{options} -c statement_timeout={int(statement_timeout_s * 1000)}".strip()
+        return create_engine(
+            url,
+            pool_pre_ping=True,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_timeout=connect_timeout_s,
+            connect_args={
+                "connect_timeout": max(1, math.ceil(connect_timeout_s)),
+                "options": options,
+            },
+        )
     if url.get_backend_name() != "sqlite":
-        return create_engine(database_url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True)
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(database_url, connect_args={"check_same_thread": False, "timeout": 30})
+    busy_ms = int(statement_timeout_s * 3000)
+    engine = create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": busy_ms / 1000}
+    )
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -28,7 +68,7 @@ def create_db_engine(database_url: str) -> Engine:
         # WAL lets readers proceed while one writer commits; busy_timeout makes a second
         # writer wait for the lock instead of failing with "database is locked".
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.close()
@@ -48,11 +88,30 @@ def get_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Sess
         yield session
 
 
+def database_unavailable(exc: Exception) -> str | None:
+    """Why the database cannot serve (a connection or lock problem), or None for other errors.
+
+    Such failures pass: the service answers 503 meanwhile and recovers by itself, since
+    connections are checked before use. Other database errors are bugs and stay 500s.
+    """
+    if isinstance(exc, (OperationalError, InterfaceError, PoolTimeout)) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    ):
+        original = getattr(exc, "orig", None) or exc
+        reason = (
+            str(original).strip().splitlines()[0]
+            if str(original).strip()
+            else type(original).__name__
+        )
+        return reason[:300]
+    return None
+
+
 EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
-def alembic_config(database_url: str) -> Any:
+def alembic_config(database_url: str, connection: Connection | None = None) -> Any:
     """An Alembic `Config` for the shipped migrations and `database_url`."""
     from alembic.config import Config
 
@@ -61,11 +120,47 @@ def alembic_config(database_url: str) -> Any:
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
     config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    if connection is not None:
+        config.attributes["connection"] = connection
     return config
 
 
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def upgrade_database(database_url: str) -> None:
-    """Apply every migration up to head."""
+    """Apply every migration up to head, one process at a time."""
     from alembic import command
 
+    url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":
+        engine = create_db_engine(database_url, pool_size=1)
+        try:
+            with engine.connect() as connection:
+                # A session-level lock: held across the migration's own transactions.
+                connection.execute(text("SELECT pg_advisory_lock(:id)"), {"id": MIGRATION_LOCK_ID})
+                connection.commit()
+                try:
+                    command.upgrade(alembic_config(database_url, connection), "head")
+                    connection.commit()
+                finally:
+                    connection.execute(
+                        text("SELECT pg_advisory_unlock(:id)"), {"id": MIGRATION_LOCK_ID}
+                    )
+                    connection.commit()
+        finally:
+            engine.dispose()
+        return
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        with _file_lock(Path(url.database + ".migrate.lock")):
+            command.upgrade(alembic_config(database_url), "head")
+        return
     command.upgrade(alembic_config(database_url), "head")

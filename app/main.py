@@ -1,17 +1,21 @@
 """The FastAPI application and its lifespan, which owns the engine, client and scheduler."""
 
+import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from app import __version__
 from app.auth import parse_env_keys
 from app.config import Settings, get_settings
-from app.db import create_db_engine, upgrade_database
+from app.db import create_db_engine, database_unavailable, upgrade_database
 from app.routes import health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
@@ -83,6 +87,17 @@ class BodySizeLimit:
         await self.app(scope, replay, send)
 
 
+async def _database_error(request: Request, exc: Exception) -> Response:
+    reason = database_unavailable(exc)
+    if reason is None:
+        raise exc
+    return JSONResponse(
+        {"detail": f"database unavailable: {reason}; retry later"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -105,9 +120,21 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Migrations run before the first request is accepted.
         await run_in_threadpool(upgrade_database, settings.database_url)
-        engine = create_db_engine(settings.database_url)
+        engine = create_db_engine(
+            settings.database_url,
+            pool_size=settings.db_pool_size,
+            statement_timeout_s=settings.db_statement_timeout_s,
+            connect_timeout_s=settings.db_connect_timeout_s,
+        )
         client = new_client(settings.scrape_timeout_s)
-        sampler = Sampler(engine, client, scrape, settings.sample_retention_days)
+        sampler = Sampler(
+            engine,
+            client,
+            scrape,
+            settings.sample_retention_days,
+            replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
+            scan_interval_s=settings.sampler_scan_s,
+        )
         app.state.settings = settings
         app.state.engine = engine
         app.state.env_keys = env_keys
@@ -128,6 +155,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_exception_handler(SQLAlchemyError, _database_error)
     app.include_router(health.router)
     app.include_router(windows.router)
     return app

@@ -99,6 +99,9 @@ class Window(WindowBase, table=True):
     started_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
     stopped_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
     last_sampled_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
+    # The replica that samples this window, and until when (Unix seconds) its lease holds.
+    sampler_owner: str | None = Field(default=None, max_length=128)
+    sampler_lease_until: float | None = Field(default=None)
 
 
 class WindowTarget(SQLModel, table=True):

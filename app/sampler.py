@@ -3,13 +3,22 @@
 One job per open window with a `sample_interval_s`; it scrapes all the window's targets at
 once and stores one `sample` snapshot per target (a failed scrape is stored with its reason).
 A job never runs twice at once and missed runs are coalesced, so a slow target cannot pile
-up scrapes. The lifespan owns the scheduler: at start it recreates the jobs of every open
-window from the database (a restart leaves a gap, never invented samples), and a daily job
-deletes the samples of windows closed longer ago than `SPECDEC_SAMPLE_RETENTION_DAYS`.
+up scrapes.
+
+Several replicas may share one database; each open window is sampled by exactly one of them,
+the holder of its lease (`window.sampler_owner`, `window.sampler_lease_until`). The holder
+renews the lease (1.5 intervals long) before each run and with each stored sample; a store
+whose lease was lost is dropped, so no instant is sampled twice. Every replica scans for
+windows whose lease ran out (or that are its own, after a restart) every
+`SPECDEC_SAMPLER_SCAN_S` and takes them over: a dead owner's windows are sampled again
+within two intervals, and the time nobody sampled shows as a gap, nothing is invented.
+
+A daily job deletes the samples of windows closed longer ago than the retention.
 """
 
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,12 +28,13 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy import delete, update
 from sqlalchemy.engine import CursorResult, Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from app.models import Snapshot, Window, WindowTarget, utcnow
 from app.scrape import ScrapeConfig, ScrapeOutcome, scrape_all
-from app.windows import StoredTarget, store_snapshots
+from app.windows import LEASE_INTERVALS, StoredTarget, store_snapshots
 
 logger = logging.getLogger(__name__)
 
@@ -33,17 +43,47 @@ def _job_id(window_pk: int) -> str:
     return f"sample-window-{window_pk}"
 
 
-def store_samples(
-    engine: Engine, window_pk: int, outcomes: Sequence[ScrapeOutcome], ids: dict[str, int]
-) -> bool:
-    """Store one sample per outcome unless the window was closed meanwhile; `True` if stored."""
+def _owned(window_pk: int, owner: str) -> Any:
+    return (
+        (col(Window.id) == window_pk)
+        & (col(Window.state) == "open")
+        & (col(Window.sampler_owner) == owner)
+    )
+
+
+def renew_lease(engine: Engine, window_pk: int, owner: str, interval_s: float) -> bool:
+    """Extend `owner`'s lease of an open window; `False` if it is closed or owned by another."""
     with Session(engine) as session:
-        # Writing the window row first serialises with a stop: once the window is closed, a
-        # late sample finds no open row and is dropped instead of landing after the result.
-        touched: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        renewed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Window)
-            .where(col(Window.id) == window_pk, col(Window.state) == "open")
-            .values(last_sampled_at=utcnow())
+            .where(_owned(window_pk, owner))
+            .values(sampler_lease_until=time.time() + LEASE_INTERVALS * interval_s)
+        )
+        session.commit()
+        return renewed.rowcount == 1
+
+
+def store_samples(
+    engine: Engine,
+    window_pk: int,
+    outcomes: Sequence[ScrapeOutcome],
+    ids: dict[str, int],
+    owner: str | None = None,
+    interval_s: float = 1.0,
+) -> bool:
+    """Store one sample per outcome if the window is open (and `owner` still holds its lease).
+
+    Returns whether the samples were stored. The window row is written first: that
+    serialises with a stop, so once the window is closed a late sample is dropped.
+    """
+    with Session(engine) as session:
+        condition = (col(Window.id) == window_pk) & (col(Window.state) == "open")
+        values: dict[str, Any] = {"last_sampled_at": utcnow()}
+        if owner is not None:
+            condition = _owned(window_pk, owner)
+            values["sampler_lease_until"] = time.time() + LEASE_INTERVALS * interval_s
+        touched: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            update(Window).where(condition).values(**values)
         )
         if touched.rowcount != 1:
             session.rollback()
@@ -51,6 +91,48 @@ def store_samples(
         store_snapshots(session, ids, "sample", outcomes)
         session.commit()
         return True
+
+
+def claim_windows(
+    engine: Engine, owner: str, watched: set[int], include_own: bool = False
+) -> list[tuple[int, float, list[StoredTarget]]]:
+    """Take the lease of every sampled open window that is free or expired.
+
+    With `include_own` (at start-up), also the windows `owner` held before a restart. Windows
+    in `watched` are skipped (their job runs here already). Each claim is one conditional
+    update, so of two replicas claiming the same window only one wins.
+    """
+    now = time.time()
+    claimable = col(Window.sampler_owner).is_(None) | (col(Window.sampler_lease_until) < now)
+    if include_own:
+        claimable = claimable | (col(Window.sampler_owner) == owner)
+    claimed = []
+    with Session(engine) as session:
+        candidates = session.exec(
+            select(Window.id, Window.sample_interval_s).where(
+                col(Window.state) == "open",
+                col(Window.sample_interval_s).is_not(None),
+                claimable,
+            )
+        ).all()
+        for window_pk, interval_s in candidates:
+            if window_pk is None or interval_s is None or window_pk in watched:
+                continue
+            taken: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+                update(Window)
+                .where(col(Window.id) == window_pk, col(Window.state) == "open", claimable)
+                .values(sampler_owner=owner, sampler_lease_until=now + LEASE_INTERVALS * interval_s)
+            )
+            session.commit()
+            if taken.rowcount != 1:
+                continue
+            rows = session.exec(
+                select(WindowTarget)
+                .where(WindowTarget.window_pk == window_pk)
+                .order_by(col(WindowTarget.ordinal))
+            ).all()
+            claimed.append((window_pk, interval_s, [StoredTarget.of(row) for row in rows]))
+    return claimed
 
 
 def purge_samples(engine: Engine, closed_before: datetime) -> int:
@@ -70,23 +152,8 @@ def purge_samples(engine: Engine, closed_before: datetime) -> int:
         return deleted.rowcount
 
 
-def _open_windows(engine: Engine) -> list[tuple[int, float, list[StoredTarget]]]:
-    with Session(engine) as session:
-        windows = session.exec(
-            select(Window).where(Window.state == "open", col(Window.sample_interval_s).is_not(None))
-        ).all()
-        found = []
-        for window in windows:
-            targets = session.exec(
-                select(WindowTarget).where(WindowTarget.window_pk == window.id)
-            ).all()
-            stored = [StoredTarget.of(t) for t in targets]
-            found.append((window.id or 0, window.sample_interval_s or 0.0, stored))
-        return found
-
-
 class Sampler:
-    """Owns the scheduler and the jobs of open windows."""
+    """Owns the scheduler, this replica's sampling jobs and the lease scan."""
 
     def __init__(
         self,
@@ -94,18 +161,31 @@ class Sampler:
         client: httpx.AsyncClient,
         scrape: ScrapeConfig,
         retention_days: float,
+        replica_id: str = "local",
+        scan_interval_s: float = 0.25,
     ) -> None:
         self.engine = engine
         self.client = client
         self.scrape = scrape
         self.retention_days = retention_days
+        self.replica_id = replica_id
+        self.scan_interval_s = scan_interval_s
         self.scheduler = AsyncIOScheduler(timezone=UTC)
+        self.watched: set[int] = set()
 
     async def start(self) -> None:
-        """Start the scheduler, recreate the jobs of open windows, schedule the retention job."""
+        """Start the scheduler, take over the windows to sample, schedule the scan and retention."""
         self.scheduler.start()
-        for window_pk, interval_s, targets in await run_in_threadpool(_open_windows, self.engine):
-            self.watch(window_pk, targets, interval_s)
+        await self.claim(include_own=True)
+        self.scheduler.add_job(
+            self.claim,
+            "interval",
+            seconds=self.scan_interval_s,
+            id="claim-windows",
+            max_instances=1,
+            coalesce=True,
+            replace_existing=True,
+        )
         self.scheduler.add_job(
             self.purge,
             "interval",
@@ -122,34 +202,74 @@ class Sampler:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
 
-    def watch(self, window_pk: int, targets: Sequence[StoredTarget], interval_s: float) -> None:
-        """Sample `targets` every `interval_s` s until `unwatch`; the first run one interval on."""
+    def watch(
+        self,
+        window_pk: int,
+        targets: Sequence[StoredTarget],
+        interval_s: float,
+        *,
+        at_once: bool = False,
+    ) -> None:
+        """Sample `targets` every `interval_s` s until `unwatch` (this replica holds the lease).
+
+        The first run comes one interval on, or at once for a window taken over.
+        """
+        self.watched.add(window_pk)
+        first: dict[str, Any] = {"next_run_time": datetime.now(UTC)} if at_once else {}
         self.scheduler.add_job(
             self.sample,
             "interval",
             seconds=interval_s,
-            args=[window_pk, list(targets)],
+            args=[window_pk, list(targets), interval_s],
             id=_job_id(window_pk),
             replace_existing=True,
             max_instances=1,
             coalesce=True,
             misfire_grace_time=max(1, int(interval_s)),
+            **first,
         )
 
     def unwatch(self, window_pk: int) -> None:
         """Remove the window's job, if it has one."""
+        self.watched.discard(window_pk)
         with contextlib.suppress(JobLookupError):
             self.scheduler.remove_job(_job_id(window_pk))
 
     def watching(self, window_pk: int) -> bool:
-        """Whether the window has a sampling job."""
+        """Whether the window has a sampling job here."""
         return self.scheduler.get_job(_job_id(window_pk)) is not None
 
-    async def sample(self, window_pk: int, targets: list[StoredTarget]) -> None:
-        """One sampling run: scrape every target at once, store what came back."""
-        outcomes = await scrape_all(self.client, [t.parsed() for t in targets], self.scrape)
-        ids = {t.key: t.id for t in targets}
-        stored = await run_in_threadpool(store_samples, self.engine, window_pk, outcomes, ids)
+    async def claim(self, include_own: bool = False) -> None:
+        """Take over the windows whose lease ran out (and at start-up this replica's own)."""
+        try:
+            claimed = await run_in_threadpool(
+                claim_windows, self.engine, self.replica_id, set(self.watched), include_own
+            )
+        except SQLAlchemyError as exc:
+            logger.warning("lease scan failed: %s", type(exc).__name__)
+            return
+        for window_pk, interval_s, targets in claimed:
+            logger.info("replica %s samples window %d from now on", self.replica_id, window_pk)
+            self.watch(window_pk, targets, interval_s, at_once=True)
+
+    async def sample(self, window_pk: int, targets: list[StoredTarget], interval_s: float) -> None:
+        """One sampling run: confirm the lease, scrape every target at once, store it all."""
+        try:
+            owned = await run_in_threadpool(
+                renew_lease, self.engine, window_pk, self.replica_id, interval_s
+            )
+            if not owned:
+                self.unwatch(window_pk)
+                return
+            outcomes = await scrape_all(self.client, [t.parsed() for t in targets], self.scrape)
+            ids = {t.key: t.id for t in targets}
+            stored = await run_in_threadpool(
+                store_samples, self.engine, window_pk, outcomes, ids, self.replica_id, interval_s
+            )
+        except SQLAlchemyError as exc:
+            # The database is away: keep the job; the lease decides who samples once it is back.
+            logger.warning("sample of window %d not stored: %s", window_pk, type(exc).__name__)
+            return
         if not stored:
             self.unwatch(window_pk)
 

@@ -15,6 +15,7 @@ by the background sampler up to that moment is part of the result, and none afte
 """
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,9 @@ from app.targets import Target, parse_target
 
 logger = logging.getLogger(__name__)
 
+LEASE_INTERVALS = 1.5
+"""A sampler lease lasts this many sampling intervals from its last renewal."""
+
 NO_BASELINE = "baseline was never stored (the collector stopped before the start scrape finished)"
 
 
@@ -77,7 +81,9 @@ class TooManyWindows(Exception):
 
 
 class SamplerHandle(Protocol):
-    """What windows need of the background sampler: add and remove a window's job."""
+    """What windows need of the background sampler: its replica id, add and remove jobs."""
+
+    replica_id: str
 
     def watch(
         self, window_pk: int, targets: Sequence["StoredTarget"], interval_s: float
@@ -393,14 +399,20 @@ def _insert_window(
     body: WindowCreate,
     targets: Sequence[Target],
     max_open: int,
+    sampler_owner: str,
+    first_lease_s: float,
 ) -> bool:
     with Session(engine) as session:
+        interval_s = body.sample_interval_s
         window = Window(
             team=actor.team,
             window_id=window_id,
             labels=body.labels,
-            sample_interval_s=body.sample_interval_s,
+            sample_interval_s=interval_s,
             started_by=actor.key,
+            # The replica that starts a sampled window holds its first lease.
+            sampler_owner=sampler_owner if interval_s else None,
+            sampler_lease_until=time.time() + first_lease_s if interval_s else None,
         )
         session.add(window)
         try:
@@ -546,7 +558,16 @@ async def start_window(
     await _check_body(collector, body, targets)
     max_open = collector.settings.max_open_windows_per_team
     created = await run_in_threadpool(
-        _insert_window, engine, actor, window_id, body, targets, max_open
+        _insert_window,
+        engine,
+        actor,
+        window_id,
+        body,
+        targets,
+        max_open,
+        collector.sampler.replica_id,
+        # Long enough for the baseline scrape and the first sample: nobody takes it meanwhile.
+        LEASE_INTERVALS * (body.sample_interval_s or 0) + collector.scrape.timeout_s,
     )
     stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
     if not created:

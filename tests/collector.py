@@ -84,11 +84,9 @@ class Collector:
 
 
 @contextmanager
-def run_collector(tmp_path: Path, **env: str) -> Iterator[Collector]:
-    """A collector on a fresh SQLite database under `tmp_path`."""
-    collector = Collector(
-        f"sqlite:///{tmp_path / 'specdec.db'}", env=env, log_path=tmp_path / "collector.log"
-    )
+def run_collector(database_url: str, log_dir: Path, **env: str) -> Iterator[Collector]:
+    """A collector on `database_url`, logging into `log_dir`, with `SPECDEC_*` settings `env`."""
+    collector = Collector(database_url, env=env, log_path=log_dir / "collector.log")
     collector.start()
     try:
         yield collector

@@ -1,10 +1,11 @@
 """Keys, roles and teams: the pure parts and the database-backed keys."""
 
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from fastapi import HTTPException
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
 
 from app.auth import (
     Principal,
@@ -24,10 +25,9 @@ KEY_R = "team-a-read-key-0123456789"
 
 
 @pytest.fixture
-def engine(tmp_path: Path):  # type: ignore[no-untyped-def]
-    url = f"sqlite:///{tmp_path / 'keys.db'}"
-    upgrade_database(url)
-    engine = create_db_engine(url)
+def engine(database_url: str) -> Iterator[Engine]:
+    upgrade_database(database_url)
+    engine = create_db_engine(database_url)
     yield engine
     engine.dispose()
 
@@ -56,7 +56,7 @@ def test_bad_env_keys_name_the_entry_never_the_key(text: str, message: str) -> N
     assert "0123456789abcdef0" not in str(error.value)
 
 
-def test_authenticate_env_and_database_keys(engine) -> None:  # type: ignore[no-untyped-def]
+def test_authenticate_env_and_database_keys(engine: Engine) -> None:
     env = parse_env_keys(f"a:write:{KEY_A}")
     assert authenticate(f"Bearer {KEY_A}", env, engine, False) == Principal("a", "write", "env:1")
     row, key = create_key(engine, "b", "read")
@@ -74,7 +74,7 @@ def test_authenticate_env_and_database_keys(engine) -> None:  # type: ignore[no-
         authenticate(f"Bearer {key}", env, engine, False)
 
 
-def test_keys_are_stored_hashed_and_listed_without_the_key(engine) -> None:  # type: ignore[no-untyped-def]
+def test_keys_are_stored_hashed_and_listed_without_the_key(engine: Engine) -> None:
     _, key = create_key(engine, "team-x", "admin")
     with engine.connect() as connection:
         stored = connection.execute(text("SELECT key_hash, prefix FROM api_key")).one()
@@ -85,7 +85,7 @@ def test_keys_are_stored_hashed_and_listed_without_the_key(engine) -> None:  # t
     ]
 
 
-def test_open_mode_only_without_any_key(engine) -> None:  # type: ignore[no-untyped-def]
+def test_open_mode_only_without_any_key(engine: Engine) -> None:
     assert authenticate(None, [], engine, True) == Principal("default", "write", "anonymous")
     with pytest.raises(HTTPException):
         authenticate(None, [], engine, False)  # bound beyond loopback without permission

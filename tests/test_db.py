@@ -1,19 +1,20 @@
 """The schema comes from the migrations, and the migrations agree with the models."""
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect, text
+from sqlalchemy import column, inspect, table, text
 
 from app.db import alembic_config, create_db_engine, upgrade_database
 from app.models import metadata
 
 
-def test_upgrade_of_an_empty_database_matches_the_models(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+def test_upgrade_of_an_empty_database_matches_the_models(database_url: str) -> None:
+    url = database_url
     upgrade_database(url)
     engine = create_db_engine(url)
     try:
@@ -45,22 +46,29 @@ def test_upgrade_is_idempotent_and_creates_the_folder(tmp_path: Path) -> None:
         engine.dispose()
 
 
-def test_windows_of_0001_keep_their_data_through_0002(tmp_path: Path) -> None:
+def test_windows_of_0001_keep_their_data_through_0002(database_url: str) -> None:
     """SQLite rebuilds the window table in batch mode; the rows must come through."""
-    url = f"sqlite:///{tmp_path / 'old.db'}"
+    url = database_url
     command.upgrade(alembic_config(url), "0001")
     engine = create_db_engine(url)
     try:
         with engine.begin() as connection:
+            old_window = table(
+                "window", column("id"), column("window_id"), column("state"), column("labels"),
+                column("started_at"),
+            )  # fmt: skip
             connection.execute(
-                text(
-                    "INSERT INTO window (id, window_id, state, labels, started_at) "
-                    "VALUES (1, 'run-1', 'closed', '{}', '2026-11-30 10:00:00')"
+                old_window.insert().values(
+                    id=1,
+                    window_id="run-1",
+                    state="closed",
+                    labels="{}",
+                    started_at=datetime(2026, 11, 30, 10, tzinfo=UTC),
                 )
             )
         upgrade_database(url)
         with engine.connect() as connection:
-            row = connection.execute(text("SELECT window_id, team, started_by FROM window")).one()
+            row = connection.execute(text('SELECT window_id, team, started_by FROM "window"')).one()
         assert tuple(row) == ("run-1", "default", "anonymous")
     finally:
         engine.dispose()

@@ -37,9 +37,9 @@ async def no_dns(host: str, port: int) -> list[str]:
 
 
 @pytest.fixture
-def base_url(tmp_path: Path) -> Iterator[str]:
+def base_url(database_url: str) -> Iterator[str]:
     settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'fuzz.db'}",
+        database_url=database_url,
         api_keys=f"fuzz:write:{KEY}",
         scrape_timeout_s=1,
     )

@@ -23,7 +23,9 @@ TARGETS, DELAY_S, WINDOWS = 32, 0.2, 10
 def main() -> None:
     payload = vllm_payload([EngineCounters(drafts=10, draft_tokens=50, accepted_per_pos=[5] * 5)])
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
-        collector = stack.enter_context(run_collector(Path(folder)))
+        collector = stack.enter_context(
+            run_collector(f"sqlite:///{Path(folder) / 'bench.db'}", Path(folder))
+        )
         servers = [
             stack.enter_context(serve_metrics(body=payload.encode(), delay_s=DELAY_S))
             for _ in range(TARGETS)

@@ -1,10 +1,12 @@
-"""Database bytes per stored sample, measured on the SQLite file after a WAL checkpoint."""
+"""Database bytes per stored sample: SQLite file growth, or PostgreSQL relation growth."""
 
+import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import text
+from sqlalchemy import make_url, text
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from app.db import create_db_engine, upgrade_database
@@ -16,11 +18,28 @@ from app.targets import parse_target
 from tests.payloads import fixture
 
 
-def bytes_per_sample(payload: str, count: int, folder: Path) -> float:
-    """Store `count` samples of `payload` for one target; the file's growth per sample."""
-    url = f"sqlite:///{folder / 'size.db'}"
-    upgrade_database(url)
-    engine = create_db_engine(url)
+def _size(engine: Engine) -> int:
+    with engine.connect() as connection:
+        if engine.dialect.name == "postgresql":
+            return int(
+                connection.execute(
+                    text(
+                        "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
+                        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                    )
+                ).scalar_one()
+            )
+        connection.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        pages = connection.execute(text("PRAGMA page_count")).scalar_one()
+        page_size = connection.execute(text("PRAGMA page_size")).scalar_one()
+        return int(pages * page_size)
+
+
+def bytes_per_sample(payload: str, count: int, database_url: str) -> float:
+    """Store `count` samples of `payload` for one target; the storage's growth per sample."""
+    upgrade_database(database_url)
+    engine = create_db_engine(database_url)
     target = parse_target("h:1")
     with Session(engine) as session:
         window = Window(window_id="size", sample_interval_s=1)
@@ -36,27 +55,36 @@ def bytes_per_sample(payload: str, count: int, folder: Path) -> float:
         outcome = ScrapeOutcome(target, datetime.now(UTC), series=series)
         assert store_samples(engine, window_pk, [outcome], ids)
 
-    def size() -> int:
-        with engine.connect() as connection:
-            connection.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
-            pages = connection.execute(text("PRAGMA page_count")).scalar_one()
-            page_size = connection.execute(text("PRAGMA page_size")).scalar_one()
-        return int(pages * page_size)
-
     store()  # the first sample also adds the target's series catalogue
-    before = size()
+    before = _size(engine)
     for _ in range(count):
         store()
-    grown = size() - before
+    grown = _size(engine) - before
     engine.dispose()
     return grown / count
 
 
 def main() -> None:
+    postgres = os.environ.get("SPECDEC_TEST_POSTGRES_URL")
     for name in ("vllm_v1_dp1_k5.txt", "vllm_v1_dp8_k5.txt"):
         with tempfile.TemporaryDirectory() as folder:
-            per_sample = bytes_per_sample(fixture(name), 2000, Path(folder))
+            per_sample = bytes_per_sample(fixture(name), 2000, f"sqlite:///{Path(folder) / 'b.db'}")
         print(f"{name:<22} {per_sample:>8.0f} bytes per stored sample (SQLite, 2000 samples)")
+        if postgres:
+            engine = create_db_engine(postgres)
+            with engine.begin() as connection:
+                connection.execute(text("DROP SCHEMA IF EXISTS bench_storage CASCADE"))
+                connection.execute(text("CREATE SCHEMA bench_storage"))
+            url = make_url(postgres).update_query_dict({"options": "-csearch_path=bench_storage"})
+            per_sample = bytes_per_sample(
+                fixture(name), 2000, url.render_as_string(hide_password=False)
+            )
+            with engine.begin() as connection:
+                connection.execute(text("DROP SCHEMA bench_storage CASCADE"))
+            engine.dispose()
+            print(
+                f"{name:<22} {per_sample:>8.0f} bytes per stored sample (PostgreSQL, 2000 samples)"
+            )
 
 
 if __name__ == "__main__":

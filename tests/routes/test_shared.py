@@ -49,9 +49,9 @@ def test_always_denied_targets_are_a_422_naming_them(
     assert api.get("/windows/ssrf").status_code == 404
 
 
-def test_allow_list_limits_where_the_collector_connects(tmp_path: Path) -> None:
+def test_allow_list_limits_where_the_collector_connects(database_url: str, tmp_path: Path) -> None:
     with (
-        run_collector(tmp_path, SPECDEC_ALLOWED_TARGETS="127.0.0.0/8") as collector,
+        run_collector(database_url, tmp_path, SPECDEC_ALLOWED_TARGETS="127.0.0.0/8") as collector,
         serve_metrics(body=payload(10)) as ok,
     ):
         api = httpx.Client(base_url=collector.base_url, timeout=30)
@@ -63,9 +63,11 @@ def test_allow_list_limits_where_the_collector_connects(tmp_path: Path) -> None:
         assert api.post("/windows/w/start", json={"targets": [ok.target]}).status_code == 201
 
 
-def test_header_values_are_sent_but_never_shown_or_logged(tmp_path: Path) -> None:
+def test_header_values_are_sent_but_never_shown_or_logged(
+    database_url: str, tmp_path: Path
+) -> None:
     with (
-        run_collector(tmp_path, SPECDEC_LOG_LEVEL="debug") as collector,
+        run_collector(database_url, tmp_path, SPECDEC_LOG_LEVEL="debug") as collector,
         serve_metrics(body=payload(100)) as server,
     ):
         api = httpx.Client(base_url=collector.base_url, timeout=30)
@@ -93,10 +95,13 @@ def test_header_values_are_sent_but_never_shown_or_logged(tmp_path: Path) -> Non
     assert len(sent) >= 3 and set(sent) == {SECRET}  # before, samples, after
 
 
-def test_limits_of_a_window(tmp_path: Path) -> None:
+def test_limits_of_a_window(database_url: str, tmp_path: Path) -> None:
     env = {"SPECDEC_MAX_TARGETS_PER_WINDOW": "4", "SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM": "2",
            "SPECDEC_MAX_LABELS_PER_WINDOW": "3", "SPECDEC_MAX_LABEL_CHARS": "10"}  # fmt: skip
-    with run_collector(tmp_path, **env) as collector, serve_metrics(body=payload(10)) as server:
+    with (
+        run_collector(database_url, tmp_path, **env) as collector,
+        serve_metrics(body=payload(10)) as server,
+    ):
         api = httpx.Client(base_url=collector.base_url, timeout=30)
         five = [f"127.0.0.1:{port}" for port in range(9001, 9006)]
         too_many = api.post("/windows/w/start", json={"targets": five})
@@ -200,10 +205,10 @@ def test_huge_answer_and_gzip_bomb_stay_bounded(collector: Collector, api: httpx
     )  # the cap is 16 MiB; 64 MB + 512 MB offered
 
 
-def test_overlapping_windows_on_one_server(tmp_path: Path) -> None:
+def test_overlapping_windows_on_one_server(database_url: str, tmp_path: Path) -> None:
     keys = "a:write:team-a-key-0123456789,b:write:team-b-key-0123456789"
     with (
-        run_collector(tmp_path, SPECDEC_API_KEYS=keys) as collector,
+        run_collector(database_url, tmp_path, SPECDEC_API_KEYS=keys) as collector,
         serve_metrics(body=payload(10)) as server,
     ):
         api = httpx.Client(base_url=collector.base_url, timeout=30)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import create_engine, text
 
 from tests.collector import Collector, run_collector, specdec_command
 from tests.metrics_server import MetricsServer, free_port, serve_metrics
@@ -24,8 +25,8 @@ def auth(key: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def shared(tmp_path: Path) -> Iterator[Collector]:
-    with run_collector(tmp_path, SPECDEC_API_KEYS=KEYS) as collector:
+def shared(database_url: str, tmp_path: Path) -> Iterator[Collector]:
+    with run_collector(database_url, tmp_path, SPECDEC_API_KEYS=KEYS) as collector:
         yield collector
 
 
@@ -106,15 +107,17 @@ def test_teams_are_isolated_and_admins_name_the_team(shared: Collector) -> None:
         )
 
 
-def test_keys_cli_create_list_revoke(tmp_path: Path, server: MetricsServer) -> None:
-    env = {**os.environ, "SPECDEC_DATABASE_URL": f"sqlite:///{tmp_path / 'specdec.db'}"}
+def test_keys_cli_create_list_revoke(
+    database_url: str, tmp_path: Path, server: MetricsServer
+) -> None:
+    env = {**os.environ, "SPECDEC_DATABASE_URL": database_url}
 
     def specdec(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [*specdec_command(), "keys", *args], env=env, capture_output=True, text=True, timeout=60
         )
 
-    with run_collector(tmp_path) as collector:
+    with run_collector(database_url, tmp_path) as collector:
         api = httpx.Client(base_url=collector.base_url, timeout=30)
         assert api.get("/windows/x").status_code == 404  # open mode: no key needed yet
         created = specdec("create", "--team", "ml", "--role", "write")
@@ -134,12 +137,16 @@ def test_keys_cli_create_list_revoke(tmp_path: Path, server: MetricsServer) -> N
         assert api.get("/windows/x", headers=auth(key)).status_code == 401
     bad = specdec("create", "--team", "no spaces", "--role", "read")
     assert bad.returncode == 2 and "team" in bad.stderr
-    assert key.encode() not in (tmp_path / "specdec.db").read_bytes()
+    engine = create_engine(database_url)
+    with engine.connect() as connection:
+        stored = connection.execute(text("SELECT * FROM api_key")).all()
+    engine.dispose()
+    assert stored and key not in repr(stored)
 
 
-def test_serving_beyond_loopback_without_keys_is_refused(tmp_path: Path) -> None:
+def test_serving_beyond_loopback_without_keys_is_refused(database_url: str) -> None:
     port = free_port()
-    env = {**os.environ, "SPECDEC_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}"}
+    env = {**os.environ, "SPECDEC_DATABASE_URL": database_url}
     refused = subprocess.run(
         [*specdec_command(), "serve", "--host", "0.0.0.0", "--port", str(port)],
         env=env, capture_output=True, text=True, timeout=60,
@@ -149,9 +156,9 @@ def test_serving_beyond_loopback_without_keys_is_refused(tmp_path: Path) -> None
     assert "SPECDEC_ALLOW_ANONYMOUS=true" in refused.stderr
 
 
-def test_anonymous_beyond_loopback_when_allowed(tmp_path: Path) -> None:
+def test_anonymous_beyond_loopback_when_allowed(database_url: str, tmp_path: Path) -> None:
     collector = Collector(
-        f"sqlite:///{tmp_path / 'db.sqlite'}", env={"SPECDEC_ALLOW_ANONYMOUS": "true"}
+        database_url, env={"SPECDEC_ALLOW_ANONYMOUS": "true"}, log_path=tmp_path / "log"
     )
     collector.start(host="0.0.0.0")
     try:
@@ -162,7 +169,7 @@ def test_anonymous_beyond_loopback_when_allowed(tmp_path: Path) -> None:
 
 
 def test_bad_settings_stop_the_start_with_a_message(tmp_path: Path) -> None:
-    env = {**os.environ, "SPECDEC_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
+    env = {**os.environ, "SPECDEC_DATABASE_URL": f"sqlite:///{tmp_path / 'never-created.db'}",
            "SPECDEC_API_KEYS": "a:boss:0123456789abcdef0"}  # fmt: skip
     run = subprocess.run(
         [*specdec_command(), "serve", "--port", str(free_port())],

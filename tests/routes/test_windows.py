@@ -269,8 +269,8 @@ def test_failing_targets_give_na_results_with_reasons(api: httpx.Client) -> None
     assert report.count("Status                                        N/A") == 4
 
 
-def test_window_survives_sigkill_between_start_and_stop(tmp_path: Path) -> None:
-    with run_collector(tmp_path) as collector, serve_metrics() as server:
+def test_window_survives_sigkill_between_start_and_stop(database_url: str, tmp_path: Path) -> None:
+    with run_collector(database_url, tmp_path) as collector, serve_metrics() as server:
         server.set_text(vllm_payload(SEED_BEFORE))
         started = httpx.post(
             f"{collector.base_url}/windows/crash/start",
@@ -304,8 +304,10 @@ def test_thirty_two_slow_targets_are_scraped_at_once(api: httpx.Client) -> None:
     assert max(arrived for arrived, _ in spans) < min(answered for _, answered in spans)
 
 
-def test_crash_before_the_baseline_was_stored_gives_an_honest_na(tmp_path: Path) -> None:
-    with run_collector(tmp_path) as collector, serve_metrics(delay_s=3.0) as server:
+def test_crash_before_the_baseline_was_stored_gives_an_honest_na(
+    database_url: str, tmp_path: Path
+) -> None:
+    with run_collector(database_url, tmp_path) as collector, serve_metrics(delay_s=3.0) as server:
         server.set_text(vllm_payload(SEED_BEFORE))
         body = {"targets": [server.target]}
         outcome: dict[str, Any] = {}

@@ -1,0 +1,182 @@
+"""Several replicas on one database, and a database that goes away and comes back."""
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import make_url, text
+
+from app.db import create_db_engine
+from tests.collector import Collector, run_collector
+from tests.metrics_server import serve_metrics
+from tests.payloads import EngineCounters, vllm_payload
+from tests.tcp_proxy import tcp_proxy
+
+MIGRATE = "import sys; from app.db import upgrade_database; upgrade_database(sys.argv[1])"
+
+
+def payload(drafts: int) -> bytes:
+    per_pos = [drafts // 2, drafts // 4, drafts // 8]
+    return vllm_payload(
+        [EngineCounters(drafts=drafts, draft_tokens=3 * drafts, accepted_per_pos=per_pos)]
+    ).encode()
+
+
+def test_replicas_booting_together_migrate_once(database_url: str) -> None:
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", MIGRATE, database_url], stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    errors = [process.communicate(timeout=120)[1] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0, 0, 0], errors
+    engine = create_db_engine(database_url)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
+    engine.dispose()
+
+
+def test_any_replica_answers_any_call(database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with (
+        run_collector(database_url, tmp_path / "a", SPECDEC_REPLICA_ID="a") as a,
+        run_collector(database_url, tmp_path / "b", SPECDEC_REPLICA_ID="b") as b,
+        serve_metrics(body=payload(100)) as server,
+    ):
+        body = {"targets": [server.target]}
+
+        async def race() -> list[int]:
+            async with httpx.AsyncClient(timeout=30) as client:
+                answers = await asyncio.gather(
+                    *(
+                        client.post(f"{(a, b)[i % 2].base_url}/windows/race/start", json=body)
+                        for i in range(20)
+                    )
+                )
+            return sorted(answer.status_code for answer in answers)
+
+        assert asyncio.run(race()) == [200] * 19 + [201]
+        assert server.count() == 1
+        server.replace(payload(400))
+        stopped = httpx.post(f"{b.base_url}/windows/race/stop", timeout=30).json()
+        from_a = httpx.get(f"{a.base_url}/windows/race/results/{server.target}", timeout=30).json()
+    assert stopped["targets"][0]["result"]["data"]["num_drafts"] == 300
+    assert from_a == stopped["targets"][0]["result"]
+
+
+def _sample_times(base_url: str, window_id: str) -> list[tuple[datetime, str]]:
+    points = httpx.get(f"{base_url}/windows/{window_id}/samples", timeout=30).json()["series"][0][
+        "points"
+    ]
+    return [(datetime.fromisoformat(p["taken_at"]), p["phase"]) for p in points]
+
+
+def test_one_replica_samples_each_window_and_another_takes_over(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """Two replicas as real processes on one PostgreSQL; the owner of the windows is killed."""
+    interval = 0.5
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = Collector(postgres_url, env={"SPECDEC_REPLICA_ID": "a"}, log_path=tmp_path / "a" / "log")
+    b = Collector(postgres_url, env={"SPECDEC_REPLICA_ID": "b"}, log_path=tmp_path / "b" / "log")
+    a.start()
+    b.start()
+    try:
+        with serve_metrics(body=payload(100)) as server:
+            windows = [f"w{i}" for i in range(3)]
+            for window_id in windows:
+                started = httpx.post(
+                    f"{a.base_url}/windows/{window_id}/start",
+                    json={"targets": [server.target], "sample_interval_s": interval},
+                    timeout=30,
+                )
+                assert started.status_code == 201
+            time.sleep(4 * interval)
+            engine = create_db_engine(postgres_url)
+            with engine.connect() as connection:
+                owners = (
+                    connection.execute(text('SELECT DISTINCT sampler_owner FROM "window"'))
+                    .scalars()
+                    .all()
+                )
+            assert owners == ["a"]  # the starting replica holds them; b only watches the leases
+            a.kill()
+            killed_at = time.time()
+            time.sleep(6 * interval)
+            with engine.connect() as connection:
+                owners = (
+                    connection.execute(text('SELECT DISTINCT sampler_owner FROM "window"'))
+                    .scalars()
+                    .all()
+                )
+            engine.dispose()
+            assert owners == ["b"]
+            results = [
+                httpx.post(f"{b.base_url}/windows/{w}/stop", timeout=30).json() for w in windows
+            ]
+            series = {w: _sample_times(b.base_url, w) for w in windows}
+    finally:
+        a.stop()
+        b.stop()
+    for window_id, points in series.items():
+        samples = sorted(t.timestamp() for t, phase in points if phase == "sample")
+        # No instant sampled twice: consecutive samples are close to an interval apart, never doubled.
+        gaps = [later - earlier for earlier, later in itertools.pairwise(samples)]
+        assert min(gaps) > interval / 2, (window_id, gaps)
+        # Taken over within two intervals of the kill (plus one for the lease scan's granularity).
+        before_kill = [t for t in samples if t < killed_at]
+        after_kill = [t for t in samples if t > killed_at]
+        assert before_kill and after_kill
+        assert after_kill[0] - before_kill[-1] <= 2 * interval + 0.5, (
+            window_id,
+            after_kill[0] - before_kill[-1],
+        )
+    for result in results:
+        assert result["targets"][0]["result"]["samples"]["failed"] == 0
+
+
+def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_path: Path) -> None:
+    url = make_url(postgres_url)
+    with (
+        tcp_proxy((url.host or "127.0.0.1", url.port or 5432)) as proxy,
+        serve_metrics(body=payload(100)) as server,
+    ):
+        via_proxy = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+        env = {"SPECDEC_DB_CONNECT_TIMEOUT_S": "1", "SPECDEC_DB_STATEMENT_TIMEOUT_S": "2"}
+        with run_collector(via_proxy, tmp_path, **env) as collector:
+            api = httpx.Client(base_url=collector.base_url, timeout=30)
+            assert (
+                api.post("/windows/db/start", json={"targets": [server.target]}).status_code == 201
+            )
+            proxy.cut()
+            health = api.get("/healthz")
+            assert health.status_code == 503
+            assert health.json()["detail"].startswith("database unavailable: ")
+            down: dict[str, Any] = api.post(
+                "/windows/other/start", json={"targets": [server.target]}
+            ).json()
+            assert api.get("/windows/db").status_code == 503
+            assert down["detail"].startswith("database unavailable: ") and down["detail"].endswith(
+                "retry later"
+            )
+            proxy.restore()
+            deadline = time.monotonic() + 30
+            while api.get("/healthz").status_code != 200:
+                assert time.monotonic() < deadline, "the service did not recover"
+                time.sleep(0.2)
+            server.replace(payload(250))
+            stopped = api.post("/windows/db/stop")
+            assert stopped.status_code == 200
+            assert stopped.json()["targets"][0]["result"]["data"]["num_drafts"] == 150
+            assert api.get("/windows/other").status_code == 404  # the refused start stored nothing
+    assert os.path.exists(tmp_path / "collector.log")
