@@ -1,0 +1,87 @@
+"""Windows per second with one replica and with two on the same PostgreSQL, in one run.
+
+Each window is a start and a stop against 4 real `/metrics` servers (one-engine payloads).
+32 concurrent clients run for 15 s against replica A alone, then spread over A and B.
+Needs SPECDEC_TEST_POSTGRES_URL (`make postgres`).
+"""
+
+import asyncio
+import itertools
+import os
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+from sqlalchemy import create_engine, make_url, text
+
+from tests.collector import run_collector
+from tests.metrics_server import serve_metrics
+from tests.payloads import fixture
+
+CLIENTS, SECONDS, TARGETS = 32, 15.0, 4
+
+
+async def load(base_urls: list[str], targets: list[str], label: str) -> float:
+    counter = itertools.count()
+    done = 0
+    deadline = time.monotonic() + SECONDS
+
+    async def client(index: int) -> None:
+        nonlocal done
+        async with httpx.AsyncClient(timeout=60) as http:
+            while time.monotonic() < deadline:
+                window_id = f"{label}-{next(counter)}"
+                base = base_urls[index % len(base_urls)]
+                started = await http.post(
+                    f"{base}/windows/{window_id}/start", json={"targets": targets}
+                )
+                stopped = await http.post(f"{base}/windows/{window_id}/stop")
+                assert started.status_code == 201 and stopped.status_code == 200, (
+                    started.text,
+                    stopped.text,
+                )
+                done += 1
+
+    began = time.monotonic()
+    await asyncio.gather(*(client(i) for i in range(CLIENTS)))
+    return done / (time.monotonic() - began)
+
+
+def main() -> None:
+    base = os.environ.get("SPECDEC_TEST_POSTGRES_URL")
+    if not base:
+        sys.exit("set SPECDEC_TEST_POSTGRES_URL (make postgres)")
+    admin = create_engine(base)
+    with admin.begin() as connection:
+        connection.execute(text("DROP SCHEMA IF EXISTS bench_replicas CASCADE"))
+        connection.execute(text("CREATE SCHEMA bench_replicas"))
+    url = make_url(base).update_query_dict({"options": "-csearch_path=bench_replicas"})
+    database_url = url.render_as_string(hide_password=False)
+    payload = fixture("vllm_v1_dp1_k5.txt").encode()
+    try:
+        with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
+            logs = [Path(folder) / name for name in ("a", "b")]
+            for log in logs:
+                log.mkdir()
+            a = stack.enter_context(run_collector(database_url, logs[0], SPECDEC_REPLICA_ID="a"))
+            b = stack.enter_context(run_collector(database_url, logs[1], SPECDEC_REPLICA_ID="b"))
+            servers = [stack.enter_context(serve_metrics(body=payload)) for _ in range(TARGETS)]
+            targets = [server.target for server in servers]
+            one = asyncio.run(load([a.base_url], targets, "one"))
+            two = asyncio.run(load([a.base_url, b.base_url], targets, "two"))
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text("DROP SCHEMA bench_replicas CASCADE"))
+        admin.dispose()
+    print(f"windows/s (start + stop, {TARGETS} targets, {CLIENTS} clients, {SECONDS:.0f} s each):")
+    print(f"  1 replica : {one:7.1f}")
+    print(
+        f"  2 replicas: {two:7.1f}   ratio {two / one:.2f} (same PostgreSQL, same {os.cpu_count()}-core machine)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The compose stack, checked without a Docker engine: files it names exist, commands parse."""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.cli import build_parser
+
+ROOT = Path(__file__).parent.parent
+
+
+def _compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
+
+
+def test_every_referenced_file_exists() -> None:
+    for name, service in _compose()["services"].items():
+        build = service.get("build")
+        if build:
+            assert (ROOT / build["context"] / build["dockerfile"]).is_file(), name
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), (name, source)
+
+
+def test_every_command_is_a_valid_specdec_invocation() -> None:
+    commands = [s["command"] for s in _compose()["services"].values() if "command" in s]
+    specdec = [command for command in commands if command[0] == "specdec"]
+    assert len(specdec) >= 4
+    for command in specdec:
+        build_parser().parse_args(command[1:])  # exits (fails the test) on a bad invocation
+
+
+def test_replicas_profile_shares_one_postgres_with_distinct_replica_ids() -> None:
+    services = _compose()["services"]
+    replicas = [
+        s for s in services.values() if "replicas" in s.get("profiles", []) and s.get("build")
+    ]
+    assert len(replicas) == 2
+    urls = {r["environment"]["SPECDEC_DATABASE_URL"] for r in replicas}
+    assert len(urls) == 1 and next(iter(urls)).startswith("postgresql+psycopg://")
+    assert len({r["environment"]["SPECDEC_REPLICA_ID"] for r in replicas}) == 2
+    nginx = (ROOT / "docker" / "nginx.conf").read_text()
+    assert "collector-1:8000" in nginx and "collector-2:8000" in nginx
+
+
+def test_dockerfile_runs_as_a_user_with_a_healthcheck() -> None:
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert "USER specdec" in dockerfile
+    assert "HEALTHCHECK" in dockerfile and "/healthz" in dockerfile
+    assert 'CMD ["specdec", "serve", "--host", "0.0.0.0", "--port", "8000"]' in dockerfile
