@@ -29,9 +29,10 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy import delete, update
 from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 
+from app.db import write_session
 from app.models import Snapshot, Window, WindowTarget, utcnow
 from app.scrape import ScrapeConfig, ScrapeOutcome, scrape_all
 from app.windows import LEASE_INTERVALS, StoredTarget, store_snapshots
@@ -53,7 +54,7 @@ def _owned(window_pk: int, owner: str) -> Any:
 
 def renew_lease(engine: Engine, window_pk: int, owner: str, interval_s: float) -> bool:
     """Extend `owner`'s lease of an open window; `False` if it is closed or owned by another."""
-    with Session(engine) as session:
+    with write_session(engine) as session:
         renewed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Window)
             .where(_owned(window_pk, owner))
@@ -76,7 +77,7 @@ def store_samples(
     Returns whether the samples were stored. The window row is written first: that
     serialises with a stop, so once the window is closed a late sample is dropped.
     """
-    with Session(engine) as session:
+    with write_session(engine) as session:
         condition = (col(Window.id) == window_pk) & (col(Window.state) == "open")
         values: dict[str, Any] = {"last_sampled_at": utcnow()}
         if owner is not None:
@@ -107,7 +108,7 @@ def claim_windows(
     if include_own:
         claimable = claimable | (col(Window.sampler_owner) == owner)
     claimed = []
-    with Session(engine) as session:
+    with write_session(engine) as session:
         candidates = session.exec(
             select(Window.id, Window.sample_interval_s).where(
                 col(Window.state) == "open",
@@ -137,7 +138,7 @@ def claim_windows(
 
 def purge_samples(engine: Engine, closed_before: datetime) -> int:
     """Delete the samples of windows closed before `closed_before`; results stay. Returns count."""
-    with Session(engine) as session:
+    with write_session(engine) as session:
         old_targets = (
             select(WindowTarget.id)
             .join(Window, col(Window.id) == col(WindowTarget.window_pk))

@@ -33,6 +33,7 @@ from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
+from app.db import write_session
 from app.models import (
     Snapshot,
     TargetPublic,
@@ -402,7 +403,7 @@ def _insert_window(
     sampler_owner: str,
     first_lease_s: float,
 ) -> bool:
-    with Session(engine) as session:
+    with write_session(engine) as session:
         interval_s = body.sample_interval_s
         window = Window(
             team=actor.team,
@@ -451,7 +452,7 @@ def _insert_window(
 def _store_baseline(
     engine: Engine, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]
 ) -> None:
-    with Session(engine) as session:
+    with write_session(engine) as session:
         store_snapshots(session, {t.key: t.id for t in stored.targets}, "before", outcomes)
         session.commit()
 
@@ -459,7 +460,7 @@ def _store_baseline(
 def _close_window(
     engine: Engine, stored: StoredWindow, actor: Actor, outcomes: Sequence[ScrapeOutcome]
 ) -> None:
-    with Session(engine) as session:
+    with write_session(engine) as session:
         # The conditional update goes first: it takes the write lock, so no sample lands while
         # the results are computed, and of two concurrent stops only the first stores results.
         closed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
