@@ -159,6 +159,15 @@ class ApiKey(SQLModel, table=True):
     revoked_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
 
 
+class Heartbeat(SQLModel, table=True):
+    """The last time each replica's health check wrote to the database."""
+
+    __tablename__ = "heartbeat"
+
+    replica_id: str = Field(primary_key=True, max_length=128)
+    beat_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
+
+
 class TargetPublic(SQLModel):
     target: str
     url: str

@@ -123,11 +123,14 @@ def extract_spec_decode(text: str) -> Series:
     Only lines that start with ``vllm:spec_decode_`` are looked at; the rest of the payload
     is skipped by substring search. A `_created` sample fills `SeriesValue.created` and is
     never counted. A series that has only a `_created` sample is dropped. Reading stops at an
-    OpenMetrics ``# EOF`` line. Raises `ExtractionError` on a malformed spec-decode line, a
-    negative or non-finite counter, or a series given twice.
+    OpenMetrics ``# EOF`` line. Raises `ExtractionError` on a payload cut off mid-line, a
+    malformed spec-decode line, a negative or non-finite counter, or a series given twice.
     """
     series: Series = {}
     limit = _eof_offset(text)
+    if limit == len(text) and text and not text.endswith("\n"):
+        # Every exposition line ends with a newline: an answer without one was cut off.
+        raise ExtractionError("payload cut off mid-line (no final newline)")
     needle = "\n" + PREFIX
     if text.startswith(PREFIX) and limit > 0:
         start = 0

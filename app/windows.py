@@ -165,6 +165,12 @@ def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
 
 
 def _catalog(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKey]:
+    """The series catalogue of these targets, by id.
+
+    Read it after the snapshots that refer to it: a snapshot commits with (or after) the
+    series it names, so under READ COMMITTED a catalogue read later knows them all, where one
+    read earlier can miss the series of a snapshot committed in between.
+    """
     rows = session.exec(
         select(TargetSeries).where(col(TargetSeries.target_id).in_(list(target_ids)))
     ).all()
@@ -248,8 +254,8 @@ def _with_overlaps(
 
 def _public(session: Session, stored: StoredWindow) -> WindowPublic:
     ids = [t.id for t in stored.targets]
-    catalog = _catalog(session, ids)
     befores = _snapshots(session, ids, ["before"])
+    catalog = _catalog(session, ids)  # after the snapshots: see `_catalog`
     overlaps = _overlaps(session, stored)
     targets = []
     for target in stored.targets:
@@ -313,8 +319,8 @@ def read_timeline(
         if not targets:
             raise LookupError(f"window {window_id} has no target {target_key}")
         ids = [t.id for t in targets]
-        catalog = _catalog(session, ids)
         chains = _snapshots(session, ids)
+        catalog = _catalog(session, ids)  # after the snapshots: see `_catalog`
     return [
         (
             target.key,
@@ -474,8 +480,8 @@ def _close_window(
         store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
         session.flush()
         ids = [t.id for t in stored.targets]
-        catalog = _catalog(session, ids)
         chains = _snapshots(session, ids)
+        catalog = _catalog(session, ids)  # after the snapshots: see `_catalog`
         for target in stored.targets:
             chain = chains.get(target.id, [])
             before = next((s for s in chain if s.phase == "before"), None)

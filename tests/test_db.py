@@ -24,7 +24,7 @@ def test_upgrade_of_an_empty_database_matches_the_models(database_url: str) -> N
             )
             assert diff == []
             assert set(inspect(connection).get_table_names()) == {
-                "alembic_version", "window", "window_target", "target_series", "snapshot", "api_key",
+                "alembic_version", "window", "window_target", "target_series", "snapshot", "api_key", "heartbeat",
             }  # fmt: skip
     finally:
         engine.dispose()

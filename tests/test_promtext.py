@@ -232,3 +232,12 @@ def test_eof_forms() -> None:
     assert len(extract_spec_decode(f"{line}\n# EOF")) == 1
     assert len(extract_spec_decode(f"{line}\n# EOF\r\n")) == 1
     assert len(extract_spec_decode(f"{line}\n")) == 1
+
+
+def test_payload_cut_mid_line_is_an_error() -> None:
+    whole = 'vllm:spec_decode_num_drafts_total{engine="0"} 486223\n'
+    # Cut inside the value: the line still parses, only the missing newline tells.
+    with pytest.raises(ExtractionError, match="cut off mid-line"):
+        extract_spec_decode(whole[:-3])
+    with pytest.raises(ExtractionError, match="cut off mid-line"):
+        extract_spec_decode(whole + "# HELP other_metric and so")

@@ -1,30 +1,43 @@
 """Liveness and readiness."""
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
-from app.db import EngineDep, database_unavailable
+from app.db import EngineDep, database_unavailable, write_session
+from app.models import Heartbeat, utcnow
 
 router = APIRouter(tags=["health"])
 
 
-def _ping(engine: Engine) -> None:
-    with engine.connect() as connection:
-        connection.execute(text("SELECT 1"))
+def beat(engine: Engine, replica_id: str) -> None:
+    """Write this replica's heartbeat: proves the database answers and takes writes.
+
+    A read alone would pass on a read-only file or a full disk.
+    """
+    with write_session(engine) as session:
+        insert = postgresql_insert if engine.dialect.name == "postgresql" else sqlite_insert
+        now = utcnow()
+        session.execute(
+            insert(Heartbeat)
+            .values(replica_id=replica_id, beat_at=now)
+            .on_conflict_do_update(index_elements=["replica_id"], set_={"beat_at": now})
+        )
+        session.commit()
 
 
 @router.get(
     "/healthz",
-    responses={503: {"description": "the database does not answer"}},
+    responses={503: {"description": "the database does not answer or takes no writes"}},
 )
-async def healthz(engine: EngineDep) -> JSONResponse:
-    """200 while the service and its database answer, else 503 saying why."""
+async def healthz(request: Request, engine: EngineDep) -> JSONResponse:
+    """200 while the service can serve (its database answers and takes writes), else 503."""
     try:
-        await run_in_threadpool(_ping, engine)
+        await run_in_threadpool(beat, engine, request.app.state.collector.sampler.replica_id)
     except SQLAlchemyError as exc:
         reason = database_unavailable(exc) or type(exc).__name__
         return JSONResponse(
