@@ -2,6 +2,7 @@
 
 import gzip
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -130,3 +131,33 @@ def serve_metrics(**settings: object) -> Iterator[MetricsServer]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serve_reset_mid_body() -> Iterator[str]:
+    """A server that sends headers and part of a body, then resets the connection (RST)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stopping = threading.Event()
+
+    def run() -> None:
+        while not stopping.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            with client:
+                client.recv(65536)
+                client.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n"
+                    + b"# HELP vllm:spec_decode_num_drafts_total x\n" * 20
+                )
+                # SO_LINGER with a zero timeout: close() sends RST instead of FIN.
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stopping.set()
+        listener.close()

@@ -1,0 +1,83 @@
+"""Load on SQLite: 200 concurrent clients starting, reading and stopping windows for 30 s
+against 20 real targets. Prints the request rate and p50/p99 latency per call, and checks
+that no call failed with a 5xx and every window ended closed.
+"""
+
+import asyncio
+import itertools
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+
+from tests.collector import run_collector
+from tests.metrics_server import serve_metrics
+from tests.payloads import fixture
+
+CLIENTS, SECONDS, TARGETS = 200, 30.0, 20
+
+
+def main() -> None:
+    payload = fixture("vllm_v1_dp1_k5.txt").encode()
+    latencies: dict[str, list[float]] = defaultdict(list)
+    statuses: list[int] = []
+    windows: list[str] = []
+    with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
+        collector = stack.enter_context(
+            run_collector(f"sqlite:///{Path(folder) / 'load.db'}", Path(folder))
+        )
+        targets = [stack.enter_context(serve_metrics(body=payload)).target for _ in range(TARGETS)]
+        counter = itertools.count()
+
+        async def client(http: httpx.AsyncClient) -> None:
+            deadline = time.monotonic() + SECONDS
+            while time.monotonic() < deadline:
+                window_id = f"load-{next(counter)}"
+                calls = [
+                    (
+                        "start",
+                        "POST",
+                        f"/windows/{window_id}/start",
+                        {"targets": targets[: 1 + len(windows) % TARGETS]},
+                    ),
+                    ("read", "GET", f"/windows/{window_id}", None),
+                    ("stop", "POST", f"/windows/{window_id}/stop", None),
+                    ("report", "GET", f"/windows/{window_id}/report", None),
+                ]
+                for name, method, path, body in calls:
+                    began = time.perf_counter()
+                    answer = await http.request(method, path, json=body)
+                    latencies[name].append(time.perf_counter() - began)
+                    statuses.append(answer.status_code)
+                windows.append(window_id)
+
+        async def run() -> float:
+            limits = httpx.Limits(max_connections=CLIENTS)
+            async with httpx.AsyncClient(
+                base_url=collector.base_url, timeout=120, limits=limits
+            ) as http:
+                began = time.monotonic()
+                await asyncio.gather(*(client(http) for _ in range(CLIENTS)))
+                return time.monotonic() - began
+
+        elapsed = asyncio.run(run())
+        with httpx.Client(base_url=collector.base_url, timeout=60) as api:
+            open_left = [w for w in windows if api.get(f"/windows/{w}").json()["state"] != "closed"]
+    errors = [s for s in statuses if s >= 500]
+    print(
+        f"{CLIENTS} clients, {SECONDS:.0f} s, {TARGETS} targets, SQLite: {len(statuses) / elapsed:.0f} calls/s, "
+        f"{len(windows)} windows, {len(errors)} 5xx, {len(open_left)} windows left open"
+    )
+    for name, values in latencies.items():
+        cut = statistics.quantiles(values, n=100)
+        print(
+            f"  {name:<7} p50 {cut[49] * 1000:7.1f} ms   p99 {cut[98] * 1000:7.1f} ms   ({len(values)} calls)"
+        )
+
+
+if __name__ == "__main__":
+    main()

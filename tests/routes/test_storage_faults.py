@@ -1,0 +1,116 @@
+"""Storage faults on SQLite: the disk fills, the file system turns read-only, and both pass.
+
+A small ext4 file system (a loop-mounted image) holds the database, so the faults are real
+file-system answers: ENOSPC when it fills, EPERM once the files are made immutable
+(`chattr +i`, which also stops writes through descriptors already open, as a read-only
+remount would). Mounting needs root, as CI runs; PostgreSQL's storage is the server's, covered
+by the test of a database that goes away (tests/routes/test_replicas.py).
+"""
+
+import errno
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.collector import run_collector
+from tests.metrics_server import MetricsServer, serve_metrics
+from tests.payloads import EngineCounters, vllm_payload
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.fail("storage-fault tests mount a 24 MiB ext4 image and need root (CI runs as root)")
+    image, mount = tmp_path / "disk.img", tmp_path / "disk"
+    mount.mkdir()
+    with image.open("wb") as handle:
+        handle.truncate(24 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def server() -> Iterator[MetricsServer]:
+    body = vllm_payload([EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])])
+    with serve_metrics(body=body.encode()) as running:
+        yield running
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as handle:
+        for chunk in (1 << 20, 4096):  # megabytes first, then the last blocks one by one
+            try:
+                while True:
+                    handle.write(b"\0" * chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def _truncate_wal(database: Path) -> None:
+    # SQLite reuses its WAL file; emptied, the next write needs new blocks from the disk.
+    with sqlite3.connect(database) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def test_a_full_disk_answers_503_loses_nothing_and_passes(
+    small_disk: Path, tmp_path: Path, server: MetricsServer
+) -> None:
+    database = small_disk / "specdec.db"
+    with run_collector(f"sqlite:///{database}", tmp_path) as collector:
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        assert api.post("/windows/kept/start", json={"targets": [server.target]}).status_code == 201
+        kept = api.post("/windows/kept/stop").json()
+        _truncate_wal(database)
+        filler = _fill(small_disk)
+        refused = api.post("/windows/new/start", json={"targets": [server.target]})
+        assert refused.status_code == 503
+        assert (
+            refused.json()["detail"]
+            == "database unavailable: database or disk is full; retry later"
+        )
+        health = api.get("/healthz")
+        assert health.status_code == 503
+        assert health.json()["detail"] == "database unavailable: database or disk is full"
+        assert api.get("/windows/kept").json() == kept  # reads still work
+        filler.unlink()
+        assert api.get("/healthz").status_code == 200  # recovered by itself
+        assert api.post("/windows/new/start", json={"targets": [server.target]}).status_code == 201
+        assert api.get("/windows/kept").json() == kept
+
+
+def test_read_only_database_files_answer_503_and_pass(
+    small_disk: Path, tmp_path: Path, server: MetricsServer
+) -> None:
+    database = small_disk / "specdec.db"
+    with run_collector(f"sqlite:///{database}", tmp_path) as collector:
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        assert api.post("/windows/kept/start", json={"targets": [server.target]}).status_code == 201
+        kept = api.post("/windows/kept/stop").json()
+        files = [
+            str(path) for path in small_disk.glob("specdec.db*") if not path.name.endswith("-shm")
+        ]
+        subprocess.run(["chattr", "+i", *files], check=True)
+        try:
+            refused = api.post("/windows/new/start", json={"targets": [server.target]})
+            health = api.get("/healthz")
+            still_read = api.get("/windows/kept")
+        finally:
+            subprocess.run(["chattr", "-i", *files], check=True)
+        assert still_read.json() == kept
+        assert refused.status_code == 503
+        assert refused.json()["detail"].startswith("database unavailable: ")
+        assert health.status_code == 503
+        assert api.get("/healthz").status_code == 200
+        assert api.post("/windows/new/start", json={"targets": [server.target]}).status_code == 201
+        assert api.get("/windows/kept").json() == kept
