@@ -8,7 +8,7 @@ import itertools
 import statistics
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -28,7 +28,11 @@ def main() -> None:
     windows: list[str] = []
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         collector = stack.enter_context(
-            run_collector(f"sqlite:///{Path(folder) / 'load.db'}", Path(folder))
+            run_collector(
+                f"sqlite:///{Path(folder) / 'load.db'}",
+                Path(folder),
+                SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM=str(CLIENTS),  # one open window per client
+            )
         )
         targets = [stack.enter_context(serve_metrics(body=payload)).target for _ in range(TARGETS)]
         counter = itertools.count()
@@ -66,8 +70,12 @@ def main() -> None:
 
         elapsed = asyncio.run(run())
         with httpx.Client(base_url=collector.base_url, timeout=60) as api:
-            open_left = [w for w in windows if api.get(f"/windows/{w}").json()["state"] != "closed"]
+            states = [api.get(f"/windows/{w}").json() for w in windows]
+            open_left = [state for state in states if state.get("state") != "closed"]
+            if open_left:
+                print("not closed:", open_left[:3])
     errors = [s for s in statuses if s >= 500]
+    print("status codes:", dict(sorted(Counter(statuses).items())))
     print(
         f"{CLIENTS} clients, {SECONDS:.0f} s, {TARGETS} targets, SQLite: {len(statuses) / elapsed:.0f} calls/s, "
         f"{len(windows)} windows, {len(errors)} 5xx, {len(open_left)} windows left open"
