@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,3 +93,23 @@ def run_collector(database_url: str, log_dir: Path, **env: str) -> Iterator[Coll
         yield collector
     finally:
         collector.stop()
+
+
+@contextmanager
+def watching_health(base_url: str) -> Iterator[list[int]]:
+    """Poll `/healthz` every 50 ms for the duration of the block; yields the status codes."""
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            statuses.append(httpx.get(f"{base_url}/healthz", timeout=10).status_code)
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        yield statuses
+    finally:
+        done.set()
+        poller.join()

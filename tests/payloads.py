@@ -71,3 +71,10 @@ def spec_block(series: list[EngineCounters]) -> str:
 def vllm_payload(series: list[EngineCounters]) -> str:
     """A full vLLM-shaped payload: the non-spec fixture with the spec families in it."""
     return fixture("vllm_v1_dp1_nospec.txt") + spec_block(series)
+
+
+def drafts_payload(drafts: int) -> bytes:
+    """A one-engine, k=3 payload whose counts all follow `drafts` (0.5/0.25/0.125 accepted)."""
+    per_pos = [drafts // 2, drafts // 4, drafts // 8]
+    engine = EngineCounters(drafts=drafts, draft_tokens=3 * drafts, accepted_per_pos=per_pos)
+    return vllm_payload([engine]).encode()

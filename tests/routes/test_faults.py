@@ -13,18 +13,11 @@ from typing import Any
 
 import httpx
 
-from tests.collector import run_collector
+from tests.collector import run_collector, watching_health
 from tests.metrics_server import serve_metrics, serve_reset_mid_body
-from tests.payloads import EngineCounters, fixture, vllm_payload
+from tests.payloads import drafts_payload, fixture
 
 SPEC = "vllm:spec_decode_num_drafts_total"
-
-
-def payload(drafts: int) -> bytes:
-    per_pos = [drafts // 2, drafts // 4, drafts // 8]
-    return vllm_payload(
-        [EngineCounters(drafts=drafts, draft_tokens=3 * drafts, accepted_per_pos=per_pos)]
-    ).encode()
 
 
 def test_bad_targets_give_na_reasons_while_the_service_answers(
@@ -59,20 +52,9 @@ def test_bad_targets_give_na_reasons_while_the_service_answers(
         }
         reset = stack.enter_context(serve_reset_mid_body())
         api = httpx.Client(base_url=collector.base_url, timeout=30)
-        health: list[int] = []
-        done = threading.Event()
-
-        def poll() -> None:
-            while not done.is_set():
-                health.append(httpx.get(f"{collector.base_url}/healthz", timeout=10).status_code)
-                time.sleep(0.05)
-
-        poller = threading.Thread(target=poll)
-        poller.start()
         targets = [server.target for server in servers.values()] + [reset]
-        started = api.post("/windows/faults/start", json={"targets": targets})
-        done.set()
-        poller.join()
+        with watching_health(collector.base_url) as health:
+            started = api.post("/windows/faults/start", json={"targets": targets})
         assert started.status_code == 201
         errors = {t["target"]: t["before_error"] for t in started.json()["targets"]}
         stopped = api.post("/windows/faults/stop").json()
@@ -105,7 +87,7 @@ def test_bad_targets_give_na_reasons_while_the_service_answers(
 def test_a_stop_killed_midway_is_finished_by_its_retry(database_url: str, tmp_path: Path) -> None:
     with (
         run_collector(database_url, tmp_path) as collector,
-        serve_metrics(body=payload(100)) as server,
+        serve_metrics(body=drafts_payload(100)) as server,
     ):
         url = collector.base_url
         assert (
@@ -114,7 +96,7 @@ def test_a_stop_killed_midway_is_finished_by_its_retry(database_url: str, tmp_pa
             ).status_code
             == 201
         )
-        server.replace(payload(400))
+        server.replace(drafts_payload(400))
         server.delay_s = 3.0
         seen = server.count()
         thread = threading.Thread(
@@ -146,7 +128,7 @@ def _quietly(call: Any) -> None:
 def test_sigterm_lets_the_call_in_flight_finish(database_url: str, tmp_path: Path) -> None:
     with (
         run_collector(database_url, tmp_path) as collector,
-        serve_metrics(body=payload(100)) as server,
+        serve_metrics(body=drafts_payload(100)) as server,
     ):
         url = collector.base_url
         assert (
@@ -157,7 +139,7 @@ def test_sigterm_lets_the_call_in_flight_finish(database_url: str, tmp_path: Pat
             ).status_code
             == 201
         )
-        server.replace(payload(700))
+        server.replace(drafts_payload(700))
         server.delay_s = 2.0
         seen = server.count()
         answer: list[httpx.Response] = []
@@ -189,7 +171,7 @@ def test_concurrent_clients_get_no_5xx_and_every_window_is_accounted_for(
     """The bounded version of `make bench`'s load run: 50 clients for 5 s against 20 targets."""
     with ExitStack() as stack:
         collector = stack.enter_context(run_collector(database_url, tmp_path))
-        servers = [stack.enter_context(serve_metrics(body=payload(100))) for _ in range(20)]
+        servers = [stack.enter_context(serve_metrics(body=drafts_payload(100))) for _ in range(20)]
         targets = [server.target for server in servers]
         statuses: list[int] = []
         finished: list[str] = []

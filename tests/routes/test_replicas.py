@@ -16,17 +16,10 @@ from sqlalchemy import make_url, text
 from app.db import create_db_engine
 from tests.collector import Collector, run_collector
 from tests.metrics_server import serve_metrics
-from tests.payloads import EngineCounters, vllm_payload
+from tests.payloads import drafts_payload
 from tests.tcp_proxy import tcp_proxy
 
 MIGRATE = "import sys; from app.db import upgrade_database; upgrade_database(sys.argv[1])"
-
-
-def payload(drafts: int) -> bytes:
-    per_pos = [drafts // 2, drafts // 4, drafts // 8]
-    return vllm_payload(
-        [EngineCounters(drafts=drafts, draft_tokens=3 * drafts, accepted_per_pos=per_pos)]
-    ).encode()
 
 
 def test_replicas_booting_together_migrate_once(database_url: str) -> None:
@@ -50,7 +43,7 @@ def test_any_replica_answers_any_call(database_url: str, tmp_path: Path) -> None
     with (
         run_collector(database_url, tmp_path / "a", SPECDEC_REPLICA_ID="a") as a,
         run_collector(database_url, tmp_path / "b", SPECDEC_REPLICA_ID="b") as b,
-        serve_metrics(body=payload(100)) as server,
+        serve_metrics(body=drafts_payload(100)) as server,
     ):
         body = {"targets": [server.target]}
 
@@ -66,7 +59,7 @@ def test_any_replica_answers_any_call(database_url: str, tmp_path: Path) -> None
 
         assert asyncio.run(race()) == [200] * 19 + [201]
         assert server.count() == 1
-        server.replace(payload(400))
+        server.replace(drafts_payload(400))
         stopped = httpx.post(f"{b.base_url}/windows/race/stop", timeout=30).json()
         from_a = httpx.get(f"{a.base_url}/windows/race/results/{server.target}", timeout=30).json()
     assert stopped["targets"][0]["result"]["data"]["num_drafts"] == 300
@@ -92,7 +85,7 @@ def test_one_replica_samples_each_window_and_another_takes_over(
     a.start()
     b.start()
     try:
-        with serve_metrics(body=payload(100)) as server:
+        with serve_metrics(body=drafts_payload(100)) as server:
             windows = [f"w{i}" for i in range(3)]
             for window_id in windows:
                 started = httpx.post(
@@ -149,7 +142,7 @@ def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_pat
     url = make_url(postgres_url)
     with (
         tcp_proxy((url.host or "127.0.0.1", url.port or 5432)) as proxy,
-        serve_metrics(body=payload(100)) as server,
+        serve_metrics(body=drafts_payload(100)) as server,
     ):
         via_proxy = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
         env = {"SPECDEC_DB_CONNECT_TIMEOUT_S": "1", "SPECDEC_DB_STATEMENT_TIMEOUT_S": "2"}
@@ -174,7 +167,7 @@ def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_pat
             while api.get("/healthz").status_code != 200:
                 assert time.monotonic() < deadline, "the service did not recover"
                 time.sleep(0.2)
-            server.replace(payload(250))
+            server.replace(drafts_payload(250))
             stopped = api.post("/windows/db/stop")
             assert stopped.status_code == 200
             assert stopped.json()["targets"][0]["result"]["data"]["num_drafts"] == 150

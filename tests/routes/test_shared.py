@@ -3,7 +3,6 @@
 import gzip
 import http.client
 import json
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -12,18 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.collector import Collector, run_collector
+from tests.collector import Collector, run_collector, watching_health
 from tests.metrics_server import serve_metrics
-from tests.payloads import EngineCounters, vllm_payload
+from tests.payloads import drafts_payload
 
 SECRET = "Bearer s3cret-token-never-shown"
-
-
-def payload(drafts: int) -> bytes:
-    per_pos = [drafts // 2, drafts // 4, drafts // 8]
-    return vllm_payload(
-        [EngineCounters(drafts=drafts, draft_tokens=3 * drafts, accepted_per_pos=per_pos)]
-    ).encode()
 
 
 @pytest.mark.parametrize(
@@ -38,7 +30,7 @@ def payload(drafts: int) -> bytes:
 def test_always_denied_targets_are_a_422_naming_them(
     api: httpx.Client, target: str, reason: str
 ) -> None:
-    with serve_metrics(body=payload(10)) as fine:
+    with serve_metrics(body=drafts_payload(10)) as fine:
         answer = api.post("/windows/ssrf/start", json={"targets": [fine.target, target]})
     assert answer.status_code == 422
     error = answer.json()["detail"][0]
@@ -52,7 +44,7 @@ def test_always_denied_targets_are_a_422_naming_them(
 def test_allow_list_limits_where_the_collector_connects(database_url: str, tmp_path: Path) -> None:
     with (
         run_collector(database_url, tmp_path, SPECDEC_ALLOWED_TARGETS="127.0.0.0/8") as collector,
-        serve_metrics(body=payload(10)) as ok,
+        serve_metrics(body=drafts_payload(10)) as ok,
     ):
         api = httpx.Client(base_url=collector.base_url, timeout=30)
         refused = api.post("/windows/w/start", json={"targets": [ok.target, "10.11.12.13:8000"]})
@@ -68,7 +60,7 @@ def test_header_values_are_sent_but_never_shown_or_logged(
 ) -> None:
     with (
         run_collector(database_url, tmp_path, SPECDEC_LOG_LEVEL="debug") as collector,
-        serve_metrics(body=payload(100)) as server,
+        serve_metrics(body=drafts_payload(100)) as server,
     ):
         api = httpx.Client(base_url=collector.base_url, timeout=30)
         target = {"url": server.url, "headers": {"Authorization": SECRET}}
@@ -76,7 +68,7 @@ def test_header_values_are_sent_but_never_shown_or_logged(
             "/windows/auth/start", json={"targets": [target], "sample_interval_s": 0.5}
         )
         assert started.status_code == 201
-        server.replace(payload(400))
+        server.replace(drafts_payload(400))
         server.wait_served()
         answers = [started, api.post("/windows/auth/stop")]
         for path in ("/windows/auth", f"/windows/auth/results/{server.target}", "/windows/auth/report",
@@ -100,7 +92,7 @@ def test_limits_of_a_window(database_url: str, tmp_path: Path) -> None:
            "SPECDEC_MAX_LABELS_PER_WINDOW": "3", "SPECDEC_MAX_LABEL_CHARS": "10"}  # fmt: skip
     with (
         run_collector(database_url, tmp_path, **env) as collector,
-        serve_metrics(body=payload(10)) as server,
+        serve_metrics(body=drafts_payload(10)) as server,
     ):
         api = httpx.Client(base_url=collector.base_url, timeout=30)
         five = [f"127.0.0.1:{port}" for port in range(9001, 9006)]
@@ -179,19 +171,8 @@ def test_huge_answer_and_gzip_bomb_stay_bounded(collector: Collector, api: httpx
     with serve_metrics(body=huge) as big, serve_metrics() as zipped:
         zipped.body, zipped.gzip = bomb, False
         zipped.extra_headers = {"Content-Encoding": "gzip"}
-        health: list[int] = []
-        done = threading.Event()
-
-        def poll() -> None:
-            while not done.is_set():
-                health.append(httpx.get(f"{collector.base_url}/healthz", timeout=10).status_code)
-                time.sleep(0.05)
-
-        poller = threading.Thread(target=poll)
-        poller.start()
-        started = api.post("/windows/huge/start", json={"targets": [big.target, zipped.target]})
-        done.set()
-        poller.join()
+        with watching_health(collector.base_url) as health:
+            started = api.post("/windows/huge/start", json={"targets": [big.target, zipped.target]})
     assert started.status_code == 201
     errors = [t["before_error"] for t in started.json()["targets"]]
     assert errors == [
@@ -209,7 +190,7 @@ def test_overlapping_windows_on_one_server(database_url: str, tmp_path: Path) ->
     keys = "a:write:team-a-key-0123456789,b:write:team-b-key-0123456789"
     with (
         run_collector(database_url, tmp_path, SPECDEC_API_KEYS=keys) as collector,
-        serve_metrics(body=payload(10)) as server,
+        serve_metrics(body=drafts_payload(10)) as server,
     ):
         api = httpx.Client(base_url=collector.base_url, timeout=30)
         a = {"Authorization": "Bearer team-a-key-0123456789"}
