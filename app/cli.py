@@ -1,17 +1,31 @@
-"""The `specdec` command: `serve` the collector, `simulate` a vLLM server, manage `keys`."""
+"""The `specdec` command.
+
+Service side: `serve` the collector, `simulate` a vLLM server, manage `keys`.
+Client side (of a running collector): `start`, `stop`, `get`, `report`, `ls`, `run`; and `load`.
+"""
 
 import argparse
+import asyncio
+import json
 import logging
+import os
+import secrets
 import sys
+import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from app.targets import TargetPolicy
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sqlalchemy.engine import Engine
+
+    from app.client import CollectorClient
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -60,14 +74,188 @@ def _serve(args: argparse.Namespace) -> int:
 def _simulate(args: argparse.Namespace) -> int:
     from app.simulator import SimulatedServer, create_simulator_app
 
-    server = SimulatedServer(engines=args.engines, k=args.k, drafts_per_s=args.drafts_per_s)
+    try:
+        server = SimulatedServer(
+            engines=args.engines,
+            k=args.k,
+            drafts_per_s=args.drafts_per_s,
+            acceptance=args.acceptance or (),
+            model_name=args.model_name,
+            reset_after=args.reset_after,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"specdec simulate: {exc}", file=sys.stderr)
+        return 2
     print(
         f"simulating a vLLM server: {args.engines} engine(s), k={args.k}, "
-        f"per-position acceptance {list(server.acceptance)} -> http://{args.host}:{args.port}/metrics",
+        f"per-position acceptance {list(server.acceptance)}, model {server.model_name}\n"
+        f"  OpenAI API at http://{args.host}:{args.port}/v1, metrics at /metrics",
         flush=True,
     )
     uvicorn.run(create_simulator_app(server), host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+# --- the client commands -------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> "CollectorClient":
+    from app.client import CollectorClient
+
+    return CollectorClient(args.server, args.api_key, team=args.team)
+
+
+def _labels(pairs: Sequence[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"specdec: --label {pair!r} is not key=value")
+        labels[key] = value
+    return labels
+
+
+def _targets(args: argparse.Namespace) -> list[Any]:
+    from app.aisbench import ConfigError, targets_from_config
+
+    targets: list[Any] = list(args.target or [])
+    for path in args.targets_from or []:
+        try:
+            targets += targets_from_config(Path(path).read_text(), filename=path)
+        except (OSError, ConfigError) as exc:
+            raise SystemExit(f"specdec: --targets-from {path}: {exc}") from None
+    if not targets:
+        raise SystemExit("specdec: give at least one --target host:port or --targets-from FILE")
+    return targets
+
+
+def _client_call(args: argparse.Namespace, call: "Callable[[CollectorClient], int]") -> int:
+    from app.client import CollectorError, CollectorUnavailable
+
+    with _client(args) as client:
+        try:
+            return call(client)
+        except CollectorError as exc:
+            print(f"specdec: {exc.detail} (HTTP {exc.status})", file=sys.stderr)
+            return 1
+        except CollectorUnavailable as exc:
+            print(f"specdec: collector unreachable: {exc}", file=sys.stderr)
+            return 2
+
+
+def _start(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        window = client.start(args.id, _targets(args), _labels(args.label), args.sample_interval)
+        print(f"window {window['id']} open on {', '.join(t['target'] for t in window['targets'])}")
+        return 0
+
+    return _client_call(args, call)
+
+
+def _stop(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        print(client.stop_and_report(args.id), end="")
+        return 0
+
+    return _client_call(args, call)
+
+
+def _get(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        window = client.get(args.id)
+        if args.json:
+            print(json.dumps(window, indent=2))
+            return 0
+        print(f"window {window['id']} ({window['state']}), started {window['started_at']}")
+        for target in window["targets"]:
+            result = target["result"]
+            if result is None:
+                print(f"  {target['target']:<28} open")
+            elif result["status"] == "ok":
+                data = result["data"]
+                print(
+                    f"  {target['target']:<28} acceptance {data['acceptance_rate']:.2f} %, "
+                    f"length {data['acceptance_length']:.2f}, {data['num_drafts']} drafts"
+                )
+            else:
+                print(f"  {target['target']:<28} N/A: {result['error']}")
+        return 0
+
+    return _client_call(args, call)
+
+
+def _report(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        print(client.report(args.id), end="")
+        return 0
+
+    return _client_call(args, call)
+
+
+def _ls(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        windows = client.list(limit=args.limit)
+        print(f"{'id':<32} {'state':<7} {'started':<20} {'targets':>7}  acceptance (%)")
+        for window in windows:
+            rates = [
+                f"{t['acceptance_rate']:.2f}"
+                for t in window["targets"]
+                if t["acceptance_rate"] is not None
+            ]
+            started = window["started_at"][:19].replace("T", " ")
+            count = len(window["targets"])
+            print(
+                f"{window['id']:<32} {window['state']:<7} {started:<20} {count:>7}  "
+                f"{', '.join(rates) or '-'}"
+            )
+        return 0
+
+    return _client_call(args, call)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from app.runner import RunOptions, run_wrapped
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise SystemExit(
+            "specdec run: give the command after --, e.g. specdec run --target h:p -- ais_bench ..."
+        )
+    window_id = args.id or time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    options = RunOptions(
+        window_id=window_id,
+        targets=_targets(args),
+        command=command,
+        sample_interval_s=args.sample_interval,
+        labels=_labels(args.label),
+        output_dir=Path(args.output_dir) if args.output_dir else None,
+    )
+    with _client(args) as client:
+        return run_wrapped(client, options)
+
+
+def _load(args: argparse.Namespace) -> int:
+    from app.runner import generate_load
+
+    summary = asyncio.run(
+        generate_load(
+            args.url,
+            args.requests,
+            args.concurrency,
+            args.max_tokens,
+            chat=args.chat,
+            stream=args.stream,
+            model=args.model,
+        )
+    )
+    print(
+        f"{summary.requests} requests ({summary.failed} failed), "
+        f"{summary.completion_tokens} tokens in {summary.seconds:.1f} s"
+    )
+    return 1 if summary.failed else 0
 
 
 def _keys_engine() -> "Engine":
@@ -123,6 +311,15 @@ def _keys_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rates(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of rates"
+        ) from None
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -140,15 +337,94 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(handler=_serve)
 
-    simulate = commands.add_parser("simulate", help="serve a vLLM-shaped /metrics that grows")
+    simulate = commands.add_parser(
+        "simulate", help="serve a simulated vLLM server (OpenAI API and /metrics)"
+    )
     simulate.add_argument("--host", default="127.0.0.1")
     simulate.add_argument("--port", type=int, default=9000)
     simulate.add_argument("--engines", type=_positive_int, default=1, help="data-parallel engines")
     simulate.add_argument("--k", type=_positive_int, default=5, help="speculative tokens per draft")
     simulate.add_argument(
-        "--drafts-per-s", type=float, default=50.0, help="drafts per second per engine"
+        "--drafts-per-s", type=float, default=50.0, help="drafts a second per engine (0: off)"
     )
+    simulate.add_argument(
+        "--acceptance", type=_rates, help="per-position acceptance, e.g. 0.8,0.6,0.4 (sets k)"
+    )
+    simulate.add_argument("--model-name", default="meta-llama/Llama-3.1-8B-Instruct")
+    simulate.add_argument(
+        "--reset-after", type=_positive_int, help="restart engine 0 every N requests"
+    )
+    simulate.add_argument("--seed", type=int, help="random seed of the acceptance draws")
     simulate.set_defaults(handler=_simulate)
+
+    def client_command(name: str, help_text: str) -> argparse.ArgumentParser:
+        command = commands.add_parser(name, help=help_text)
+        command.add_argument(
+            "--server",
+            default=os.environ.get("SPECDEC_SERVER", "http://127.0.0.1:8000"),
+            help="the collector (default: $SPECDEC_SERVER or http://127.0.0.1:8000)",
+        )
+        command.add_argument(
+            "--api-key",
+            default=os.environ.get("SPECDEC_API_KEY"),
+            help="a key of your team (default: $SPECDEC_API_KEY)",
+        )
+        command.add_argument("--team", help="admin keys: the team to act in")
+        return command
+
+    def target_options(command: argparse.ArgumentParser) -> None:
+        command.add_argument(
+            "--target", action="append", help="host:port or URL of /metrics (repeatable)"
+        )
+        command.add_argument(
+            "--targets-from",
+            action="append",
+            metavar="FILE",
+            help="an AISBench model config: its host_ip/host_port entries",
+        )
+        command.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+        command.add_argument(
+            "--sample-interval", type=float, metavar="S", help="sample every S seconds"
+        )
+
+    start = client_command("start", "open a window on a collector")
+    start.add_argument("id")
+    target_options(start)
+    start.set_defaults(handler=_start)
+    stop = client_command("stop", "close a window and print its report")
+    stop.add_argument("id")
+    stop.set_defaults(handler=_stop)
+    get = client_command("get", "show a window and its results")
+    get.add_argument("id")
+    get.add_argument("--json", action="store_true", help="the window as JSON")
+    get.set_defaults(handler=_get)
+    report = client_command("report", "print a window's AISBench console report")
+    report.add_argument("id")
+    report.set_defaults(handler=_report)
+    ls = client_command("ls", "list your team's windows, newest first")
+    ls.add_argument("--limit", type=_positive_int, default=50)
+    ls.set_defaults(handler=_ls)
+
+    run = client_command("run", "run a benchmark command inside a window")
+    target_options(run)
+    run.add_argument("--id", help="window id (default: run-<time>-<random>)")
+    run.add_argument(
+        "--output-dir",
+        help="where to write spec_decode_<host>_<port>.json "
+        "(default: the newest outputs/**/performances the command made, else .)",
+    )
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    run.set_defaults(handler=_run)
+
+    load = commands.add_parser("load", help="send OpenAI completion requests (to the simulator)")
+    load.add_argument("--url", default="http://127.0.0.1:9000")
+    load.add_argument("--requests", type=_positive_int, default=100)
+    load.add_argument("--concurrency", type=_positive_int, default=8)
+    load.add_argument("--max-tokens", type=_positive_int, default=64)
+    load.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
+    load.add_argument("--stream", action="store_true")
+    load.add_argument("--model")
+    load.set_defaults(handler=_load)
 
     keys = commands.add_parser("keys", help="manage API keys stored (hashed) in the database")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)

@@ -186,3 +186,20 @@ class WindowPublic(WindowBase):
     started_at: datetime
     stopped_at: datetime | None
     targets: list[TargetPublic]
+
+
+class TargetSummary(SQLModel):
+    target: str
+    status: str | None = None
+    acceptance_rate: float | None = None
+    acceptance_length: float | None = None
+    num_drafts: int | float | None = None
+
+
+class WindowSummary(WindowBase):
+    id: str
+    team: str
+    state: str
+    started_at: datetime
+    stopped_at: datetime | None
+    targets: list[TargetSummary]

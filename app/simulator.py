@@ -1,20 +1,33 @@
-"""A vLLM-shaped `/metrics` server whose spec-decode counters grow while it runs.
+"""A simulated vLLM server: OpenAI-compatible endpoints and a vLLM-shaped `/metrics`.
 
 `specdec simulate` serves it so that a newcomer sees real numbers without a GPU. The payload
 has the layout of a vLLM V1 server: process and Python collectors, per-engine gauges and
 histograms, and the four spec-decode counters, each with its `_created` sibling family.
-Counts grow with time, not with scrapes: engine `e` drafts `drafts_per_s * (1 + e / 10)`
-drafts a second, every draft proposes `k` tokens and position `i` is accepted at
-`acceptance[i]`, the way vLLM counts them (accepted = sum over positions).
+
+The spec-decode counters move two ways:
+- with time: engine `e` drafts `drafts_per_s * (1 + e / 10)` drafts a second (0 turns it off),
+  position `i` accepted in the share `acceptance[i]` of them;
+- with requests to `/v1/completions` and `/v1/chat/completions`: each request goes to the next
+  engine, which generates `max_tokens` tokens in speculative steps. A step drafts `k` tokens;
+  one uniform draw `u` accepts the positions `i` with `u < acceptance[i]` (so position `i` is
+  accepted with probability `acceptance[i]`, and only after every earlier one), and the step
+  emits the accepted tokens plus one, as vLLM does. `reset_after` requests restart engine 0
+  (its counters fall to zero and its `_created` moves on), to imitate an engine restart.
 """
 
+import itertools
+import json
 import math
+import random
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from pydantic import BaseModel
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -28,6 +41,26 @@ def default_acceptance(k: int) -> list[float]:
     return [round(0.85 * 0.8**position, 4) for position in range(k)]
 
 
+def check_acceptance(rates: Sequence[float]) -> list[float]:
+    """Rates in [0, 1] that do not rise with the position (each needs the one before)."""
+    values = [float(rate) for rate in rates]
+    if any(not 0 <= rate <= 1 for rate in values):
+        raise ValueError("acceptance rates are between 0 and 1")
+    if any(later > earlier for earlier, later in itertools.pairwise(values)):
+        raise ValueError("acceptance rates cannot rise with the position")
+    return values
+
+
+@dataclass
+class EngineCounters:
+    """What one engine counted from requests since it (re)started."""
+
+    created: float
+    drafts: int = 0
+    accepted_at: list[int] = field(default_factory=list)
+    requests: int = 0
+
+
 @dataclass
 class SimulatedServer:
     """The counters of one simulated vLLM server with `engines` data-parallel engines."""
@@ -37,17 +70,50 @@ class SimulatedServer:
     drafts_per_s: float = 50.0
     acceptance: Sequence[float] = ()
     model_name: str = MODEL
+    reset_after: int | None = None
     started: float = field(default_factory=time.time)
+    seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.acceptance:
-            self.acceptance = default_acceptance(self.k)
+        self.acceptance = check_acceptance(self.acceptance or default_acceptance(self.k))
         if len(self.acceptance) != self.k:
             raise ValueError("acceptance needs one rate per position")
+        self._lock = threading.Lock()
+        self._random = random.Random(self.seed)
+        self._next_engine = 0
+        self._requests = 0
+        self.counters = [
+            EngineCounters(created=self.started, accepted_at=[0] * self.k)
+            for _ in range(self.engines)
+        ]
 
     def drafts(self, engine: int, now: float) -> int:
-        """Drafts engine `engine` has made by `now`."""
-        return math.floor(max(0.0, now - self.started) * self.drafts_per_s * (1 + engine / 10))
+        """Drafts engine `engine` has made with time by `now`, since it (re)started."""
+        since = max(self.started, self.counters[engine].created)
+        return math.floor(max(0.0, now - since) * self.drafts_per_s * (1 + engine / 10))
+
+    def generate(self, max_tokens: int) -> list[int]:
+        """Serve one request: the tokens emitted per speculative step, counted on an engine."""
+        with self._lock:
+            engine = self._next_engine
+            self._next_engine = (engine + 1) % self.engines
+            counters = self.counters[engine]
+            steps: list[int] = []
+            produced = 0
+            while produced < max(1, max_tokens):
+                draw = self._random.random()
+                accepted = sum(draw < rate for rate in self.acceptance)
+                counters.drafts += 1
+                for position in range(accepted):
+                    counters.accepted_at[position] += 1
+                steps.append(accepted + 1)
+                produced += accepted + 1
+            counters.requests += 1
+            self._requests += 1
+            if self.reset_after and self._requests % self.reset_after == 0:
+                # Engine 0 restarts: counters from zero, a new `_created`.
+                self.counters[0] = EngineCounters(created=time.time(), accepted_at=[0] * self.k)
+            return steps
 
     def render(self, now: float | None = None) -> str:
         """The exposition text at `now` (default: the current time)."""
@@ -57,7 +123,8 @@ class SimulatedServer:
         for engine in range(self.engines):
             _engine_gauges(out, engine, self.model_name)
         _histograms(out, self.engines, self.model_name, now - self.started)
-        _spec_decode(out, self, now)
+        with self._lock:
+            _spec_decode(out, self, now)
         return "\n".join(out) + "\n"
 
 
@@ -128,10 +195,18 @@ def _histograms(out: list[str], engines: int, model: str, elapsed: float) -> Non
 
 
 def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
-    drafts = [server.drafts(engine, now) for engine in range(server.engines)]
-    accepted_at = [[math.floor(d * rate) for rate in server.acceptance] for d in drafts]
+    timed = [server.drafts(engine, now) for engine in range(server.engines)]
+    drafts = [timed[e] + server.counters[e].drafts for e in range(server.engines)]
+    accepted_at = [
+        [
+            math.floor(timed[e] * rate) + server.counters[e].accepted_at[i]
+            for i, rate in enumerate(server.acceptance)
+        ]
+        for e in range(server.engines)
+    ]
     draft_tokens = [d * server.k for d in drafts]
     accepted = [sum(at) for at in accepted_at]
+    created = [server.counters[e].created for e in range(server.engines)]
     families = (
         ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", drafts),
         ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", draft_tokens),
@@ -143,7 +218,7 @@ def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
             out.append(f"{name}_total{{{_labels(engine, server.model_name)}}} {float(value)}")
         _family(out, f"{name}_created", "gauge", help_text)
         for engine in range(server.engines):
-            out.append(f"{name}_created{{{_labels(engine, server.model_name)}}} {server.started}")
+            out.append(f"{name}_created{{{_labels(engine, server.model_name)}}} {created[engine]}")
     name = "vllm:spec_decode_num_accepted_tokens_per_pos"
     help_text = "Accepted tokens per draft position."
     for suffix, kind in (("_total", "counter"), ("_created", "gauge")):
@@ -151,13 +226,100 @@ def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
         for engine in range(server.engines):
             for position in range(server.k):
                 labels = _labels(engine, server.model_name, position=str(position))
-                sample = accepted_at[engine][position] if suffix == "_total" else server.started
+                sample: float = (
+                    accepted_at[engine][position] if suffix == "_total" else created[engine]
+                )
                 out.append(f"{name}{suffix}{{{labels}}} {float(sample)}")
 
 
+class CompletionRequest(BaseModel):
+    """The fields of an OpenAI completion request the simulator uses (others are ignored)."""
+
+    model: str | None = None
+    prompt: str | list[str] | None = None
+    messages: list[dict[str, Any]] | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stream: bool = False
+
+    def tokens(self) -> int:
+        return max(1, min(self.max_completion_tokens or self.max_tokens or 16, 32768))
+
+    def prompt_tokens(self) -> int:
+        text = json.dumps(self.messages) if self.messages is not None else json.dumps(self.prompt)
+        return max(1, len(text) // 4)
+
+
+def _completion(server: SimulatedServer, body: CompletionRequest, chat: bool) -> Any:
+    steps = server.generate(body.tokens())
+    created, model = int(time.time()), body.model or server.model_name
+    kind = "chat.completion" if chat else "text_completion"
+    ident = f"{'chatcmpl' if chat else 'cmpl'}-{int(time.time() * 1e6)}"
+    usage = {
+        "prompt_tokens": body.prompt_tokens(),
+        "completion_tokens": sum(steps),
+        "total_tokens": body.prompt_tokens() + sum(steps),
+    }
+
+    def choice(text: str, last: bool, streamed: bool) -> dict[str, Any]:
+        finish = "length" if last else None
+        if chat:
+            key = "delta" if streamed else "message"
+            return {
+                "index": 0,
+                key: {"role": "assistant", "content": text},
+                "finish_reason": finish,
+            }
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+    if not body.stream:
+        text = "".join("tok " * step for step in steps)
+        return JSONResponse(
+            {
+                "id": ident,
+                "object": kind,
+                "created": created,
+                "model": model,
+                "choices": [choice(text, True, False)],
+                "usage": usage,
+            }
+        )
+
+    def events() -> Iterator[str]:
+        chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+        for index, step in enumerate(steps):
+            chunk = {"id": ident, "object": chunk_kind, "created": created, "model": model,
+                     "choices": [choice("tok " * step, index == len(steps) - 1, True)]}  # fmt: skip
+            yield f"data: {json.dumps(chunk)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
 def create_simulator_app(server: SimulatedServer) -> FastAPI:
-    """An app that serves `server`'s payload at `/metrics`."""
+    """An app that serves the OpenAI endpoints and `server`'s payload at `/metrics`."""
     app = FastAPI(title="specdec simulator", openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.get("/v1/models")
+    def models() -> dict[str, Any]:
+        """The one model served."""
+        model = {
+            "id": server.model_name,
+            "object": "model",
+            "created": int(server.started),
+            "owned_by": "specdec-simulator",
+        }
+        return {"object": "list", "data": [model]}
+
+    @app.post("/v1/completions")
+    def completions(body: CompletionRequest) -> Any:
+        """A text completion of `max_tokens` tokens, streamed or not."""
+        return _completion(server, body, chat=False)
+
+    @app.post("/v1/chat/completions")
+    def chat_completions(body: CompletionRequest) -> Any:
+        """A chat completion of `max_tokens` tokens, streamed or not."""
+        return _completion(server, body, chat=True)
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:

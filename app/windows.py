@@ -38,9 +38,11 @@ from app.models import (
     Snapshot,
     TargetPublic,
     TargetSeries,
+    TargetSummary,
     Window,
     WindowCreate,
     WindowPublic,
+    WindowSummary,
     WindowTarget,
     utcnow,
 )
@@ -293,6 +295,53 @@ def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
         if stored is None:
             raise WindowNotFound(window_id)
         return _public(session, stored)
+
+
+def list_windows(
+    engine: Engine, team: str, limit: int, state: str | None = None
+) -> list[WindowSummary]:
+    """The team's windows, newest first, each target summarised from its stored result.
+
+    Two queries whatever the number of windows: the windows, then all their targets.
+    """
+    with Session(engine) as session:
+        query = select(Window).where(Window.team == team)
+        if state is not None:
+            query = query.where(Window.state == state)
+        windows = session.exec(
+            query.order_by(col(Window.started_at).desc(), col(Window.id).desc()).limit(limit)
+        ).all()
+        rows = session.exec(
+            select(WindowTarget)
+            .where(col(WindowTarget.window_pk).in_([w.id for w in windows]))
+            .order_by(col(WindowTarget.window_pk), col(WindowTarget.ordinal))
+        ).all()
+    by_window: dict[int, list[TargetSummary]] = defaultdict(list)
+    for row in rows:
+        result = row.result or {}
+        data = result.get("data") or {}
+        by_window[row.window_pk].append(
+            TargetSummary(
+                target=row.target,
+                status=result.get("status"),
+                acceptance_rate=data.get("acceptance_rate"),
+                acceptance_length=data.get("acceptance_length"),
+                num_drafts=data.get("num_drafts"),
+            )
+        )
+    return [
+        WindowSummary(
+            id=w.window_id,
+            team=w.team,
+            state=w.state,
+            labels=w.labels,
+            sample_interval_s=w.sample_interval_s,
+            started_at=as_utc(w.started_at),
+            stopped_at=as_utc(w.stopped_at) if w.stopped_at else None,
+            targets=by_window[w.id or 0],
+        )
+        for w in windows
+    ]
 
 
 def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, dict[str, Any]]]:

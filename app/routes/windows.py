@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from app.auth import ReaderDep, TeamQuery, WriterDep, team_scope
-from app.models import WindowCreate, WindowPublic
+from app.models import WindowCreate, WindowPublic, WindowSummary
 from app.report import render_report, timeline_csv
 from app.targets import WINDOW_ID_PATTERN, parse_target_key
 from app.windows import (
@@ -20,6 +20,7 @@ from app.windows import (
     WindowConflict,
     WindowNotFound,
     WindowOpen,
+    list_windows,
     read_results,
     read_timeline,
     read_window,
@@ -88,6 +89,19 @@ def _target_key(target: str) -> str:
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             [{"loc": ["path", "target"], "msg": str(exc), "type": "value_error"}],
         ) from None
+
+
+@router.get("")
+async def list_all(
+    collector: CollectorDep,
+    principal: ReaderDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    state: Literal["open", "closed"] | None = None,
+    team: TeamQuery = None,
+) -> list[WindowSummary]:
+    """The team's windows, newest first, with a summary of every target."""
+    scope = team_scope(principal, team)
+    return await run_in_threadpool(list_windows, collector.engine, scope, limit, state)
 
 
 @router.post(

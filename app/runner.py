@@ -1,0 +1,164 @@
+"""`specdec run` and `specdec load`: a benchmark wrapped in a window, and a small load generator.
+
+`run_wrapped` starts a window, runs the command, stops the window even when the command fails
+or is interrupted, prints the report, writes one `spec_decode_<host>_<port>.json` per target,
+and returns the command's exit code. A collector that cannot be reached never stops the
+benchmark: the reason is printed and the command runs all the same.
+"""
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import httpx
+
+from app.aisbench import newest_output_dir, result_filename
+from app.client import CollectorClient, CollectorError, CollectorUnavailable, Target
+
+
+@dataclass
+class RunOptions:
+    """What `specdec run` was asked to do."""
+
+    window_id: str
+    targets: Sequence[Target]
+    command: Sequence[str]
+    sample_interval_s: float | None = None
+    labels: dict[str, str] | None = None
+    output_dir: Path | None = None
+
+
+def run_command(command: Sequence[str], say: Callable[[str], None]) -> int:
+    """Run `command` in the foreground and return its exit code (128 + N for signal N).
+
+    Ctrl-C reaches the command from the terminal; here the first one is only noted, so the
+    window is still stopped once the command ends. A second asks the command to terminate,
+    a third kills it.
+    """
+    try:
+        child = subprocess.Popen(list(command))
+    except OSError as exc:
+        say(f"specdec: cannot run {command[0]}: {exc.strerror}")
+        return 127
+    interrupts = 0
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 2:
+            child.terminate()
+        elif interrupts > 2:
+            child.kill()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        code = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return 128 - code if code < 0 else code
+
+
+def run_wrapped(
+    client: CollectorClient, options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    """Start a window, run the command, stop the window, report; the command's exit code."""
+
+    def say(message: str) -> None:
+        print(message, file=err, flush=True)
+
+    started = False
+    try:
+        window = client.start(
+            options.window_id, options.targets, options.labels, options.sample_interval_s
+        )
+        started = True
+        say(f"specdec: window {options.window_id} started on {len(window['targets'])} target(s)")
+    except (CollectorError, CollectorUnavailable) as exc:
+        say(f"specdec: could not start window {options.window_id} ({exc})")
+        say("specdec: running the command anyway, without measuring")
+    began = time.time()
+    code = run_command(options.command, say)
+    if not started:
+        return code
+    try:
+        stopped = client.stop(options.window_id)
+        report = client.report(options.window_id)
+    except (CollectorError, CollectorUnavailable) as exc:
+        say(f"specdec: could not stop window {options.window_id} ({exc})")
+        say(f"specdec: stop it later with: specdec stop {options.window_id}")
+        return code
+    print(report, file=out, end="", flush=True)
+    folder = options.output_dir or newest_output_dir(Path.cwd(), began - 1) or Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    for target in stopped["targets"]:
+        path = folder / result_filename(target["target"])
+        path.write_text(json.dumps(target["result"], indent=2) + "\n")
+        say(f"specdec: wrote {path}")
+    return code
+
+
+@dataclass
+class LoadSummary:
+    """What a load run did."""
+
+    requests: int
+    failed: int
+    completion_tokens: int
+    seconds: float
+
+
+async def generate_load(
+    base_url: str,
+    requests: int,
+    concurrency: int,
+    max_tokens: int,
+    *,
+    chat: bool = False,
+    stream: bool = False,
+    model: str | None = None,
+) -> LoadSummary:
+    """Send `requests` OpenAI completion requests, `concurrency` at a time."""
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    queue = iter(range(requests))
+    failed = tokens = 0
+
+    async def worker(http: httpx.AsyncClient) -> None:
+        nonlocal failed, tokens
+        for index in queue:
+            body: dict[str, Any] = {"max_tokens": max_tokens, "stream": stream, "model": model}
+            if chat:
+                body["messages"] = [{"role": "user", "content": f"question {index}"}]
+            else:
+                body["prompt"] = f"question {index}"
+            try:
+                if stream:
+                    async with http.stream("POST", path, json=body) as response:
+                        async for line in response.aiter_lines():
+                            if line.startswith("data: {"):
+                                chunk = json.loads(line[6:])["choices"][0]
+                                text = chunk.get("text") or chunk.get("delta", {}).get(
+                                    "content", ""
+                                )
+                                tokens += text.count("tok ")
+                    ok = response.status_code == 200
+                else:
+                    response = await http.post(path, json=body)
+                    ok = response.status_code == 200
+                    if ok:
+                        tokens += response.json()["usage"]["completion_tokens"]
+            except httpx.HTTPError:
+                ok = False
+            failed += not ok
+
+    began = time.monotonic()
+    async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=120) as http:
+        await asyncio.gather(*(worker(http) for _ in range(max(1, concurrency))))
+    return LoadSummary(requests, failed, tokens, time.monotonic() - began)
