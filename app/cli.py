@@ -77,7 +77,7 @@ def _simulate(args: argparse.Namespace) -> int:
     try:
         server = SimulatedServer(
             engines=args.engines,
-            k=args.k,
+            k=len(args.acceptance) if args.acceptance else args.k,
             drafts_per_s=args.drafts_per_s,
             acceptance=args.acceptance or (),
             model_name=args.model_name,
@@ -88,7 +88,7 @@ def _simulate(args: argparse.Namespace) -> int:
         print(f"specdec simulate: {exc}", file=sys.stderr)
         return 2
     print(
-        f"simulating a vLLM server: {args.engines} engine(s), k={args.k}, "
+        f"simulating a vLLM server: {args.engines} engine(s), k={server.k}, "
         f"per-position acceptance {list(server.acceptance)}, model {server.model_name}\n"
         f"  OpenAI API at http://{args.host}:{args.port}/v1, metrics at /metrics",
         flush=True,

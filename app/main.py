@@ -16,10 +16,11 @@ from app import __version__
 from app.auth import parse_env_keys
 from app.config import Settings, get_settings
 from app.db import create_db_engine, database_unavailable, upgrade_database
+from app.metrics import track_open_windows
 from app.routes import health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
-from app.windows import Collector
+from app.windows import Collector, count_open_windows
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -140,6 +141,7 @@ def create_app(
         app.state.env_keys = env_keys
         app.state.anonymous_allowed = anonymous_allowed
         app.state.collector = Collector(engine, client, scrape, sampler, settings)
+        track_open_windows(lambda: count_open_windows(engine))
         await sampler.start()
         try:
             yield

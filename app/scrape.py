@@ -7,6 +7,7 @@
 import asyncio
 import ipaddress
 import socket
+import time
 import urllib.request
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from app.config import Settings
+from app.metrics import SCRAPE_ERRORS, SCRAPE_SECONDS, error_kind
 from app.models import utcnow
 from app.promtext import ExtractionError, Series, extract_spec_decode
 from app.targets import Target, TargetPolicy
@@ -255,8 +257,19 @@ async def scrape_target(
     return ScrapeOutcome(target, utcnow(), series=series)
 
 
+async def _measured(
+    client: httpx.AsyncClient, target: Target, config: ScrapeConfig
+) -> ScrapeOutcome:
+    began = time.perf_counter()
+    outcome = await scrape_target(client, target, config)
+    SCRAPE_SECONDS.observe(time.perf_counter() - began)
+    if outcome.error is not None:
+        SCRAPE_ERRORS.labels(error_kind(outcome.error)).inc()
+    return outcome
+
+
 async def scrape_all(
     client: httpx.AsyncClient, targets: Sequence[Target], config: ScrapeConfig
 ) -> list[ScrapeOutcome]:
     """Scrape every target at once; the outcomes come back in the targets' order."""
-    return list(await asyncio.gather(*(scrape_target(client, t, config) for t in targets)))
+    return list(await asyncio.gather(*(_measured(client, t, config) for t in targets)))

@@ -297,6 +297,14 @@ def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
         return _public(session, stored)
 
 
+def count_open_windows(engine: Engine) -> int:
+    """Windows open now, all teams together."""
+    with Session(engine) as session:
+        return session.exec(
+            select(func.count()).select_from(Window).where(Window.state == "open")
+        ).one()
+
+
 def list_windows(
     engine: Engine, team: str, limit: int, state: str | None = None
 ) -> list[WindowSummary]:

@@ -113,3 +113,30 @@ def watching_health(base_url: str) -> Iterator[list[int]]:
     finally:
         done.set()
         poller.join()
+
+
+@contextmanager
+def run_simulator(*args: str) -> Iterator[str]:
+    """`specdec simulate ARGS` on a free port; yields its base URL once /v1/models answers."""
+    port = free_port()
+    process = subprocess.Popen(
+        [*specdec_command(), "simulate", "--port", str(port), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("specdec simulate did not start")
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -1,8 +1,12 @@
 """The simulator: a vLLM-shaped payload whose counters grow, and `specdec simulate` for real."""
 
+import asyncio
+import json
+import math
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import httpx
 import pytest
@@ -10,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.promtext import extract_spec_decode
 from app.simulator import SimulatedServer, default_acceptance
-from tests.collector import Collector, specdec_command
+from tests.collector import Collector, run_simulator, specdec_command
 from tests.metrics_server import free_port
 from tests.test_promtext import oracle
 
@@ -95,3 +99,127 @@ def test_simulate_and_serve_together(
     for position, rate in data["per_position_acceptance_rates"].items():
         # Each engine floors its own count: at most one token off per engine.
         assert abs(rate - expected[int(position)]) <= 2 / drafts + 1e-4
+
+
+# --- the OpenAI-compatible simulator, driven by real HTTP load -------------------------------
+
+PROFILE = [0.9, 0.7, 0.5, 0.3]
+
+
+def test_openai_endpoints_answer_like_a_server() -> None:
+    with run_simulator(
+        "--model-name", "sim-model", "--acceptance", "0.8,0.5", "--drafts-per-s", "0"
+    ) as url:
+        models = httpx.get(f"{url}/v1/models").json()
+        completion = httpx.post(
+            f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 20}
+        ).json()
+        chat = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
+        ).json()
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/chat/completions",
+            json={"messages": [], "max_tokens": 9, "stream": True},
+        ) as stream:
+            lines = [line for line in stream.iter_lines() if line.startswith("data: ")]
+    assert models["data"][0]["id"] == "sim-model"
+    assert completion["object"] == "text_completion" and completion["model"] == "sim-model"
+    assert completion["usage"]["completion_tokens"] >= 20
+    assert (
+        completion["choices"][0]["text"].count("tok ") == completion["usage"]["completion_tokens"]
+    )
+    assert chat["choices"][0]["message"]["role"] == "assistant"
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert chunks[0]["object"] == "chat.completion.chunk"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert sum(c["choices"][0]["delta"]["content"].count("tok ") for c in chunks) >= 9
+
+
+async def _stream_load(url: str, requests: int, max_tokens: int) -> tuple[int, int]:
+    """Streamed completions; every chunk is one speculative step. (steps, tokens) seen."""
+    steps = tokens = 0
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+
+        async def one(index: int) -> None:
+            nonlocal steps, tokens
+            body = {"prompt": f"q{index}", "max_tokens": max_tokens, "stream": True}
+            async with http.stream("POST", "/v1/completions", json=body) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        steps += 1
+                        tokens += json.loads(line[6:])["choices"][0]["text"].count("tok ")
+
+        for batch in range(0, requests, 16):
+            await asyncio.gather(*(one(i) for i in range(batch, min(requests, batch + 16))))
+    return steps, tokens
+
+
+def test_collector_sees_the_configured_acceptance_profile(api: httpx.Client) -> None:
+    """Real HTTP load on the simulator: the collector's numbers equal what the client saw,
+    and its rates match the profile within sampling error."""
+    with run_simulator(
+        "--engines",
+        "2",
+        "--acceptance",
+        ",".join(map(str, PROFILE)),
+        "--drafts-per-s",
+        "0",
+        "--seed",
+        "1",
+    ) as url:
+        target = url.removeprefix("http://")
+        assert api.post("/windows/profile/start", json={"targets": [target]}).status_code == 201
+        steps, tokens = asyncio.run(_stream_load(url, 300, 48))
+        result = api.post("/windows/profile/stop").json()["targets"][0]["result"]
+    data = result["data"]
+    assert data["num_drafts"] == steps  # one draft per step, counted exactly
+    assert data["draft_tokens"] == len(PROFILE) * steps
+    assert data["accepted_tokens"] == tokens - steps  # each step emits accepted + 1
+    for position, expected in enumerate(PROFILE):
+        error = 4 * math.sqrt(expected * (1 - expected) / steps)  # four standard errors
+        assert abs(data["per_position_acceptance_rates"][str(position)] - expected) <= error + 1e-4
+    mean_accepted = sum(PROFILE)  # E[accepted per draft] = sum of the per-position rates
+    assert abs(data["acceptance_rate"] - mean_accepted / len(PROFILE) * 100) <= 2.0
+
+
+def test_engine_restart_is_counted_in_full_with_samples(api: httpx.Client) -> None:
+    """`--reset-after 50` restarts engine 0 after the 50th request; samples catch it."""
+    with run_simulator(
+        "--engines",
+        "2",
+        "--acceptance",
+        "0.8,0.4",
+        "--drafts-per-s",
+        "0",
+        "--reset-after",
+        "50",
+        "--seed",
+        "3",
+    ) as url:
+        target = url.removeprefix("http://")
+        body = {"targets": [target], "sample_interval_s": 0.5}
+        assert api.post("/windows/restart/start", json=body).status_code == 201
+
+        def sampled_after(moment: float) -> None:
+            while True:
+                points = api.get("/windows/restart/samples").json()["series"][0]["points"]
+                if any(
+                    datetime.fromisoformat(p["taken_at"]).timestamp() > moment + 0.05
+                    for p in points
+                ):
+                    return
+                time.sleep(0.1)
+
+        total_steps = 0
+        for requests in (49, 1, 40):  # up to the restart, the request that triggers it, after it
+            steps, _ = asyncio.run(_stream_load(url, requests, 24))
+            total_steps += steps
+            sampled_after(time.time())
+        result = api.post("/windows/restart/stop").json()["targets"][0]["result"]
+    # Engine 0's counts before its restart were sampled before it; the one request that
+    # triggered the restart ran on engine 1. Nothing is lost, nothing counted twice.
+    assert result["data"]["num_drafts"] == total_steps
+    assert result["counter_resets"] >= 1

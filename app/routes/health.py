@@ -1,7 +1,8 @@
-"""Liveness and readiness."""
+"""Liveness, readiness and the collector's own metrics."""
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
@@ -28,6 +29,12 @@ def beat(engine: Engine, replica_id: str) -> None:
             .on_conflict_do_update(index_elements=["replica_id"], set_={"beat_at": now})
         )
         session.commit()
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+async def metrics() -> Response:
+    """The collector's own Prometheus metrics (aggregates only; no key needed)."""
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get(

@@ -1,0 +1,74 @@
+"""The Python client, sync and async, against the real service."""
+
+import asyncio
+
+import httpx
+import pytest
+
+from app.client import AsyncCollectorClient, CollectorClient, CollectorError, CollectorUnavailable
+from tests.collector import Collector
+from tests.metrics_server import free_port, serve_metrics
+from tests.payloads import drafts_payload
+
+
+def test_sync_client_round_trip(collector: Collector) -> None:
+    with (
+        serve_metrics(body=drafts_payload(100)) as server,
+        CollectorClient(collector.base_url) as client,
+    ):
+        window = client.start("c-1", [server.target], labels={"model": "m"}, sample_interval_s=1)
+        assert window["labels"] == {"model": "m"} and window["sample_interval_s"] == 1
+        server.replace(drafts_payload(300))
+        report = client.stop_and_report("c-1")
+        got = client.get("c-1")
+        listed = client.list()
+    assert "Drafts                                        200" in report
+    assert got["targets"][0]["result"]["data"]["num_drafts"] == 200
+    assert [w["id"] for w in listed] == ["c-1"]
+    assert listed[0]["targets"][0]["num_drafts"] == 200
+
+
+def test_async_client_round_trip(collector: Collector) -> None:
+    async def run() -> tuple[dict[str, object], str, list[dict[str, object]]]:
+        async with AsyncCollectorClient(collector.base_url) as client:
+            await client.start("c-2", [server.target])
+            server.replace(drafts_payload(250))
+            report = await client.stop_and_report("c-2")
+            return await client.get("c-2"), report, await client.list(state="closed")
+
+    with serve_metrics(body=drafts_payload(50)) as server:
+        window, report, listed = asyncio.run(run())
+    assert window["state"] == "closed"
+    assert "Drafts                                        200" in report
+    assert [w["id"] for w in listed] == ["c-2"]
+
+
+def test_errors_say_what_happened(collector: Collector) -> None:
+    with CollectorClient(collector.base_url) as client:
+        with pytest.raises(CollectorError) as missing:
+            client.stop("nope")
+        assert (missing.value.status, missing.value.detail) == (404, "window nope not found")
+        with pytest.raises(CollectorError) as invalid:
+            client.start("bad", ["ftp://h:1/"])
+        assert invalid.value.status == 422
+    with (
+        CollectorClient(f"http://127.0.0.1:{free_port()}") as down,
+        pytest.raises(CollectorUnavailable),
+    ):
+        down.get("x")
+
+
+def test_list_endpoint_is_newest_first_and_filters_state(
+    collector: Collector, api: httpx.Client
+) -> None:
+    with serve_metrics(body=drafts_payload(10)) as server:
+        for window_id in ("first", "second", "third"):
+            api.post(f"/windows/{window_id}/start", json={"targets": [server.target]})
+        api.post("/windows/second/stop")
+    assert [w["id"] for w in api.get("/windows").json()] == ["third", "second", "first"]
+    assert [w["id"] for w in api.get("/windows", params={"state": "open"}).json()] == [
+        "third",
+        "first",
+    ]
+    assert [w["id"] for w in api.get("/windows", params={"limit": 1}).json()] == ["third"]
+    assert api.get("/windows", params={"limit": 0}).status_code == 422

@@ -1,0 +1,152 @@
+"""`specdec run`: a benchmark wrapped in a window, as a user runs it, over real processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.collector import Collector, run_simulator, specdec_command
+from tests.metrics_server import free_port, serve_metrics
+from tests.payloads import drafts_payload
+
+SPECDEC = " ".join(specdec_command())
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    command = [*specdec_command(), "run", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_run_measures_writes_results_where_aisbench_put_its_own_and_keeps_the_exit_code(
+    collector: Collector, tmp_path: Path
+) -> None:
+    with run_simulator("--drafts-per-s", "0", "--seed", "7") as simulator:
+        target = simulator.removeprefix("http://")
+        benchmark = (
+            "mkdir -p outputs/default/20261130_101010/performances/vllm-api && "
+            f"{SPECDEC} load --url {simulator} --requests 60 --max-tokens 32 && exit 3"
+        )
+        run = _run(
+            [
+                "--server",
+                collector.base_url,
+                "--target",
+                target,
+                "--id",
+                "bench-1",
+                "--",
+                "sh",
+                "-c",
+                benchmark,
+            ],
+            tmp_path,
+        )
+    assert run.returncode == 3, run.stderr
+    assert "Speculative Decoding Metrics  [" + target + "]" in run.stdout
+    written = (
+        tmp_path
+        / "outputs/default/20261130_101010/performances"
+        / f"spec_decode_{target.replace(':', '_')}.json"
+    )
+    result = json.loads(written.read_text())
+    window = httpx.get(f"{collector.base_url}/windows/bench-1", timeout=30).json()
+    assert window["state"] == "closed"
+    assert result == window["targets"][0]["result"]
+    assert result["status"] == "ok" and result["data"]["num_drafts"] > 0
+
+
+def test_ctrl_c_stops_the_window_and_exits_like_the_command(
+    collector: Collector, tmp_path: Path
+) -> None:
+    with serve_metrics(body=drafts_payload(100)) as server:
+        process = subprocess.Popen(
+            [*specdec_command(), "run", "--server", collector.base_url, "--target", server.target, "--id", "ctrl-c",
+             "--output-dir", str(tmp_path / "out"), "--", sys.executable, "-c", "import time; time.sleep(60)"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        while server.count() == 0:  # the window is open
+            time.sleep(0.02)
+        time.sleep(0.5)  # the command is running
+        server.replace(drafts_payload(250))
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+        stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGINT, stderr
+    window = httpx.get(f"{collector.base_url}/windows/ctrl-c", timeout=30).json()
+    assert window["state"] == "closed"
+    assert window["targets"][0]["result"]["data"]["num_drafts"] == 150
+    assert (tmp_path / "out" / f"spec_decode_{server.target.replace(':', '_')}.json").exists()
+    assert "Drafts                                        150" in stdout
+
+
+def test_an_unreachable_collector_never_breaks_the_benchmark(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    run = _run(
+        ["--server", f"http://127.0.0.1:{free_port()}", "--target", "127.0.0.1:9", "--",
+         sys.executable, "-c", f"open({str(marker)!r}, 'w').write('yes'); raise SystemExit(5)"],
+        tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 5
+    assert marker.read_text() == "yes"
+    assert "could not start window" in run.stderr and "running the command anyway" in run.stderr
+
+
+def test_targets_from_an_aisbench_model_config(collector: Collector, tmp_path: Path) -> None:
+    with (
+        serve_metrics(body=drafts_payload(10)) as one,
+        serve_metrics(body=drafts_payload(10)) as two,
+    ):
+        config = tmp_path / "vllm_api_stream_chat.py"
+        config.write_text(
+            "from ais_bench.benchmark.models import VLLMCustomAPIChat\n"
+            "models = [\n"
+            f"    dict(attr='service', type=VLLMCustomAPIChat, abbr='a', host_ip='127.0.0.1', host_port={one.port}),\n"
+            f"    dict(attr='service', type=VLLMCustomAPIChat, abbr='b', host_ip='127.0.0.1', host_port={two.port}),\n"
+            "]\n"
+        )
+        run = _run(
+            [
+                "--server",
+                collector.base_url,
+                "--targets-from",
+                str(config),
+                "--id",
+                "cfg",
+                "--",
+                "true",
+            ],
+            tmp_path,
+        )
+    assert run.returncode == 0, run.stderr
+    window = httpx.get(f"{collector.base_url}/windows/cfg", timeout=30).json()
+    assert [t["target"] for t in window["targets"]] == [one.target, two.target]
+    assert len(list(tmp_path.glob("spec_decode_127.0.0.1_*.json"))) == 2
+
+
+def test_client_commands(collector: Collector, tmp_path: Path) -> None:
+    env = {**os.environ, "SPECDEC_SERVER": collector.base_url}
+
+    def specdec(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*specdec_command(), *args], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    with serve_metrics(body=drafts_payload(100)) as server:
+        started = specdec("start", "cli-1", "--target", server.target, "--label", "model=llama")
+        assert started.returncode == 0 and f"window cli-1 open on {server.target}" in started.stdout
+        server.replace(drafts_payload(500))
+        stopped = specdec("stop", "cli-1")
+    assert "Drafts                                        400" in stopped.stdout
+    got = specdec("get", "cli-1")
+    assert f"{server.target}" in got.stdout and "400 drafts" in got.stdout
+    as_json = json.loads(specdec("get", "cli-1", "--json").stdout)
+    assert as_json["labels"] == {"model": "llama"}
+    assert specdec("report", "cli-1").stdout == stopped.stdout
+    listed = specdec("ls").stdout.splitlines()
+    assert listed[1].startswith("cli-1") and "closed" in listed[1]
+    missing = specdec("stop", "nope")
+    assert missing.returncode == 1 and "window nope not found (HTTP 404)" in missing.stderr
