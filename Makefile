@@ -8,7 +8,7 @@ export SPECDEC_DATABASE_URL ?= sqlite:///./data/specdec.db
 # The PostgreSQL half of the suite runs here; `make postgres` prepares it on Debian (as root).
 export SPECDEC_TEST_POSTGRES_URL ?= postgresql+psycopg://specdec:specdec@127.0.0.1:5432/specdec_test
 
-.PHONY: run test lint format bench simulate postgres clean
+.PHONY: run test lint format bench simulate demo postgres clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,17 @@ run: $(VENV)/.installed ## serve on $(HOST):$(PORT), SQLite under ./data (migrat
 
 simulate: $(VENV)/.installed ## a vLLM-shaped /metrics on 127.0.0.1:9000 whose counters grow
 	$(BIN)/specdec simulate --port 9000
+
+demo: $(VENV)/.installed ## simulator + collector + a short load through `specdec run`, then the report
+	@set -e; dir=$$(mktemp -d); \
+	$(BIN)/specdec simulate --port 9100 --engines 2 --drafts-per-s 0 > $$dir/simulator.log 2>&1 & sim=$$!; \
+	SPECDEC_DATABASE_URL=sqlite:///$$dir/demo.db $(BIN)/specdec serve --port 8100 > $$dir/collector.log 2>&1 & col=$$!; \
+	trap 'kill $$sim $$col 2>/dev/null' EXIT; \
+	$(BIN)/specdec wait-ready http://127.0.0.1:8100/healthz http://127.0.0.1:9100/v1/models; \
+	echo "== a simulated vLLM server on :9100 (2 engines), the collector on :8100 =="; \
+	$(BIN)/specdec run --server http://127.0.0.1:8100 --target 127.0.0.1:9100 --id demo --sample-interval 0.5 \
+	  --output-dir $$dir -- $(BIN)/specdec load --url http://127.0.0.1:9100 --requests 400 --concurrency 16 --max-tokens 64; \
+	echo "== the JSON result and the logs are in $$dir =="
 
 test: $(VENV)/.installed-dev ## the whole test suite
 	$(BIN)/pytest

@@ -258,6 +258,27 @@ def _load(args: argparse.Namespace) -> int:
     return 1 if summary.failed else 0
 
 
+def _wait_ready(args: argparse.Namespace) -> int:
+    import httpx
+
+    deadline = time.monotonic() + args.timeout
+    for url in args.urls:
+        while True:
+            try:
+                if httpx.get(url, timeout=2).is_success:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                print(
+                    f"specdec wait-ready: {url} did not answer in {args.timeout:g} s",
+                    file=sys.stderr,
+                )
+                return 1
+            time.sleep(0.1)
+    return 0
+
+
 def _keys_engine() -> "Engine":
     from app.config import get_settings
     from app.db import create_db_engine, upgrade_database
@@ -425,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--stream", action="store_true")
     load.add_argument("--model")
     load.set_defaults(handler=_load)
+
+    wait = commands.add_parser("wait-ready", help="wait until every URL answers 2xx (for scripts)")
+    wait.add_argument("urls", nargs="+", metavar="URL")
+    wait.add_argument("--timeout", type=float, default=60.0)
+    wait.set_defaults(handler=_wait_ready)
 
     keys = commands.add_parser("keys", help="manage API keys stored (hashed) in the database")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)

@@ -26,6 +26,23 @@ def test_every_referenced_file_exists() -> None:
                 assert (ROOT / source).exists(), (name, source)
 
 
+def test_prometheus_scrapes_the_collector_and_grafana_is_provisioned() -> None:
+    services = _compose()["services"]
+    prometheus = yaml.safe_load((ROOT / "docker" / "prometheus.yml").read_text())
+    scraped = {
+        t
+        for job in prometheus["scrape_configs"]
+        for c in job["static_configs"]
+        for t in c["targets"]
+    }
+    assert "collector:8000" in scraped  # its own /metrics (default path)
+    assert "prometheus" in services and "grafana" in services
+    datasource = yaml.safe_load(
+        (ROOT / "docker/grafana/provisioning/datasources/prometheus.yml").read_text()
+    )
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
 def test_every_command_is_a_valid_specdec_invocation() -> None:
     commands = [s["command"] for s in _compose()["services"].values() if "command" in s]
     specdec = [command for command in commands if command[0] == "specdec"]
