@@ -125,7 +125,9 @@ class CollectorClient:
     def list(self, limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
         """The team's windows, newest first."""
         params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
-        windows: list[dict[str, Any]] = self._call("GET", "/windows", params=params).json()
+        windows: list[dict[str, Any]] = self._call("GET", "/windows", params=params).json()[
+            "windows"
+        ]
         return windows
 
 
@@ -202,5 +204,6 @@ class AsyncCollectorClient:
     async def list(self, limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
         """The team's windows, newest first."""
         params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
-        windows: list[dict[str, Any]] = (await self._call("GET", "/windows", params=params)).json()
+        answer = await self._call("GET", "/windows", params=params)
+        windows: list[dict[str, Any]] = answer.json()["windows"]
         return windows

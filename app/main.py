@@ -17,7 +17,7 @@ from app.auth import parse_env_keys
 from app.config import Settings, get_settings
 from app.db import create_db_engine, database_unavailable, upgrade_database
 from app.metrics import track_open_windows
-from app.routes import health, windows
+from app.routes import compare, health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
 from app.windows import Collector, count_open_windows
@@ -160,4 +160,5 @@ def create_app(
     app.add_exception_handler(SQLAlchemyError, _database_error)
     app.include_router(health.router)
     app.include_router(windows.router)
+    app.include_router(compare.router)
     return app

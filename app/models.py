@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import field_validator, model_validator
-from sqlalchemy import JSON, Column, DateTime, MetaData, UniqueConstraint
+from sqlalchemy import JSON, Column, DateTime, Index, MetaData, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from app.targets import WINDOW_ID_PATTERN, Target, parse_target
@@ -88,7 +88,11 @@ class Window(WindowBase, table=True):
     """A window; its id is unique within its team."""
 
     __tablename__ = "window"
-    __table_args__ = (UniqueConstraint("team", "window_id"),)
+    __table_args__ = (
+        UniqueConstraint("team", "window_id"),
+        # Lists read a team's windows newest first, page by page.
+        Index("ix_window_team_started_at_id", "team", "started_at", "id"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     team: str = Field(default="default", max_length=64)
@@ -116,6 +120,11 @@ class WindowTarget(SQLModel, table=True):
     # Sent with every scrape of this target, never returned by the API nor logged.
     headers: dict[str, str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # Copied from `result` at stop, so that lists filter and sort on them in SQL.
+    status: str | None = Field(default=None, max_length=8)
+    acceptance_rate: float | None = Field(default=None, index=True)
+    acceptance_length: float | None = Field(default=None)
+    num_drafts: float | None = Field(default=None)
 
 
 class TargetSeries(SQLModel, table=True):
@@ -203,3 +212,8 @@ class WindowSummary(WindowBase):
     started_at: datetime
     stopped_at: datetime | None
     targets: list[TargetSummary]
+
+
+class WindowPage(SQLModel):
+    windows: list[WindowSummary]
+    next_cursor: str | None = None

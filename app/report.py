@@ -83,3 +83,47 @@ def _cell(value: object) -> object:
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
     return value
+
+
+def windows_csv(windows: Sequence[Any]) -> str:
+    """A page of windows as CSV: one row per window and target."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [
+            "id",
+            "state",
+            "started_at",
+            "stopped_at",
+            "labels",
+            "target",
+            "status",
+            "acceptance_rate",
+            "acceptance_length",
+            "num_drafts",
+        ]
+    )
+    for window in windows:
+        labels = ";".join(f"{k}={v}" for k, v in sorted(window.labels.items()))
+        for target in window.targets or [None]:
+            writer.writerow(
+                [
+                    window.id,
+                    window.state,
+                    _cell(window.started_at),
+                    _cell(window.stopped_at),
+                    labels,
+                    *(
+                        [
+                            target.target,
+                            _cell(target.status),
+                            _cell(target.acceptance_rate),
+                            _cell(target.acceptance_length),
+                            _cell(target.num_drafts),
+                        ]
+                        if target is not None
+                        else [""] * 5
+                    ),
+                ]
+            )
+    return out.getvalue()

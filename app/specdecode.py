@@ -231,3 +231,63 @@ def _put_cumulative(row: dict[str, Any], totals: Totals) -> None:
     row["num_drafts"] = as_number(totals.num_drafts)
     row["draft_tokens"] = as_number(totals.num_draft_tokens)
     row["accepted_tokens"] = as_number(totals.num_accepted_tokens)
+
+
+def compare_results(
+    windows: Sequence[tuple[str, dict[str, dict[str, Any] | None]]],
+) -> list[dict[str, Any]]:
+    """Windows side by side per target (same `host:port`), with differences from the first.
+
+    `windows` is (window id, {target: result or None while open}) in the order to compare.
+    For each target, `results` has one entry per window (null where the window lacks the
+    target), and `differences` compares every later window with an `ok` result against the
+    first window that has one: acceptance rate (points), acceptance length, per-position rates.
+    """
+    targets: list[str] = []
+    for _, results in windows:
+        targets += [target for target in results if target not in targets]
+    rows = []
+    for target in targets:
+        entries: list[dict[str, Any] | None] = []
+        for window_id, results in windows:
+            if target not in results:
+                entries.append(None)
+                continue
+            result = results[target]
+            data = (result or {}).get("data") or {}
+            entries.append(
+                {
+                    "window": window_id,
+                    "status": "open" if result is None else result.get("status"),
+                    "error": None if result is None else result.get("error"),
+                    "acceptance_rate": data.get("acceptance_rate"),
+                    "acceptance_length": data.get("acceptance_length"),
+                    "num_drafts": data.get("num_drafts"),
+                    "per_position_acceptance_rates": data.get("per_position_acceptance_rates"),
+                }
+            )
+        good = [entry for entry in entries if entry is not None and entry["status"] == "ok"]
+        differences = []
+        if good:
+            base = good[0]
+            for entry in good[1:]:
+                base_rates = base["per_position_acceptance_rates"] or {}
+                rates = entry["per_position_acceptance_rates"] or {}
+                differences.append(
+                    {
+                        "window": entry["window"],
+                        "versus": base["window"],
+                        "acceptance_rate": round(
+                            entry["acceptance_rate"] - base["acceptance_rate"], 2
+                        ),
+                        "acceptance_length": round(
+                            entry["acceptance_length"] - base["acceptance_length"], 3
+                        ),
+                        "per_position_acceptance_rates": {
+                            pos: round(rates[pos] - base_rates[pos], 4)
+                            for pos in sorted(set(rates) & set(base_rates), key=int)
+                        },
+                    }
+                )
+        rows.append({"target": target, "results": entries, "differences": differences})
+    return rows

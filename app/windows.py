@@ -14,6 +14,9 @@ and computes every result from what is stored (baseline, samples, final), so a s
 by the background sampler up to that moment is part of the result, and none after it.
 """
 
+import base64
+import binascii
+import json
 import logging
 import time
 from collections import defaultdict
@@ -23,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
-from sqlalchemy import func, update
+from sqlalchemy import exists, func, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -48,7 +51,14 @@ from app.models import (
 )
 from app.promtext import Series, SeriesKey, SeriesValue, labels_from_text, labels_to_text
 from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
-from app.specdecode import Phase, absolute_totals, build_result, timeline
+from app.specdecode import (
+    Phase,
+    absolute_totals,
+    as_number,
+    build_result,
+    compare_results,
+    timeline,
+)
 from app.targets import Target, parse_target
 
 logger = logging.getLogger(__name__)
@@ -305,20 +315,101 @@ def count_open_windows(engine: Engine) -> int:
         ).one()
 
 
-def list_windows(
-    engine: Engine, team: str, limit: int, state: str | None = None
-) -> list[WindowSummary]:
-    """The team's windows, newest first, each target summarised from its stored result.
+def summary_columns(result: dict[str, Any]) -> dict[str, Any]:
+    """The columns a stored result is summarised into, for lists and filters."""
+    data = result.get("data") or {}
+    return {
+        "status": result.get("status"),
+        "acceptance_rate": data.get("acceptance_rate"),
+        "acceptance_length": data.get("acceptance_length"),
+        "num_drafts": data.get("num_drafts"),
+    }
 
-    Two queries whatever the number of windows: the windows, then all their targets.
+
+@dataclass(frozen=True, slots=True)
+class WindowFilter:
+    """What `GET /windows` narrows the team's windows to; every field is optional."""
+
+    state: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    target: str | None = None
+    started_after: datetime | None = None
+    started_before: datetime | None = None
+    min_acceptance_rate: float | None = None
+    max_acceptance_rate: float | None = None
+
+
+def encode_cursor(started_at: datetime, pk: int) -> str:
+    """An opaque cursor: the (start time, row id) of the last window of a page."""
+    raw = json.dumps([as_utc(started_at).isoformat(), pk]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """The inverse of `encode_cursor`; `ValueError` for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        started, pk = json.loads(raw)
+        return datetime.fromisoformat(started), int(pk)
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise ValueError("cursor is not one this service gave") from exc
+
+
+def _filtered(query: Any, team: str, where: WindowFilter) -> Any:
+    query = query.where(Window.team == team)
+    if where.state is not None:
+        query = query.where(Window.state == where.state)
+    for name, value in where.labels:
+        query = query.where(col(Window.labels)[name].as_string() == value)
+    if where.started_after is not None:
+        query = query.where(col(Window.started_at) >= where.started_after)
+    if where.started_before is not None:
+        query = query.where(col(Window.started_at) < where.started_before)
+    target_conditions = []
+    if where.target is not None:
+        target_conditions.append(col(WindowTarget.target) == where.target)
+    if where.min_acceptance_rate is not None:
+        target_conditions.append(col(WindowTarget.acceptance_rate) >= where.min_acceptance_rate)
+    if where.max_acceptance_rate is not None:
+        target_conditions.append(col(WindowTarget.acceptance_rate) <= where.max_acceptance_rate)
+    if target_conditions:
+        # Windows with one target that meets every target condition at once.
+        query = query.where(
+            exists().where(col(WindowTarget.window_pk) == col(Window.id), *target_conditions)
+        )
+    return query
+
+
+def list_windows(
+    engine: Engine,
+    team: str,
+    limit: int,
+    where: WindowFilter | None = None,
+    *,
+    oldest_first: bool = False,
+    cursor: str | None = None,
+) -> tuple[list[WindowSummary], str | None]:
+    """A page of the team's windows (newest first by default) and the cursor of the next page.
+
+    Two queries whatever the page size: the windows, then all their targets' summaries.
     """
+    query = _filtered(select(Window), team, where or WindowFilter())
+    started, pk = col(Window.started_at), col(Window.id)
+    if cursor is not None:
+        after_started, after_pk = decode_cursor(cursor)
+        if oldest_first:
+            query = query.where(
+                (started > after_started) | ((started == after_started) & (pk > after_pk))
+            )
+        else:
+            query = query.where(
+                (started < after_started) | ((started == after_started) & (pk < after_pk))
+            )
+    order = (started.asc(), pk.asc()) if oldest_first else (started.desc(), pk.desc())
     with Session(engine) as session:
-        query = select(Window).where(Window.team == team)
-        if state is not None:
-            query = query.where(Window.state == state)
-        windows = session.exec(
-            query.order_by(col(Window.started_at).desc(), col(Window.id).desc()).limit(limit)
-        ).all()
+        windows = list(session.exec(query.order_by(*order).limit(limit + 1)).all())
+        more = len(windows) > limit
+        windows = windows[:limit]
         rows = session.exec(
             select(WindowTarget)
             .where(col(WindowTarget.window_pk).in_([w.id for w in windows]))
@@ -326,18 +417,16 @@ def list_windows(
         ).all()
     by_window: dict[int, list[TargetSummary]] = defaultdict(list)
     for row in rows:
-        result = row.result or {}
-        data = result.get("data") or {}
         by_window[row.window_pk].append(
             TargetSummary(
                 target=row.target,
-                status=result.get("status"),
-                acceptance_rate=data.get("acceptance_rate"),
-                acceptance_length=data.get("acceptance_length"),
-                num_drafts=data.get("num_drafts"),
+                status=row.status,
+                acceptance_rate=row.acceptance_rate,
+                acceptance_length=row.acceptance_length,
+                num_drafts=as_number(row.num_drafts) if row.num_drafts is not None else None,
             )
         )
-    return [
+    page = [
         WindowSummary(
             id=w.window_id,
             team=w.team,
@@ -350,6 +439,33 @@ def list_windows(
         )
         for w in windows
     ]
+    next_cursor = encode_cursor(windows[-1].started_at, windows[-1].id or 0) if more else None
+    return page, next_cursor
+
+
+def read_comparison(engine: Engine, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
+    """The windows named, side by side per target (see `compare_results`)."""
+    with Session(engine) as session:
+        stored = [_load(session, team, window_id) for window_id in window_ids]
+    missing = [wid for wid, found in zip(window_ids, stored, strict=True) if found is None]
+    if missing:
+        raise WindowNotFound(missing[0])
+    found = [s for s in stored if s is not None]
+    return {
+        "windows": [
+            {
+                "id": s.window.window_id,
+                "state": s.window.state,
+                "labels": s.window.labels,
+                "started_at": as_utc(s.window.started_at),
+                "stopped_at": as_utc(s.window.stopped_at) if s.window.stopped_at else None,
+            }
+            for s in found
+        ],
+        "targets": compare_results(
+            [(s.window.window_id, {t.key: t.result for t in s.targets}) for s in found]
+        ),
+    }
 
 
 def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, dict[str, Any]]]:
@@ -555,7 +671,9 @@ def _close_window(
                 [_phase_of(sample, catalog) for sample in samples],
             )
             session.execute(
-                update(WindowTarget).where(col(WindowTarget.id) == target.id).values(result=result)
+                update(WindowTarget)
+                .where(col(WindowTarget.id) == target.id)
+                .values(result=result, **summary_columns(result))
             )
         session.commit()
 

@@ -65,10 +65,10 @@ def test_list_endpoint_is_newest_first_and_filters_state(
         for window_id in ("first", "second", "third"):
             api.post(f"/windows/{window_id}/start", json={"targets": [server.target]})
         api.post("/windows/second/stop")
-    assert [w["id"] for w in api.get("/windows").json()] == ["third", "second", "first"]
-    assert [w["id"] for w in api.get("/windows", params={"state": "open"}).json()] == [
+    assert [w["id"] for w in api.get("/windows").json()["windows"]] == ["third", "second", "first"]
+    assert [w["id"] for w in api.get("/windows", params={"state": "open"}).json()["windows"]] == [
         "third",
         "first",
     ]
-    assert [w["id"] for w in api.get("/windows", params={"limit": 1}).json()] == ["third"]
+    assert [w["id"] for w in api.get("/windows", params={"limit": 1}).json()["windows"]] == ["third"]
     assert api.get("/windows", params={"limit": 0}).status_code == 422

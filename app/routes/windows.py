@@ -1,16 +1,18 @@
 """Benchmark windows: start, stop, read, results, samples and the console report."""
 
+from datetime import datetime
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from app.auth import ReaderDep, TeamQuery, WriterDep, team_scope
-from app.models import WindowCreate, WindowPublic, WindowSummary
-from app.report import render_report, timeline_csv
+from app.models import WindowCreate, WindowPage, WindowPublic
+from app.report import render_report, timeline_csv, windows_csv
+from app.routes import error_responses
 from app.targets import WINDOW_ID_PATTERN, parse_target_key
 from app.windows import (
     Actor,
@@ -18,6 +20,7 @@ from app.windows import (
     InvalidWindow,
     TooManyWindows,
     WindowConflict,
+    WindowFilter,
     WindowNotFound,
     WindowOpen,
     list_windows,
@@ -28,28 +31,9 @@ from app.windows import (
     stop_window,
 )
 
-
-class Problem(BaseModel):
-    """An error answer."""
-
-    detail: str | list[dict[str, Any]]
-
-
-def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    described = {
-        400: "the body cannot be read (not UTF-8 JSON)",
-        401: "no key, or an unknown or revoked one",
-        403: "the key's role does not allow this",
-        404: "no such window (or another team's)",
-        409: "the window's state does not allow this",
-        413: "the request body is too large",
-        422: "invalid input; `detail[].loc` names the field",
-        429: "the team has too many open windows",
-    }
-    return {code: {"model": Problem, "description": described[code]} for code in codes}
-
-
-router = APIRouter(prefix="/windows", tags=["windows"], responses=_responses(400, 401, 403, 422))
+router = APIRouter(
+    prefix="/windows", tags=["windows"], responses=error_responses(400, 401, 403, 422)
+)
 
 WindowId = Annotated[
     str,
@@ -81,27 +65,96 @@ def _still_open(window_id: str) -> HTTPException:
     )
 
 
-def _target_key(target: str) -> str:
+def _target_key(target: str, where: str = "path") -> str:
     try:
         return parse_target_key(target)
     except ValueError as exc:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
-            [{"loc": ["path", "target"], "msg": str(exc), "type": "value_error"}],
+            [{"loc": [where, "target"], "msg": str(exc), "type": "value_error"}],
         ) from None
 
 
-@router.get("")
+def _label_pairs(labels: list[str]) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for text in labels:
+        name, sep, value = text.partition("=")
+        if not sep or not name:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                [
+                    {
+                        "loc": ["query", "label"],
+                        "msg": f"{text!r} is not key=value",
+                        "type": "value_error",
+                    }
+                ],
+            )
+        pairs.append((name, value))
+    return tuple(pairs)
+
+
+@router.get(
+    "",
+    responses={200: {"content": {"text/csv": {}}, "description": "JSON, or CSV on request"}},
+)
 async def list_all(
+    request: Request,
     collector: CollectorDep,
     principal: ReaderDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
     state: Literal["open", "closed"] | None = None,
+    label: Annotated[
+        list[str], Query(max_length=200, description="key=value; repeat for more")
+    ] = [],  # noqa: B006
+    target: Annotated[str | None, Query(max_length=300, description="host:port")] = None,
+    started_after: datetime | None = None,
+    started_before: datetime | None = None,
+    min_acceptance_rate: Annotated[float | None, Query(ge=0, le=100)] = None,
+    max_acceptance_rate: Annotated[float | None, Query(ge=0, le=100)] = None,
+    sort: Literal["-started_at", "started_at"] = "-started_at",
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    format: Annotated[
+        Literal["json", "csv"] | None, Query(description="or Accept: text/csv")
+    ] = None,
     team: TeamQuery = None,
-) -> list[WindowSummary]:
-    """The team's windows, newest first, with a summary of every target."""
+) -> Response:
+    """The team's windows, filtered, one page at a time, each target summarised."""
     scope = team_scope(principal, team)
-    return await run_in_threadpool(list_windows, collector.engine, scope, limit, state)
+    where = WindowFilter(
+        state=state,
+        labels=_label_pairs(label),
+        target=None if target is None else _target_key(target, "query"),
+        started_after=started_after,
+        started_before=started_before,
+        min_acceptance_rate=min_acceptance_rate,
+        max_acceptance_rate=max_acceptance_rate,
+    )
+    try:
+        page, next_cursor = await run_in_threadpool(
+            partial(
+                list_windows,
+                collector.engine,
+                scope,
+                limit,
+                where,
+                oldest_first=sort == "started_at",
+                cursor=cursor,
+            )
+        )
+    except ValueError as exc:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            [{"loc": ["query", "cursor"], "msg": str(exc), "type": "value_error"}],
+        ) from None
+    if _wants_csv(request, format):
+        return Response(windows_csv(page), media_type="text/csv; charset=utf-8")
+    body = WindowPage(windows=page, next_cursor=next_cursor)
+    return JSONResponse(jsonable_encoder(body))
+
+
+def _wants_csv(request: Request, format: str | None) -> bool:
+    return format == "csv" or (format is None and "text/csv" in request.headers.get("accept", ""))
 
 
 @router.post(
@@ -109,7 +162,7 @@ async def list_all(
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": WindowPublic, "description": "a retry: the window already exists"},
-        **_responses(409, 413, 429),
+        **error_responses(409, 413, 429),
     },
 )
 async def start(
@@ -138,7 +191,7 @@ async def start(
     return window
 
 
-@router.post("/{window_id}/stop", responses=_responses(404))
+@router.post("/{window_id}/stop", responses=error_responses(404))
 async def stop(
     window_id: WindowId, collector: CollectorDep, principal: WriterDep, team: TeamQuery = None
 ) -> WindowPublic:
@@ -150,7 +203,7 @@ async def stop(
         raise _not_found(window_id) from None
 
 
-@router.get("/{window_id}", responses=_responses(404))
+@router.get("/{window_id}", responses=error_responses(404))
 async def get_window(
     window_id: WindowId, collector: CollectorDep, principal: ReaderDep, team: TeamQuery = None
 ) -> WindowPublic:
@@ -162,7 +215,7 @@ async def get_window(
         raise _not_found(window_id) from None
 
 
-@router.get("/{window_id}/results/{target}", responses=_responses(404, 409))
+@router.get("/{window_id}/results/{target}", responses=error_responses(404, 409))
 async def get_result(
     window_id: WindowId,
     target: Annotated[str, Path(max_length=300, description="host:port, IPv6 in brackets")],
@@ -189,7 +242,7 @@ async def get_result(
     response_class=Response,
     responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
-        **_responses(404, 409),
+        **error_responses(404, 409),
     },
 )
 async def get_report(
@@ -210,7 +263,7 @@ async def get_report(
     "/{window_id}/samples",
     responses={
         200: {"content": {"text/csv": {}}, "description": "JSON, or CSV on request"},
-        **_responses(404),
+        **error_responses(404),
     },
 )
 async def get_samples(
@@ -227,7 +280,7 @@ async def get_samples(
     team: TeamQuery = None,
 ) -> Response:
     """Every snapshot of the window's targets over time (live while the window is open)."""
-    key = None if target is None else _target_key(target)
+    key = None if target is None else _target_key(target, "query")
     scope = team_scope(principal, team)
     try:
         series = await run_in_threadpool(read_timeline, collector.engine, scope, window_id, key)
@@ -235,10 +288,7 @@ async def get_samples(
         raise _not_found(window_id) from None
     except LookupError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    wants_csv = format == "csv" or (
-        format is None and "text/csv" in request.headers.get("accept", "")
-    )
-    if wants_csv:
+    if _wants_csv(request, format):
         return Response(timeline_csv(series), media_type="text/csv; charset=utf-8")
     body = {"id": window_id, "series": [{"target": k, "points": rows} for k, rows in series]}
     return JSONResponse(jsonable_encoder(body))
