@@ -5,10 +5,12 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
@@ -161,4 +163,6 @@ def create_app(
     app.include_router(health.router)
     app.include_router(windows.router)
     app.include_router(compare.router)
+    # The dashboard: static files shipped in the package, no external assets.
+    app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "ui", html=True), name="ui")
     return app

@@ -70,5 +70,7 @@ def test_list_endpoint_is_newest_first_and_filters_state(
         "third",
         "first",
     ]
-    assert [w["id"] for w in api.get("/windows", params={"limit": 1}).json()["windows"]] == ["third"]
+    assert [w["id"] for w in api.get("/windows", params={"limit": 1}).json()["windows"]] == [
+        "third"
+    ]
     assert api.get("/windows", params={"limit": 0}).status_code == 422

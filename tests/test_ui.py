@@ -1,0 +1,142 @@
+"""The built-in dashboard in a real browser: Playwright driving Debian's Chromium, headless."""
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.collector import Collector, run_collector
+from tests.metrics_server import MetricsServer, serve_metrics
+from tests.payloads import EngineCounters, vllm_payload
+
+KEY = "ui-team-write-key-0123456789"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
+def payload(drafts: int, accepted: list[int]) -> bytes:
+    engine = EngineCounters(
+        drafts=drafts, draft_tokens=len(accepted) * drafts, accepted_per_pos=accepted
+    )
+    return vllm_payload([engine]).encode()
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail(
+            "the dashboard tests need Debian's chromium: apt-get install chromium (.ci/run does)"
+        )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def filled(database_url: str, tmp_path: Path) -> Iterator[tuple[Collector, MetricsServer]]:
+    """Two closed windows (EAGLE and n-gram) with samples, and one open window still sampled."""
+    with (
+        run_collector(database_url, tmp_path, SPECDEC_API_KEYS=f"ui:write:{KEY}") as collector,
+        serve_metrics() as server,
+    ):
+        api = httpx.Client(
+            base_url=collector.base_url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+        )
+        for window_id, method, per_pos in (
+            ("eagle-run", "eagle", [90, 70, 50]),
+            ("ngram-run", "ngram", [60, 30, 10]),
+        ):
+            server.replace(payload(0, [0, 0, 0]))
+            api.post(
+                f"/windows/{window_id}/start",
+                json={
+                    "targets": [server.target],
+                    "labels": {"method": method},
+                    "sample_interval_s": 0.5,
+                },
+            )
+            for step in (1, 2):
+                server.replace(payload(100 * step, [n * step for n in per_pos]))
+                server.wait_served()
+            api.post(f"/windows/{window_id}/stop")
+        server.replace(payload(1000, [800, 500, 300]))
+        api.post(
+            "/windows/live-run/start",
+            json={
+                "targets": [server.target],
+                "labels": {"method": "eagle"},
+                "sample_interval_s": 0.5,
+            },
+        )
+        yield collector, server
+
+
+def _open(page: Page, base_url: str, route: str) -> None:
+    """Go to a dashboard route and wait until that route (not the one before) has drawn."""
+    page.goto(f"{base_url}/ui/{route}")
+    page.wait_for_function(f"document.body.dataset.ready === {route!r}")
+
+
+def test_dashboard_pages_draw_real_data(
+    browser: Browser, filled: tuple[Collector, MetricsServer], tmp_path: Path
+) -> None:
+    collector, server = filled
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{collector.base_url}/ui/")
+    # The key is asked once and kept for the session.
+    page.fill("#key-input", KEY)
+    page.click("#key-form button")
+    page.wait_for_function("document.body.dataset.ready === '#/'")
+    assert page.locator("#windows tbody tr").count() == 3
+    page.screenshot(path=str(tmp_path / "windows.png"), full_page=True)
+
+    page.fill("input[name=label]", "method=ngram")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function("document.querySelectorAll('#windows tbody tr').length === 1")
+    assert page.locator("#windows tbody tr").get_attribute("data-id") == "ngram-run"
+
+    _open(page, collector.base_url, "#/window/eagle-run")
+    card = page.locator(".card").first
+    assert card.get_attribute("data-target") == server.target
+    assert card.locator("dd.rate").inner_text() == "70.00 %"  # (90+70+50)*2 / (3*200)
+    bars = card.locator("svg.positions rect.bar")
+    assert bars.count() == 3
+    assert [float(bars.nth(i).get_attribute("data-rate") or "nan") for i in range(3)] == [
+        0.9,
+        0.7,
+        0.5,
+    ]
+    heights = [float(bars.nth(i).get_attribute("height") or "0") for i in range(3)]
+    assert heights[0] > heights[1] > heights[2] > 0
+    assert int(card.locator("svg.timeline").get_attribute("data-points") or "0") >= 1
+    assert page.evaluate("sessionStorage.getItem('specdec-api-key')") == KEY
+    page.screenshot(path=str(tmp_path / "window.png"), full_page=True)
+
+    _open(page, collector.base_url, "#/window/live-run")
+    before = int(page.locator("svg.timeline").get_attribute("data-points") or "0")
+    server.replace(payload(2000, [1500, 1000, 500]))
+    deadline = time.monotonic() + 20
+    while (
+        int(page.locator("svg.timeline").get_attribute("data-points") or "0") <= before
+    ):  # live refresh
+        assert time.monotonic() < deadline, "the open window's chart did not grow"
+        page.wait_for_timeout(200)
+
+    _open(page, collector.base_url, "#/?state=closed")
+    page.check("input[value=eagle-run]")
+    page.check("input[value=ngram-run]")
+    page.click("#compare")
+    # In table order (newest first): n-gram is the baseline the EAGLE run is compared with.
+    page.wait_for_function("document.body.dataset.ready === '#/compare/ngram-run,eagle-run'")
+    assert page.locator(".card svg.positions rect.bar").count() == 6
+    eagle, ngram = round(210 / 300 * 100, 2), round(100 / 300 * 100, 2)  # accepted / draft tokens
+    assert f"+{eagle - ngram:.2f}" in page.locator(".card table").inner_text()
+    page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
+    for name in ("windows", "window", "compare"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
