@@ -39,6 +39,9 @@ class Settings(BaseSettings):
         max_length=128,
         description="This replica's name in sampler leases; default: host name and port.",
     )
+    metrics_latest_windows: int = Field(
+        default=20, ge=0, le=1000, description="Closed windows whose results /metrics exports."
+    )
     sampler_scan_s: float = Field(
         default=0.25, gt=0, le=60, description="How often a replica looks for windows to sample."
     )

@@ -18,11 +18,11 @@ from app import __version__
 from app.auth import parse_env_keys
 from app.config import Settings, get_settings
 from app.db import create_db_engine, database_unavailable, upgrade_database
-from app.metrics import track_open_windows
+from app.metrics import REGISTRY, DatabaseMetrics
 from app.routes import compare, health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
-from app.windows import Collector, count_open_windows
+from app.windows import Collector
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -143,11 +143,13 @@ def create_app(
         app.state.env_keys = env_keys
         app.state.anonymous_allowed = anonymous_allowed
         app.state.collector = Collector(engine, client, scrape, sampler, settings)
-        track_open_windows(lambda: count_open_windows(engine))
+        database_metrics = DatabaseMetrics(engine, settings.metrics_latest_windows)
+        REGISTRY.register(database_metrics)
         await sampler.start()
         try:
             yield
         finally:
+            REGISTRY.unregister(database_metrics)
             sampler.shutdown()
             await client.aclose()
             engine.dispose()

@@ -4,9 +4,17 @@ Aggregates only (no team's window ids or targets), so Prometheus may scrape it w
 Error reasons are a small fixed set of kinds, which keeps the label cardinality bounded.
 """
 
-from collections.abc import Callable
+from collections.abc import Iterator
+from datetime import UTC, datetime
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import select as sa_select
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from app.models import Window, WindowTarget
 
 SCRAPE_SECONDS = Histogram(
     "specdec_scrape_duration_seconds",
@@ -16,7 +24,6 @@ SCRAPE_SECONDS = Histogram(
 SCRAPE_ERRORS = Counter(
     "specdec_scrape_errors_total", "Target scrapes that failed, by kind of reason.", ["reason"]
 )
-OPEN_WINDOWS = Gauge("specdec_open_windows", "Windows open now, all teams together.")
 
 _KINDS = (
     ("Metrics endpoint returned HTTP", "http_status"),
@@ -43,9 +50,78 @@ def error_kind(error: str) -> str:
     return "transport"
 
 
-def track_open_windows(count: Callable[[], int]) -> None:
-    """Report `count()` as the open windows each time `/metrics` is read."""
-    OPEN_WINDOWS.set_function(count)
+class DatabaseMetrics(Collector):
+    """Gauges read from the database each time `/metrics` is read.
+
+    - `specdec_open_windows`: windows open now, all teams together;
+    - `specdec_sampler_lag_seconds`: how far the most overdue sampled window is behind its
+      schedule (0 when every window was sampled within its interval);
+    - `specdec_window_acceptance_rate` / `_length`: the latest `latest` closed windows' results,
+      labelled team, window and target; `latest` bounds the label cardinality.
+    """
+
+    def __init__(self, engine: Engine, latest: int) -> None:
+        self.engine = engine
+        self.latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        now = datetime.now(UTC)
+        with Session(self.engine) as session:
+            open_windows = session.exec(
+                select(Window.started_at, Window.last_sampled_at, Window.sample_interval_s).where(
+                    Window.state == "open"
+                )
+            ).all()
+            closed = session.exec(
+                select(Window.id)
+                .where(Window.state == "closed")
+                .order_by(col(Window.stopped_at).desc())
+                .limit(self.latest)
+            ).all()
+            rows = session.execute(
+                sa_select(
+                    col(Window.team),
+                    col(Window.window_id),
+                    col(WindowTarget.target),
+                    col(WindowTarget.acceptance_rate),
+                    col(WindowTarget.acceptance_length),
+                )
+                .join(WindowTarget, col(WindowTarget.window_pk) == col(Window.id))
+                .where(col(Window.id).in_(list(closed)), col(WindowTarget.status) == "ok")
+            ).all()
+        yield GaugeMetricFamily(
+            "specdec_open_windows", "Windows open now, all teams together.", value=len(open_windows)
+        )
+        lag = 0.0
+        for started_at, last_sampled_at, interval_s in open_windows:
+            if interval_s:
+                last = _utc(last_sampled_at or started_at)
+                lag = max(lag, (now - last).total_seconds() - interval_s)
+        yield GaugeMetricFamily(
+            "specdec_sampler_lag_seconds",
+            "How far the most overdue sampled window is behind.",
+            value=lag,
+        )
+        labels = ["team", "window", "target"]
+        rate = GaugeMetricFamily(
+            "specdec_window_acceptance_rate",
+            "Acceptance rate (%) of recent closed windows.",
+            labels=labels,
+        )
+        length = GaugeMetricFamily(
+            "specdec_window_acceptance_length",
+            "Acceptance length of recent closed windows.",
+            labels=labels,
+        )
+        for team, window_id, target, acceptance_rate, acceptance_length in rows:
+            rate.add_metric([team, window_id, target], acceptance_rate)
+            length.add_metric([team, window_id, target], acceptance_length)
+        yield rate
+        yield length
 
 
-__all__ = ["REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "error_kind", "track_open_windows"]
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+__all__ = ["REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "DatabaseMetrics", "error_kind"]

@@ -307,14 +307,6 @@ def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
         return _public(session, stored)
 
 
-def count_open_windows(engine: Engine) -> int:
-    """Windows open now, all teams together."""
-    with Session(engine) as session:
-        return session.exec(
-            select(func.count()).select_from(Window).where(Window.state == "open")
-        ).one()
-
-
 def summary_columns(result: dict[str, Any]) -> dict[str, Any]:
     """The columns a stored result is summarised into, for lists and filters."""
     data = result.get("data") or {}

@@ -34,7 +34,9 @@ def beat(engine: Engine, replica_id: str) -> None:
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 async def metrics() -> Response:
     """The collector's own Prometheus metrics (aggregates only; no key needed)."""
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    # Some gauges read the database: off the event loop.
+    body = await run_in_threadpool(generate_latest, REGISTRY)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get(

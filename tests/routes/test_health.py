@@ -1,10 +1,15 @@
 """Health and the collector's own metrics."""
 
+import json
+import re
+from pathlib import Path
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.collector import run_collector
 from tests.metrics_server import serve_metrics
-from tests.payloads import drafts_payload
+from tests.payloads import EngineCounters, drafts_payload, vllm_payload
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -27,4 +32,57 @@ def test_own_metrics_count_scrapes_errors_and_open_windows(api: httpx.Client) ->
         after[("specdec_scrape_errors_total", (("reason", "http_status"),))] == 2
     )  # before and after
     assert after[("specdec_scrape_duration_seconds_count", ())] == 4  # two targets, twice
+    assert after[("specdec_sampler_lag_seconds", ())] == 0
     assert api.get("/healthz").json() == {"status": "ok"}
+
+
+def test_latest_closed_windows_are_exported_within_the_cap(
+    database_url: str, tmp_path: Path
+) -> None:
+    with (
+        run_collector(database_url, tmp_path, SPECDEC_METRICS_LATEST_WINDOWS="2") as collector,
+        serve_metrics() as server,
+    ):
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        for index, accepted in enumerate(([5, 3, 1], [8, 6, 4], [9, 9, 9])):
+            server.replace(drafts_payload(0))
+            api.post(f"/windows/w{index}/start", json={"targets": [server.target]})
+            server.replace(
+                vllm_payload(
+                    [EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=accepted)]
+                ).encode()
+            )
+            api.post(f"/windows/w{index}/stop")
+        samples = _samples(api.get("/metrics").text)
+    rates = {
+        labels: value
+        for (name, labels), value in samples.items()
+        if name == "specdec_window_acceptance_rate"
+    }
+    assert rates == {
+        (("target", server.target), ("team", "default"), ("window", "w1")): round(18 / 30 * 100, 2),
+        (("target", server.target), ("team", "default"), ("window", "w2")): round(27 / 30 * 100, 2),
+    }
+    lengths = {
+        labels: value
+        for (name, labels), value in samples.items()
+        if name == "specdec_window_acceptance_length"
+    }
+    assert lengths[(("target", server.target), ("team", "default"), ("window", "w2"))] == round(
+        1 + 27 / 10, 3
+    )
+
+
+def test_grafana_dashboard_reads_only_metrics_the_service_exports(api: httpx.Client) -> None:
+    dashboard = json.loads(
+        (Path(__file__).parents[2] / "docker/grafana/dashboards/specdec.json").read_text()
+    )
+    used = {
+        re.sub(r"_(bucket|count|sum)$", "", name)
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"specdec_[a-z_]+", target["expr"])
+    }
+    exported = {family.name for family in text_string_to_metric_families(api.get("/metrics").text)}
+    exported |= {name + "_total" for name in exported}  # counters lose _total in the parser
+    assert used and used <= exported, used - exported
