@@ -285,17 +285,24 @@ def _public(session: Session, stored: StoredWindow) -> WindowPublic:
         )
     window = stored.window
     return WindowPublic(
-        id=window.window_id,
-        team=window.team,
-        state=window.state,
+        **_window_fields(window),
         started_by=window.started_by,
         stopped_by=window.stopped_by,
-        labels=window.labels,
-        sample_interval_s=window.sample_interval_s,
-        started_at=as_utc(window.started_at),
-        stopped_at=as_utc(window.stopped_at) if window.stopped_at else None,
         targets=targets,
     )
+
+
+def _window_fields(window: Window) -> dict[str, Any]:
+    """What every public view of a window shows: id, team, state, labels, interval, times."""
+    return {
+        "id": window.window_id,
+        "team": window.team,
+        "state": window.state,
+        "labels": window.labels,
+        "sample_interval_s": window.sample_interval_s,
+        "started_at": as_utc(window.started_at),
+        "stopped_at": as_utc(window.stopped_at) if window.stopped_at else None,
+    }
 
 
 def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
@@ -418,19 +425,7 @@ def list_windows(
                 num_drafts=as_number(row.num_drafts) if row.num_drafts is not None else None,
             )
         )
-    page = [
-        WindowSummary(
-            id=w.window_id,
-            team=w.team,
-            state=w.state,
-            labels=w.labels,
-            sample_interval_s=w.sample_interval_s,
-            started_at=as_utc(w.started_at),
-            stopped_at=as_utc(w.stopped_at) if w.stopped_at else None,
-            targets=by_window[w.id or 0],
-        )
-        for w in windows
-    ]
+    page = [WindowSummary(**_window_fields(w), targets=by_window[w.id or 0]) for w in windows]
     next_cursor = encode_cursor(windows[-1].started_at, windows[-1].id or 0) if more else None
     return page, next_cursor
 
@@ -444,16 +439,7 @@ def read_comparison(engine: Engine, team: str, window_ids: Sequence[str]) -> dic
         raise WindowNotFound(missing[0])
     found = [s for s in stored if s is not None]
     return {
-        "windows": [
-            {
-                "id": s.window.window_id,
-                "state": s.window.state,
-                "labels": s.window.labels,
-                "started_at": as_utc(s.window.started_at),
-                "stopped_at": as_utc(s.window.stopped_at) if s.window.stopped_at else None,
-            }
-            for s in found
-        ],
+        "windows": [_window_fields(s.window) for s in found],
         "targets": compare_results(
             [(s.window.window_id, {t.key: t.result for t in s.targets}) for s in found]
         ),
