@@ -15,7 +15,7 @@ done
 su postgres -c "psql -v ON_ERROR_STOP=1 -q" <<'SQL'
 SELECT 'CREATE ROLE specdec LOGIN PASSWORD ''specdec'''
 WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'specdec') \gexec
-DROP DATABASE IF EXISTS specdec_test;
+DROP DATABASE IF EXISTS specdec_test WITH (FORCE);
 CREATE DATABASE specdec_test OWNER specdec;
 SQL
 echo "postgresql+psycopg://specdec:specdec@127.0.0.1:5432/specdec_test"
