@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import httpx
 from sqlalchemy import exists, func, update
+from sqlalchemy import insert as insert_rows
 from sqlalchemy import select as sa_select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -495,19 +496,27 @@ def _in_chain_order(snapshots: list[Snapshot]) -> list[Snapshot]:
 # --- writing ------------------------------------------------------------------------------
 
 
-def _series_ids(
-    session: Session, target_id: int, keys: Iterable[SeriesKey]
-) -> dict[SeriesKey, int]:
-    """Catalogue ids of `keys` for one target, adding the series it has not shown before."""
-    wanted = {key: labels_to_text(key.labels) for key in keys}
-    known = {
-        (row.family, row.labels): row.id or 0
-        for row in session.exec(select(TargetSeries).where(TargetSeries.target_id == target_id))
-    }
+def _catalogue_ids(
+    session: Session, wanted: dict[int, dict[SeriesKey, str]]
+) -> dict[tuple[int, str, str], int]:
+    """Ids of (target, family, labels text) for every series in `wanted`, adding new ones.
+
+    One query reads the catalogue of all these targets; only series never seen before cost an
+    insert (one for all of them) and a second read.
+    """
+
+    def read() -> dict[tuple[int, str, str], int]:
+        rows = session.exec(
+            select(TargetSeries).where(col(TargetSeries.target_id).in_(list(wanted)))
+        )
+        return {(row.target_id, row.family, row.labels): row.id or 0 for row in rows}
+
+    known = read()
     missing = [
         {"target_id": target_id, "family": key.family, "labels": text}
-        for key, text in wanted.items()
-        if (key.family, text) not in known
+        for target_id, keys in wanted.items()
+        for key, text in keys.items()
+        if (target_id, key.family, text) not in known
     ]
     if missing:
         dialect = session.get_bind().dialect.name
@@ -519,35 +528,41 @@ def _series_ids(
             .values(missing)
             .on_conflict_do_nothing(index_elements=["target_id", "family", "labels"])
         )
-        known = {
-            (row.family, row.labels): row.id or 0
-            for row in session.exec(select(TargetSeries).where(TargetSeries.target_id == target_id))
-        }
-    return {key: known[(key.family, text)] for key, text in wanted.items()}
+        known = read()
+    return known
 
 
 def store_snapshots(
     session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
 ) -> None:
-    """Add one snapshot row per outcome (counters, or the error) to the session."""
+    """Add one snapshot row per outcome (counters, or the error), in two or three statements."""
+    wanted = {
+        ids[outcome.target.key]: {key: labels_to_text(key.labels) for key in outcome.series}
+        for outcome in outcomes
+        if outcome.series is not None
+    }
+    known = _catalogue_ids(session, wanted) if wanted else {}
+    rows = []
     for outcome in outcomes:
         target_id = ids[outcome.target.key]
         counters: list[list[float | None]] | None = None
         if outcome.series is not None:
-            series_ids = _series_ids(session, target_id, outcome.series)
+            texts = wanted[target_id]
             counters = [
-                [series_ids[key], value.value, value.created]
+                [known[(target_id, key.family, texts[key])], value.value, value.created]
                 for key, value in outcome.series.items()
             ]
-        session.add(
-            Snapshot(
-                target_id=target_id,
-                phase=phase,
-                taken_at=outcome.taken_at,
-                error=outcome.error,
-                counters=counters,
-            )
+        rows.append(
+            {
+                "target_id": target_id,
+                "phase": phase,
+                "taken_at": outcome.taken_at,
+                "error": outcome.error,
+                "counters": counters,
+            }
         )
+    if rows:
+        session.execute(insert_rows(Snapshot), rows)
 
 
 def _insert_window(
@@ -633,6 +648,7 @@ def _close_window(
         ids = [t.id for t in stored.targets]
         chains = _snapshots(session, ids)
         catalog = _catalog(session, ids)  # after the snapshots: see `_catalog`
+        updates = []
         for target in stored.targets:
             chain = chains.get(target.id, [])
             before = next((s for s in chain if s.phase == "before"), None)
@@ -648,11 +664,9 @@ def _close_window(
                 _phase_of(after, catalog),
                 [_phase_of(sample, catalog) for sample in samples],
             )
-            session.execute(
-                update(WindowTarget)
-                .where(col(WindowTarget.id) == target.id)
-                .values(result=result, **summary_columns(result))
-            )
+            updates.append({"id": target.id, "result": result, **summary_columns(result)})
+        # One executemany for all targets (an ORM bulk update by primary key).
+        session.execute(update(WindowTarget), updates)
         session.commit()
 
 

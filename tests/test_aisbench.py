@@ -65,7 +65,8 @@ def test_newest_output_dir_made_by_the_run(tmp_path: Path) -> None:
     old = tmp_path / "outputs" / "default" / "20260101_000000" / "performances"
     old.mkdir(parents=True)
     os.utime(old, (1, 1))
-    since = time.time()
+    # File times come from a coarse clock and can trail time.time() by a tick: a margin.
+    since = time.time() - 1
     assert newest_output_dir(tmp_path, since) is None
     new = tmp_path / "outputs" / "default" / "20261130_111111" / "performances"
     new.mkdir(parents=True)
