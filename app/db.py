@@ -1,4 +1,4 @@
-"""Database engine, migrations, and the request-scoped session dependency.
+"""Database engine, write sessions, migrations, and the engine dependency.
 
 SQLite is the default store (one process); PostgreSQL through psycopg 3 is the store of a
 shared deployment with several replicas. Migrations take a lock first (an advisory lock on
@@ -109,12 +109,6 @@ def get_engine(request: Request) -> Engine:
     return engine
 
 
-def get_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Session]:
-    """One session per request."""
-    with Session(engine) as session:
-        yield session
-
-
 def database_unavailable(exc: Exception) -> str | None:
     """Why the database cannot serve (a connection or lock problem), or None for other errors.
 
@@ -135,7 +129,6 @@ def database_unavailable(exc: Exception) -> str | None:
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
-SessionDep = Annotated[Session, Depends(get_session)]
 
 
 def alembic_config(database_url: str, connection: Connection | None = None) -> Any:

@@ -236,10 +236,6 @@ class Sampler:
         with contextlib.suppress(JobLookupError):
             self.scheduler.remove_job(_job_id(window_pk))
 
-    def watching(self, window_pk: int) -> bool:
-        """Whether the window has a sampling job here."""
-        return self.scheduler.get_job(_job_id(window_pk)) is not None
-
     async def claim(self, include_own: bool = False) -> None:
         """Take over the windows whose lease ran out (and at start-up this replica's own)."""
         try:
