@@ -54,6 +54,7 @@ format: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev ## speed figures, measured side by side in one run
 	$(BIN)/python -m tests.bench.bench_extract
 	$(BIN)/python -m tests.bench.bench_start
+	$(BIN)/python -m tests.bench.bench_scrape_cost
 	$(BIN)/python -m tests.bench.bench_storage
 	$(BIN)/python -m tests.bench.bench_replicas
 	$(BIN)/python -m tests.bench.bench_load

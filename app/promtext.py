@@ -168,6 +168,7 @@ def labels_to_text(labels: tuple[tuple[str, str], ...]) -> str:
     return json.dumps(labels, ensure_ascii=False, separators=(",", ":"))
 
 
+@lru_cache(maxsize=8192)
 def labels_from_text(text: str) -> tuple[tuple[str, str], ...]:
-    """The inverse of `labels_to_text`."""
+    """The inverse of `labels_to_text` (cached: every target of a server repeats its label sets)."""
     return tuple((str(name), str(value)) for name, value in json.loads(text))

@@ -184,10 +184,15 @@ def _catalog(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKey
     series it names, so under READ COMMITTED a catalogue read later knows them all, where one
     read earlier can miss the series of a snapshot committed in between.
     """
-    rows = session.exec(
-        select(TargetSeries).where(col(TargetSeries.target_id).in_(list(target_ids)))
+    # Plain rows, not ORM objects: a window of many targets has thousands of series.
+    rows = session.execute(
+        sa_select(col(TargetSeries.id), col(TargetSeries.family), col(TargetSeries.labels)).where(
+            col(TargetSeries.target_id).in_(list(target_ids))
+        )
     ).all()
-    return {row.id or 0: SeriesKey(row.family, labels_from_text(row.labels)) for row in rows}
+    return {
+        series_id: SeriesKey(family, labels_from_text(labels)) for series_id, family, labels in rows
+    }
 
 
 def _snapshots(
@@ -506,10 +511,17 @@ def _catalogue_ids(
     """
 
     def read() -> dict[tuple[int, str, str], int]:
-        rows = session.exec(
-            select(TargetSeries).where(col(TargetSeries.target_id).in_(list(wanted)))
+        rows = session.execute(
+            sa_select(
+                col(TargetSeries.target_id),
+                col(TargetSeries.family),
+                col(TargetSeries.labels),
+                col(TargetSeries.id),
+            ).where(col(TargetSeries.target_id).in_(list(wanted)))
         )
-        return {(row.target_id, row.family, row.labels): row.id or 0 for row in rows}
+        return {
+            (target_id, family, labels): series_id for target_id, family, labels, series_id in rows
+        }
 
     known = read()
     missing = [
