@@ -16,6 +16,7 @@ from weakref import WeakKeyDictionary
 
 from fastapi import Depends, Request
 from sqlalchemy import event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -101,6 +102,13 @@ def write_session(engine: Engine) -> Iterator[Session]:
         return
     with lock, Session(engine) as session:
         yield session
+
+
+def upsert_insert(dialect_name: str) -> Any:
+    """The `insert` of this dialect, the one with `on_conflict_do_nothing/update`."""
+    if dialect_name == "postgresql":
+        return postgresql.insert
+    return sqlite.insert
 
 
 def get_engine(request: Request) -> Engine:

@@ -14,7 +14,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from app.models import Window, WindowTarget
+from app.models import Window, WindowTarget, as_utc
 
 SCRAPE_SECONDS = Histogram(
     "specdec_scrape_duration_seconds",
@@ -95,7 +95,7 @@ class DatabaseMetrics(Collector):
         lag = 0.0
         for started_at, last_sampled_at, interval_s in open_windows:
             if interval_s:
-                last = _utc(last_sampled_at or started_at)
+                last = as_utc(last_sampled_at or started_at)
                 lag = max(lag, (now - last).total_seconds() - interval_s)
         yield GaugeMetricFamily(
             "specdec_sampler_lag_seconds",
@@ -118,10 +118,6 @@ class DatabaseMetrics(Collector):
             length.add_metric([team, window_id, target], acceptance_length)
         yield rate
         yield length
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 __all__ = ["REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "DatabaseMetrics", "error_kind"]

@@ -33,6 +33,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(moment: datetime) -> datetime:
+    """A stored time as an aware UTC datetime (SQLite returns naive ones)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def _utc_column(nullable: bool) -> Any:
     return Column(DateTime(timezone=True), nullable=nullable)
 

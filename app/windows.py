@@ -22,22 +22,20 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 import httpx
 from sqlalchemy import exists, func, update
 from sqlalchemy import insert as insert_rows
 from sqlalchemy import select as sa_select
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
-from app.db import write_session
+from app.db import upsert_insert, write_session
 from app.models import (
     Snapshot,
     TargetPublic,
@@ -48,6 +46,7 @@ from app.models import (
     WindowPublic,
     WindowSummary,
     WindowTarget,
+    as_utc,
     utcnow,
 )
 from app.promtext import Series, SeriesKey, SeriesValue, labels_from_text, labels_to_text
@@ -146,11 +145,6 @@ class StoredWindow:
         return self.window.id
 
 
-def as_utc(moment: datetime) -> datetime:
-    """A stored time as an aware UTC datetime (SQLite returns naive ones)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 # --- reading ------------------------------------------------------------------------------
 
 
@@ -177,6 +171,22 @@ def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
     return stored
 
 
+def _catalogue_rows(session: Session, target_ids: Iterable[int]) -> list[tuple[int, int, str, str]]:
+    """(id, target id, family, labels text) of every series of these targets.
+
+    Plain rows, not ORM objects: a window of many targets has thousands of series.
+    """
+    rows = session.execute(
+        sa_select(
+            col(TargetSeries.id),
+            col(TargetSeries.target_id),
+            col(TargetSeries.family),
+            col(TargetSeries.labels),
+        ).where(col(TargetSeries.target_id).in_(list(target_ids)))
+    )
+    return [(series_id, target_id, family, labels) for series_id, target_id, family, labels in rows]
+
+
 def _catalog(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKey]:
     """The series catalogue of these targets, by id.
 
@@ -184,14 +194,9 @@ def _catalog(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKey
     series it names, so under READ COMMITTED a catalogue read later knows them all, where one
     read earlier can miss the series of a snapshot committed in between.
     """
-    # Plain rows, not ORM objects: a window of many targets has thousands of series.
-    rows = session.execute(
-        sa_select(col(TargetSeries.id), col(TargetSeries.family), col(TargetSeries.labels)).where(
-            col(TargetSeries.target_id).in_(list(target_ids))
-        )
-    ).all()
     return {
-        series_id: SeriesKey(family, labels_from_text(labels)) for series_id, family, labels in rows
+        series_id: SeriesKey(family, labels_from_text(labels))
+        for series_id, _, family, labels in _catalogue_rows(session, target_ids)
     }
 
 
@@ -511,16 +516,9 @@ def _catalogue_ids(
     """
 
     def read() -> dict[tuple[int, str, str], int]:
-        rows = session.execute(
-            sa_select(
-                col(TargetSeries.target_id),
-                col(TargetSeries.family),
-                col(TargetSeries.labels),
-                col(TargetSeries.id),
-            ).where(col(TargetSeries.target_id).in_(list(wanted)))
-        )
         return {
-            (target_id, family, labels): series_id for target_id, family, labels, series_id in rows
+            (target_id, family, labels): series_id
+            for series_id, target_id, family, labels in _catalogue_rows(session, wanted)
         }
 
     known = read()
@@ -531,8 +529,7 @@ def _catalogue_ids(
         if (target_id, key.family, text) not in known
     ]
     if missing:
-        dialect = session.get_bind().dialect.name
-        insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+        insert = upsert_insert(session.get_bind().dialect.name)
         # Another writer may add the same series at the same moment: the unique constraint
         # keeps one row, and the second insert does nothing.
         session.execute(

@@ -3,13 +3,11 @@
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
-from app.db import EngineDep, database_unavailable, write_session
+from app.db import EngineDep, database_unavailable, upsert_insert, write_session
 from app.models import Heartbeat, utcnow
 
 router = APIRouter(tags=["health"])
@@ -21,7 +19,7 @@ def beat(engine: Engine, replica_id: str) -> None:
     A read alone would pass on a read-only file or a full disk.
     """
     with write_session(engine) as session:
-        insert = postgresql_insert if engine.dialect.name == "postgresql" else sqlite_insert
+        insert = upsert_insert(engine.dialect.name)
         now = utcnow()
         session.execute(
             insert(Heartbeat)
