@@ -26,6 +26,8 @@ SQLModel.metadata.naming_convention = {
     "pk": "pk_%(table_name)s",
 }
 metadata: MetaData = SQLModel.metadata
+# The tables by name, for Core statements where the ORM's per-row bookkeeping costs too much.
+TABLES = metadata.tables
 
 
 def utcnow() -> datetime:

@@ -37,6 +37,7 @@ from starlette.concurrency import run_in_threadpool
 from app.config import Settings
 from app.db import upsert_insert, write_session
 from app.models import (
+    TABLES,
     Snapshot,
     TargetPublic,
     TargetSeries,
@@ -275,23 +276,44 @@ def _with_overlaps(
     return None if result is None else {**result, "overlaps": overlaps}
 
 
-def _public(session: Session, stored: StoredWindow) -> WindowPublic:
+def _baselines(session: Session, stored: StoredWindow) -> dict[int, Phase]:
+    """Per target id: the series of its `before` scrape, or that scrape's error."""
     ids = [t.id for t in stored.targets]
     befores = _snapshots(session, ids, ["before"])
     catalog = _catalog(session, ids)  # after the snapshots: see `_catalog`
+    return {
+        target_id: _phase_of(snapshots[0], catalog)
+        for target_id, snapshots in befores.items()
+        if snapshots
+    }
+
+
+def _public(
+    session: Session,
+    stored: StoredWindow,
+    baselines: dict[int, Phase] | None = None,
+    results: dict[int, dict[str, Any]] | None = None,
+) -> WindowPublic:
+    """The public view; `baselines` and `results` (by target id) when the caller holds them.
+
+    A start or stop has just computed them: passing them on saves reading back every
+    snapshot and the series catalogue of the window.
+    """
+    if baselines is None:
+        baselines = _baselines(session, stored)
     overlaps = _overlaps(session, stored)
     targets = []
     for target in stored.targets:
-        before = befores[target.id][0] if befores.get(target.id) else None
-        phase = _phase_of(before, catalog) if before is not None else None
+        phase = baselines.get(target.id)
+        result = results.get(target.id) if results is not None else target.result
         targets.append(
             TargetPublic(
                 target=target.key,
                 url=target.url,
                 header_names=[name for name, _ in target.headers],
                 before=absolute_totals(phase).raw() if isinstance(phase, dict) else None,
-                before_error=before.error if before is not None else None,
-                result=_with_overlaps(target.result, overlaps[target.key]),
+                before_error=phase if isinstance(phase, str) else None,
+                result=_with_overlaps(result, overlaps[target.key]),
             )
         )
     window = stored.window
@@ -323,6 +345,16 @@ def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
         if stored is None:
             raise WindowNotFound(window_id)
         return _public(session, stored)
+
+
+def _view(
+    engine: Engine,
+    stored: StoredWindow,
+    baselines: dict[int, Phase],
+    results: dict[int, dict[str, Any]] | None = None,
+) -> WindowPublic:
+    with Session(engine) as session:
+        return _public(session, stored, baselines, results)
 
 
 def summary_columns(result: dict[str, Any]) -> dict[str, Any]:
@@ -532,10 +564,13 @@ def _catalogue_ids(
         insert = upsert_insert(session.get_bind().dialect.name)
         # Another writer may add the same series at the same moment: the unique constraint
         # keeps one row, and the second insert does nothing.
+        # Core executemany, not a multi-row VALUES: its statement is compiled once and
+        # cached, where one of N rows was compiled anew for every window.
         session.execute(
-            insert(TargetSeries)
-            .values(missing)
-            .on_conflict_do_nothing(index_elements=["target_id", "family", "labels"])
+            insert(TABLES["target_series"]).on_conflict_do_nothing(
+                index_elements=["target_id", "family", "labels"]
+            ),
+            missing,
         )
         known = read()
     return known
@@ -571,7 +606,7 @@ def store_snapshots(
             }
         )
     if rows:
-        session.execute(insert_rows(Snapshot), rows)
+        session.execute(insert_rows(TABLES["snapshot"]), rows)  # Core: no ORM bookkeeping
 
 
 def _insert_window(
@@ -638,26 +673,37 @@ def _store_baseline(
         session.commit()
 
 
+@dataclass(frozen=True, slots=True)
+class _Closed:
+    """What a stop stored: the baselines it read and the results it computed, by target id."""
+
+    baselines: dict[int, Phase]
+    results: dict[int, dict[str, Any]]
+
+
 def _close_window(
     engine: Engine, stored: StoredWindow, actor: Actor, outcomes: Sequence[ScrapeOutcome]
-) -> None:
+) -> _Closed | None:
+    """Store the final scrape and every target's result; None if another stop came first."""
+    stopped_at = utcnow()
     with write_session(engine) as session:
         # The conditional update goes first: it takes the write lock, so no sample lands while
         # the results are computed, and of two concurrent stops only the first stores results.
         closed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Window)
             .where(col(Window.id) == stored.pk, col(Window.state) == "open")
-            .values(state="closed", stopped_at=utcnow(), stopped_by=actor.key)
+            .values(state="closed", stopped_at=stopped_at, stopped_by=actor.key)
         )
         if closed.rowcount != 1:
             session.rollback()
-            return
+            return None
         store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
         session.flush()
         ids = [t.id for t in stored.targets]
         chains = _snapshots(session, ids)
         catalog = _catalog(session, ids)  # after the snapshots: see `_catalog`
-        updates = []
+        baselines: dict[int, Phase] = {}
+        results: dict[int, dict[str, Any]] = {}
         for target in stored.targets:
             chain = chains.get(target.id, [])
             before = next((s for s in chain if s.phase == "before"), None)
@@ -667,16 +713,27 @@ def _close_window(
                 s for s in chain
                 if s.phase == "sample" and as_utc(s.taken_at) <= as_utc(after.taken_at)
             ]  # fmt: skip
-            result = build_result(
+            if before is not None:
+                baselines[target.id] = _phase_of(before, catalog)
+            results[target.id] = build_result(
                 target.url,
                 _phase_of(before, catalog),
                 _phase_of(after, catalog),
                 [_phase_of(sample, catalog) for sample in samples],
             )
-            updates.append({"id": target.id, "result": result, **summary_columns(result)})
         # One executemany for all targets (an ORM bulk update by primary key).
-        session.execute(update(WindowTarget), updates)
+        session.execute(
+            update(WindowTarget),
+            [
+                {"id": target_id, "result": result, **summary_columns(result)}
+                for target_id, result in results.items()
+            ],
+        )
         session.commit()
+    # The stored window as this stop left it (the object is detached: no session sees this).
+    stored.window.state, stored.window.stopped_at = "closed", stopped_at
+    stored.window.stopped_by = actor.key
+    return _Closed(baselines, results)
 
 
 def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
@@ -762,6 +819,10 @@ async def start_window(
         return False, await run_in_threadpool(read_window, engine, actor.team, window_id)
     outcomes = await scrape_all(collector.client, targets, collector.scrape)
     await run_in_threadpool(_store_baseline, engine, stored, outcomes)
+    baselines: dict[int, Phase] = {
+        target.id: outcome.series if outcome.series is not None else outcome.error or ""
+        for target, outcome in zip(stored.targets, outcomes, strict=True)
+    }
     if body.sample_interval_s is not None:
         collector.sampler.watch(stored.pk, stored.targets, body.sample_interval_s)
     failed = sum(outcome.error is not None for outcome in outcomes)
@@ -769,7 +830,7 @@ async def start_window(
         "window %s/%s started by %s: %d targets, %d failed",
         actor.team, window_id, actor.key, len(targets), failed,
     )  # fmt: skip
-    return True, await run_in_threadpool(read_window, engine, actor.team, window_id)
+    return True, await run_in_threadpool(_view, engine, stored, baselines)
 
 
 async def stop_window(collector: Collector, actor: Actor, window_id: str) -> WindowPublic:
@@ -784,8 +845,10 @@ async def stop_window(collector: Collector, actor: Actor, window_id: str) -> Win
     collector.sampler.unwatch(stored.pk)
     targets = [t.parsed() for t in stored.targets]
     outcomes = await scrape_all(collector.client, targets, collector.scrape)
-    await run_in_threadpool(_close_window, engine, stored, actor, outcomes)
-    window = await run_in_threadpool(read_window, engine, actor.team, window_id)
+    closed = await run_in_threadpool(_close_window, engine, stored, actor, outcomes)
+    if closed is None:  # another stop came first: its results are the ones stored
+        return await run_in_threadpool(read_window, engine, actor.team, window_id)
+    window = await run_in_threadpool(_view, engine, stored, closed.baselines, closed.results)
     ok = sum(t.result is not None and t.result["status"] == "ok" for t in window.targets)
     logger.info(
         "window %s/%s stopped by %s: %d of %d targets ok",
