@@ -99,6 +99,8 @@ class Window(WindowBase, table=True):
         UniqueConstraint("team", "window_id"),
         # Lists read a team's windows newest first, page by page.
         Index("ix_window_team_started_at_id", "team", "started_at", "id"),
+        # Overlaps read the windows stopped after a moment (or not stopped at all).
+        Index("ix_window_stopped_at", "stopped_at"),
     )
 
     id: int | None = Field(default=None, primary_key=True)

@@ -225,55 +225,87 @@ def _phase_of(snapshot: Snapshot | None, catalog: dict[int, SeriesKey]) -> Phase
     return series
 
 
-def _overlaps(session: Session, stored: StoredWindow) -> dict[str, dict[str, Any]]:
-    """Per target: the other windows open on the same host:port during this one.
+def _overlaps(
+    session: Session, stored: StoredWindow, end: datetime | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per target: the other windows open on the same host:port during this one (until `end`).
 
     The counters are server-wide, so their benchmarks are in this window's numbers. Windows of
-    the same team are named; other teams' are only counted.
+    the same team are named; other teams' are only counted. A stop stores them with each
+    result: from then on they cannot change (a window that starts later does not overlap).
     """
     window = stored.window
     start = as_utc(window.started_at)
-    end = as_utc(window.stopped_at) if window.stopped_at else utcnow()
+    if end is None:
+        end = as_utc(window.stopped_at) if window.stopped_at else utcnow()
     found: dict[str, dict[str, Any]] = {
         t.key: {"windows": [], "other_teams": {"windows": 0, "seconds": 0.0}}
         for t in stored.targets
     }
-    rows = session.execute(
-        sa_select(
-            col(Window.team),
-            col(Window.window_id),
-            col(Window.started_at),
-            col(Window.stopped_at),
-            col(WindowTarget.target),
+    # Two reads, each along an index: the windows open at some moment since `start` (open now,
+    # or stopped after it), then which of them used these targets. A join driven by the target
+    # would read every window that ever used it, and that grows with the stored history.
+    candidates = {
+        row[0]: row[1:]
+        for row in session.execute(
+            sa_select(
+                col(Window.id),
+                col(Window.team),
+                col(Window.window_id),
+                col(Window.started_at),
+                col(Window.stopped_at),
+            )
+            .where(
+                col(Window.id) != window.id,
+                col(Window.started_at) < end,
+                (col(Window.stopped_at).is_(None)) | (col(Window.stopped_at) > start),
+            )
+            .order_by(col(Window.started_at), col(Window.id))
         )
-        .join(WindowTarget, col(WindowTarget.window_pk) == col(Window.id))
-        .where(
-            col(WindowTarget.target).in_(list(found)),
-            col(Window.id) != window.id,
-            col(Window.started_at) < end,
-            (col(Window.stopped_at).is_(None)) | (col(Window.stopped_at) > start),
+    }
+    pairs: set[tuple[int, str]] = set()
+    ids = list(candidates)
+    for first in range(0, len(ids), 500):  # bounded IN lists (SQLite's variable limit)
+        pairs.update(
+            (window_pk, key)
+            for window_pk, key in session.execute(
+                sa_select(col(WindowTarget.window_pk), col(WindowTarget.target)).where(
+                    col(WindowTarget.window_pk).in_(ids[first : first + 500]),
+                    col(WindowTarget.target).in_(list(found)),
+                )
+            )
         )
-        .order_by(col(Window.started_at))
-    ).all()
-    for team, other_id, other_start, other_stop, key in rows:
+    for other_pk, (team, other_id, other_start, other_stop) in candidates.items():
         other_end = as_utc(other_stop) if other_stop else utcnow()
         seconds = round((min(end, other_end) - max(start, as_utc(other_start))).total_seconds(), 3)
         if seconds <= 0:
             continue
-        if team == window.team:
-            found[key]["windows"].append({"id": other_id, "seconds": seconds})
-        else:
-            found[key]["other_teams"]["windows"] += 1
-            found[key]["other_teams"]["seconds"] = round(
-                found[key]["other_teams"]["seconds"] + seconds, 3
-            )
+        for key in found:
+            if (other_pk, key) not in pairs:
+                continue
+            if team == window.team:
+                found[key]["windows"].append({"id": other_id, "seconds": seconds})
+            else:
+                found[key]["other_teams"]["windows"] += 1
+                found[key]["other_teams"]["seconds"] = round(
+                    found[key]["other_teams"]["seconds"] + seconds, 3
+                )
     return found
 
 
 def _with_overlaps(
-    result: dict[str, Any] | None, overlaps: dict[str, Any]
-) -> dict[str, Any] | None:
-    return None if result is None else {**result, "overlaps": overlaps}
+    session: Session, stored: StoredWindow, results: dict[int, dict[str, Any] | None]
+) -> dict[int, dict[str, Any] | None]:
+    """The results (by target id) with their overlaps: stored with them since a stop keeps
+    them; computed now for a window still open or a result stored before that."""
+    if all(result is not None and "overlaps" in result for result in results.values()):
+        return results
+    overlaps = _overlaps(session, stored)
+    return {
+        target.id: None if result is None else {**result, "overlaps": overlaps[target.key]}
+        for target in stored.targets
+        for result in [results.get(target.id)]
+    }
 
 
 def _baselines(session: Session, stored: StoredWindow) -> dict[int, Phase]:
@@ -292,7 +324,7 @@ def _public(
     session: Session,
     stored: StoredWindow,
     baselines: dict[int, Phase] | None = None,
-    results: dict[int, dict[str, Any]] | None = None,
+    results: dict[int, dict[str, Any] | None] | None = None,
 ) -> WindowPublic:
     """The public view; `baselines` and `results` (by target id) when the caller holds them.
 
@@ -301,11 +333,12 @@ def _public(
     """
     if baselines is None:
         baselines = _baselines(session, stored)
-    overlaps = _overlaps(session, stored)
+    if results is None:
+        results = {target.id: target.result for target in stored.targets}
+    with_overlaps = _with_overlaps(session, stored, dict(results))
     targets = []
     for target in stored.targets:
         phase = baselines.get(target.id)
-        result = results.get(target.id) if results is not None else target.result
         targets.append(
             TargetPublic(
                 target=target.key,
@@ -313,7 +346,7 @@ def _public(
                 header_names=[name for name, _ in target.headers],
                 before=absolute_totals(phase).raw() if isinstance(phase, dict) else None,
                 before_error=phase if isinstance(phase, str) else None,
-                result=_with_overlaps(result, overlaps[target.key]),
+                result=with_overlaps.get(target.id),
             )
         )
     window = stored.window
@@ -351,7 +384,7 @@ def _view(
     engine: Engine,
     stored: StoredWindow,
     baselines: dict[int, Phase],
-    results: dict[int, dict[str, Any]] | None = None,
+    results: dict[int, dict[str, Any] | None] | None = None,
 ) -> WindowPublic:
     with Session(engine) as session:
         return _public(session, stored, baselines, results)
@@ -497,8 +530,8 @@ def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, d
             raise WindowNotFound(window_id)
         if stored.window.state != "closed":
             raise WindowOpen(window_id)
-        overlaps = _overlaps(session, stored)
-    return [(t.key, _with_overlaps(t.result, overlaps[t.key]) or {}) for t in stored.targets]
+        results = _with_overlaps(session, stored, {t.id: t.result for t in stored.targets})
+    return [(t.key, results[t.id] or {}) for t in stored.targets]
 
 
 def read_timeline(
@@ -678,7 +711,7 @@ class _Closed:
     """What a stop stored: the baselines it read and the results it computed, by target id."""
 
     baselines: dict[int, Phase]
-    results: dict[int, dict[str, Any]]
+    results: dict[int, dict[str, Any] | None]
 
 
 def _close_window(
@@ -702,6 +735,7 @@ def _close_window(
         ids = [t.id for t in stored.targets]
         chains = _snapshots(session, ids)
         catalog = _catalog(session, ids)  # after the snapshots: see `_catalog`
+        overlaps = _overlaps(session, stored, end=stopped_at)
         baselines: dict[int, Phase] = {}
         results: dict[int, dict[str, Any]] = {}
         for target in stored.targets:
@@ -715,12 +749,13 @@ def _close_window(
             ]  # fmt: skip
             if before is not None:
                 baselines[target.id] = _phase_of(before, catalog)
-            results[target.id] = build_result(
+            result = build_result(
                 target.url,
                 _phase_of(before, catalog),
                 _phase_of(after, catalog),
                 [_phase_of(sample, catalog) for sample in samples],
             )
+            results[target.id] = {**result, "overlaps": overlaps[target.key]}
         # One executemany for all targets (an ORM bulk update by primary key).
         session.execute(
             update(WindowTarget),
@@ -733,7 +768,7 @@ def _close_window(
     # The stored window as this stop left it (the object is detached: no session sees this).
     stored.window.state, stored.window.stopped_at = "closed", stopped_at
     stored.window.stopped_by = actor.key
-    return _Closed(baselines, results)
+    return _Closed(baselines, {**results})
 
 
 def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:

@@ -76,8 +76,10 @@ def run_farm(count: int, payload: str, delay_s: float = 0.0) -> Iterator[list[st
     """`count` targets (`127.0.0.1:PORT`) answering `payload` after `delay_s`, in a subprocess."""
     path = FIXTURES / payload
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.bench.farm", "--count", str(count)]
-        + ["--delay", str(delay_s), "--payload", str(path)],
+        [
+            *(sys.executable, "-m", "tests.bench.farm"),
+            *("--count", str(count), "--delay", str(delay_s), "--payload", str(path)),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy
 
 from tests.collector import Collector, run_collector, watching_health
 from tests.metrics_server import serve_metrics
@@ -234,3 +235,38 @@ def test_overlapping_windows_on_one_server(database_url: str, tmp_path: Path) ->
     assert result["overlaps"]["other_teams"]["windows"] == 1
     assert result["overlaps"]["other_teams"]["seconds"] == pytest.approx(overlap(theirs), abs=0.002)
     assert "theirs" not in json.dumps(result)
+
+
+def test_a_stop_stores_the_overlaps_and_older_results_still_get_them(
+    database_url: str, tmp_path: Path
+) -> None:
+    with (
+        run_collector(database_url, tmp_path) as collector,
+        serve_metrics(body=drafts_payload(10)) as server,
+    ):
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        body = {"targets": [server.target]}
+        api.post("/windows/main/start", json=body)
+        api.post("/windows/beside/start", json=body)
+        time.sleep(0.2)
+        served = api.post("/windows/main/stop").json()["targets"][0]["result"]["overlaps"]
+        engine = sqlalchemy.create_engine(database_url)
+        select_result = sqlalchemy.text(
+            'SELECT t.id, t.result FROM window_target t JOIN "window" w ON w.id = t.window_pk '
+            "WHERE w.window_id = 'main'"
+        )
+        with engine.begin() as connection:
+            target_pk, stored = connection.execute(select_result).one()
+            stored = json.loads(stored) if isinstance(stored, str) else stored
+            assert stored["overlaps"] == served  # kept with the result: final once stopped
+            # As a result stored before overlaps were kept with it: they are computed on read.
+            del stored["overlaps"]
+            connection.execute(
+                sqlalchemy.text("UPDATE window_target SET result = :result WHERE id = :id"),
+                {"result": json.dumps(stored), "id": target_pk},
+            )
+        engine.dispose()
+        time.sleep(0.2)  # `beside` is still open: recomputed overlaps must still end at the stop
+        read = api.get(f"/windows/main/results/{server.target}").json()
+    assert [w["id"] for w in served["windows"]] == ["beside"]
+    assert read["overlaps"] == served
