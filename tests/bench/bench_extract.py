@@ -7,9 +7,8 @@ process, interleaved, so the ratio holds on a noisy machine even when the absolu
 import timeit
 from collections.abc import Callable
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from app.promtext import _parse_labels, extract_spec_decode
+from tests.bench.figures import Figure, show
 from tests.payloads import fixture
 from tests.test_promtext import oracle
 
@@ -28,24 +27,30 @@ def best_of(function: Callable[[str], object], text: str, number: int) -> float:
     return min(timeit.repeat(lambda: function(text), number=number, repeat=7)) / number
 
 
-def main() -> None:
-    print(
-        f"{'payload':<22} {'size':>7} {'fast (warm)':>12} {'fast (cold)':>12} "
-        f"{'prometheus_client':>18} {'ratio warm/cold':>16}"
-    )
-    for name in ("vllm_v1_dp1_k5.txt", "vllm_v1_dp8_k5.txt"):
+def measure() -> list[Figure]:
+    figures = []
+    for name, what in (
+        ("vllm_v1_dp1_k5.txt", "one engine"),
+        ("vllm_v1_dp8_k5.txt", "eight engines"),
+    ):
         text = fixture(name)
-        assert extract_spec_decode(text) == oracle(text)
+        assert extract_spec_decode(text) == oracle(text)  # identical numbers
         fast = best_of(extract_spec_decode, text, 200)
         cold = best_of(cold_extract, text, 200)
         full = best_of(full_parse, text, 5)
-        print(
-            f"{name:<22} {len(text) // 1024:>5}KB {fast * 1e6:>10.1f}us {cold * 1e6:>10.1f}us "
-            f"{full * 1e6:>16.1f}us {full / fast:>9.0f}x/{full / cold:.0f}x"
+        eight = name == "vllm_v1_dp8_k5.txt"
+        figures.append(
+            Figure(
+                f"extraction vs prometheus_client's full parse, {what} ({len(text) // 1024} KB)",
+                f"{fast * 1e6:.0f} µs warm / {cold * 1e6:.0f} µs cold vs {full * 1e3:.1f} ms: "
+                f"**{full / fast:.0f}×** / {full / cold:.0f}×",
+                "≥ 50×" if eight else "",
+                full / cold >= 50 if eight else None,
+                "python -m tests.bench.bench_extract",
+            )
         )
-    families = sum(1 for _ in text_string_to_metric_families(fixture("vllm_v1_dp8_k5.txt")))
-    print(f"(the dp8 payload holds {families} families; the fast path reads 64 of its lines)")
+    return figures
 
 
 if __name__ == "__main__":
-    main()
+    show(measure())

@@ -1,60 +1,64 @@
-"""Window start latency with 64 targets that each answer in 200 ms.
+"""Window start latency with 64 targets that each answer after 200 ms.
 
-Starts the real `specdec serve` and 64 real `/metrics` servers, then times `POST .../start`
-(which scrapes every target) for several windows. Printed beside it: the time one target
-takes, and what the scrapes one after another would take.
+The real `specdec serve` (SQLite) and 64 `/metrics` servers in a separate process (one-engine
+payloads, 200 ms before each answer). Each round times `POST .../start` of a one-target window
+and of a 64-target window, side by side, then stops both (untimed). The figure is the median
+64-target start over the 200 ms one scrape takes: the fan-out's cost over a single scrape.
 """
 
 import statistics
 import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
+from tests.bench.farm import run_farm
+from tests.bench.figures import Figure, show
 from tests.collector import run_collector
-from tests.metrics_server import serve_metrics
-from tests.payloads import EngineCounters, vllm_payload
 
-TARGETS, DELAY_S, WINDOWS = 64, 0.2, 10
+TARGETS, DELAY_S, ROUNDS = 64, 0.2, 15
 
 
-def main() -> None:
-    payload = vllm_payload([EngineCounters(drafts=10, draft_tokens=50, accepted_per_pos=[5] * 5)])
-    with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
-        collector = stack.enter_context(
-            run_collector(f"sqlite:///{Path(folder) / 'bench.db'}", Path(folder))
+def start_latencies(
+    base_url: str, targets: list[str], rounds: int, label: str
+) -> list[float]:
+    """Seconds each of `rounds` starts of a window of `targets` took; each is stopped after."""
+    latencies = []
+    with httpx.Client(base_url=base_url, timeout=60) as api:
+        for index in range(rounds):
+            began = time.perf_counter()
+            answer = api.post(f"/windows/{label}-{index}/start", json={"targets": targets})
+            latencies.append(time.perf_counter() - began)
+            assert answer.status_code == 201, answer.text
+            assert api.post(f"/windows/{label}-{index}/stop").status_code == 200
+    return latencies
+
+
+def measure() -> list[Figure]:
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        run_collector(f"sqlite:///{Path(folder) / 'bench.db'}", Path(folder)) as collector,
+        run_farm(TARGETS, "vllm_v1_dp1_k5.txt", DELAY_S) as targets,
+    ):
+        start_latencies(collector.base_url, targets, 1, "warm")  # imports, caches, connections
+        single, wide = [], []
+        for index in range(ROUNDS):
+            single += start_latencies(collector.base_url, targets[:1], 1, f"one-{index}")
+            wide += start_latencies(collector.base_url, targets, 1, f"wide-{index}")
+    one, many = statistics.median(single), statistics.median(wide)
+    return [
+        Figure(
+            f"window start, {TARGETS} targets that each answer after {DELAY_S * 1000:.0f} ms",
+            f"median {many:.3f} s = **{many / DELAY_S:.2f} × {DELAY_S * 1000:.0f} ms** "
+            f"(1 target: {one:.3f} s = {one / DELAY_S:.2f} ×; one after another ≥ "
+            f"{TARGETS * DELAY_S:.1f} s)",
+            "≤ 1.5 × 200 ms",
+            many <= 1.5 * DELAY_S,
+            "python -m tests.bench.bench_start",
         )
-        servers = [
-            stack.enter_context(serve_metrics(body=payload.encode(), delay_s=DELAY_S))
-            for _ in range(TARGETS)
-        ]
-        body = {"targets": [server.target for server in servers]}
-        single, starts = [], []
-        with httpx.Client(base_url=collector.base_url, timeout=60) as api:
-            for index in range(WINDOWS):
-                began = time.perf_counter()
-                answer = api.post(
-                    f"/windows/one-{index}/start", json={"targets": body["targets"][:1]}
-                )
-                single.append(time.perf_counter() - began)
-                assert answer.status_code == 201
-                began = time.perf_counter()
-                answer = api.post(f"/windows/wide-{index}/start", json=body)
-                starts.append(time.perf_counter() - began)
-                assert answer.status_code == 201, answer.text
-    print(
-        f"window start, 1 target x {DELAY_S * 1000:.0f} ms:  median {statistics.median(single):.3f} s"
-    )
-    print(
-        f"window start, {TARGETS} targets x {DELAY_S * 1000:.0f} ms: median {statistics.median(starts):.3f} s, max {max(starts):.3f} s"
-    )
-    print(f"{TARGETS} scrapes one after another would take >= {TARGETS * DELAY_S:.1f} s")
-    print(
-        f"ratio {TARGETS}-target start / 1-target start: {statistics.median(starts) / statistics.median(single):.2f}"
-    )
+    ]
 
 
 if __name__ == "__main__":
-    main()
+    show(measure())

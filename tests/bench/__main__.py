@@ -1,0 +1,46 @@
+"""`make bench`: every benchmark in one run, then the README's Performance table.
+
+    python -m tests.bench                 # all, and rewrite the README table
+    python -m tests.bench extract start   # some of them; the README is left alone
+"""
+
+import importlib
+import sys
+
+from tests.bench.figures import Figure, show, write_readme
+
+BENCHMARKS = [
+    "extract",
+    "start",
+    "scrape_cost",
+    "sampler",
+    "api",
+    "growth",
+    "storage",
+    "replicas",
+    "load",
+]
+
+
+def main() -> None:
+    chosen = sys.argv[1:] or BENCHMARKS
+    unknown = set(chosen) - set(BENCHMARKS)
+    if unknown:
+        sys.exit(f"unknown benchmarks {sorted(unknown)}; choose from {BENCHMARKS}")
+    figures: list[Figure] = []
+    for name in chosen:
+        print(f"== {name}", flush=True)
+        module = importlib.import_module(f"tests.bench.bench_{name}")
+        measured: list[Figure] = module.measure()
+        show(measured)
+        figures += measured
+    if chosen == BENCHMARKS:
+        write_readme(figures)
+        print("README.md: Performance table rewritten")
+    missed = [figure.what for figure in figures if figure.met is False]
+    if missed:
+        print("targets not met:", "; ".join(missed))
+
+
+if __name__ == "__main__":
+    main()
