@@ -1,7 +1,7 @@
 """`make bench`: every benchmark in one run, then the README's Performance table.
 
-    python -m tests.bench                 # all, and rewrite the README table
-    python -m tests.bench extract start   # some of them; the README is left alone
+python -m tests.bench                 # all, and rewrite the README table
+python -m tests.bench extract start   # some of them; the README is left alone
 """
 
 import importlib

@@ -20,9 +20,7 @@ from tests.collector import run_collector
 TARGETS, DELAY_S, ROUNDS = 64, 0.2, 15
 
 
-def start_latencies(
-    base_url: str, targets: list[str], rounds: int, label: str
-) -> list[float]:
+def start_latencies(base_url: str, targets: list[str], rounds: int, label: str) -> list[float]:
     """Seconds each of `rounds` starts of a window of `targets` took; each is stopped after."""
     latencies = []
     with httpx.Client(base_url=base_url, timeout=60) as api:

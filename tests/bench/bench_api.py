@@ -1,0 +1,103 @@
+"""API: `GET /windows/{id}/results/{target}` at 32 concurrent clients, against a bare FastAPI
+endpoint that returns the same JSON, served the same way (uvicorn, one process, same options).
+
+The collector runs with an API key (a shared deployment's setting) on SQLite; the result read
+is of a closed window of 4 one-engine targets. The two servers are loaded in turns (5 s each,
+three times), by a raw-socket load generator that costs far less than either server.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from tests.bench.farm import run_farm
+from tests.bench.figures import Figure, show
+from tests.bench.loadgen import LoadResult, run_load
+from tests.collector import run_collector
+from tests.metrics_server import free_port
+
+CLIENTS, SECONDS, TURNS = 32, 5.0, 3
+KEY = "bench-key-0123456789abcdef"
+
+
+@contextmanager
+def run_bare(result_file: Path) -> Iterator[str]:
+    """The bare FastAPI endpoint in a subprocess; yields its base URL."""
+    port = free_port()
+    env = {**os.environ, "BENCH_RESULT_FILE": str(result_file)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.bench.bare", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base_url}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield base_url
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def _checked(result: LoadResult) -> float:
+    assert set(result.statuses) == {200}, result.statuses
+    return result.rate
+
+
+def measure() -> list[Figure]:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        run_farm(4, "vllm_v1_dp1_k5.txt") as targets,
+        run_collector(
+            f"sqlite:///{Path(folder) / 'api.db'}",
+            Path(folder),
+            SPECDEC_API_KEYS=f"bench:write:{KEY}",
+        ) as collector,
+    ):
+        with httpx.Client(base_url=collector.base_url, headers=headers, timeout=30) as api:
+            assert api.post("/windows/read-me/start", json={"targets": targets}).status_code == 201
+            assert api.post("/windows/read-me/stop").status_code == 200
+            path = f"/windows/read-me/results/{targets[0]}"
+            body = api.get(path).json()
+        result_file = Path(folder) / "result.json"
+        result_file.write_text(json.dumps(body))
+        with run_bare(result_file) as bare_url:
+            bare_rates, api_rates = [], []
+            for _ in range(TURNS):
+                bare_rates.append(_checked(run_load(bare_url, path, CLIENTS, SECONDS)))
+                api_rates.append(
+                    _checked(run_load(collector.base_url, path, CLIENTS, SECONDS, headers))
+                )
+    bare, served = statistics.median(bare_rates), statistics.median(api_rates)
+    return [
+        Figure(
+            f"`GET /windows/{{id}}/results/{{target}}` at {CLIENTS} concurrent clients (with an API key)",
+            f"{served:.0f} requests/s vs a bare FastAPI endpoint's {bare:.0f}: **{served / bare:.2f} ×**",
+            "≥ 0.5 ×",
+            served / bare >= 0.5,
+            "python -m tests.bench.bench_api",
+        )
+    ]
+
+
+if __name__ == "__main__":
+    show(measure())

@@ -1,0 +1,91 @@
+"""Sampler capacity: 500 targets sampled every second (one-engine payloads) for 60 s.
+
+The real `specdec serve` (SQLite) samples 50 windows of 10 targets each at 1 s; the targets
+are served by a separate process. Afterwards the stored samples are read from the database.
+
+A scheduled sample is "on time" when it was taken at most half an interval late: its gap to
+the target's previous snapshot is at most 1.5 intervals (a run that came late or was missed
+leaves a longer gap). The figure is on-time samples over the samples a 1 s schedule has in
+the 60 s (per target, 60), and the collector's CPU seconds per wall second (its cores).
+"""
+
+import os
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+from sqlalchemy import create_engine, text
+
+from tests.bench.bench_scrape_cost import cpu_seconds
+from tests.bench.farm import run_farm
+from tests.bench.figures import Figure, show
+from tests.collector import run_collector
+
+WINDOWS, TARGETS_PER_WINDOW, INTERVAL_S = 50, 10, 1.0
+SECONDS = float(os.environ.get("BENCH_SAMPLER_SECONDS", "60"))
+
+
+def on_time_share(database_url: str, begin: datetime, end: datetime, targets: int) -> float:
+    """On-time samples taken in [begin, end) over the number the schedule has in that span."""
+    engine = create_engine(database_url)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text("SELECT target_id, taken_at FROM snapshot ORDER BY target_id, taken_at, id")
+        ).all()
+    engine.dispose()
+    previous: dict[int, datetime] = {}
+    on_time: dict[int, int] = {}
+    for target_id, taken in rows:
+        taken_at = datetime.fromisoformat(taken) if isinstance(taken, str) else taken
+        taken_at = taken_at.replace(tzinfo=None)
+        last = previous.get(target_id)
+        previous[target_id] = taken_at
+        if last is None or not begin <= taken_at < end:
+            continue
+        if (taken_at - last).total_seconds() <= 1.5 * INTERVAL_S:
+            on_time[target_id] = on_time.get(target_id, 0) + 1
+    per_target = (end - begin).total_seconds() / INTERVAL_S
+    # Samples closer together than the schedule would count twice: at most the schedule's.
+    return sum(min(count, per_target) for count in on_time.values()) / (targets * per_target)
+
+
+def measure() -> list[Figure]:
+    count = WINDOWS * TARGETS_PER_WINDOW
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        run_farm(count, "vllm_v1_dp1_k5.txt") as targets,
+    ):
+        database_url = f"sqlite:///{Path(folder) / 'sampler.db'}"
+        with (
+            run_collector(database_url, Path(folder)) as collector,
+            httpx.Client(base_url=collector.base_url, timeout=60) as api,
+        ):
+            assert collector.process is not None
+            for index in range(WINDOWS):
+                chosen = targets[index * TARGETS_PER_WINDOW : (index + 1) * TARGETS_PER_WINDOW]
+                body = {"targets": chosen, "sample_interval_s": INTERVAL_S}
+                assert api.post(f"/windows/s{index}/start", json=body).status_code == 201
+            time.sleep(2 * INTERVAL_S)  # every job has run once: connections are open
+            begin, cpu_before = datetime.utcnow(), cpu_seconds(collector.process.pid)
+            time.sleep(SECONDS)
+            end, cpu_used = datetime.utcnow(), cpu_seconds(collector.process.pid) - cpu_before
+            for index in range(WINDOWS):
+                assert api.post(f"/windows/s{index}/stop").status_code == 200
+        share = on_time_share(database_url, begin, end, count)
+    cores = cpu_used / (end - begin).total_seconds()
+    return [
+        Figure(
+            f"sampler: {count} targets every {INTERVAL_S:g} s for {SECONDS:.0f} s "
+            f"({WINDOWS} windows × {TARGETS_PER_WINDOW}, one-engine payloads, SQLite)",
+            f"**{share:.1%} on time**, collector CPU **{cores:.2f} cores**",
+            "≥ 95 % on time, ≤ 1 core",
+            share >= 0.95 and cores <= 1.0,
+            "python -m tests.bench.bench_sampler",
+        )
+    ]
+
+
+if __name__ == "__main__":
+    show(measure())
