@@ -20,6 +20,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Query, Request, status
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
+from starlette.concurrency import run_in_threadpool
 
 from app.db import EngineDep
 from app.models import ApiKey, utcnow
@@ -155,6 +156,22 @@ def _unauthorized(message: str) -> HTTPException:
     )
 
 
+def _env_principal(key: str, env_keys: list[EnvKey]) -> Principal | None:
+    digest = hashlib.sha256(key.encode()).digest()
+    found: Principal | None = None
+    # Every configured key is compared, each in constant time, so timing tells nothing.
+    for env_key in env_keys:
+        if hmac.compare_digest(digest, env_key.digest):
+            found = env_key.principal
+    return found
+
+
+def _bearer(authorization: str) -> str:
+    if not authorization.lower().startswith(_BEARER):
+        raise _unauthorized("use Authorization: Bearer <key>")
+    return authorization[len(_BEARER) :].strip()
+
+
 def authenticate(
     authorization: str | None, env_keys: list[EnvKey], engine: Engine, anonymous_allowed: bool
 ) -> Principal:
@@ -163,31 +180,32 @@ def authenticate(
         if not env_keys and anonymous_allowed and active_db_keys(engine) == 0:
             return Principal(DEFAULT_TEAM, "write", "anonymous")
         raise _unauthorized("an API key is required: Authorization: Bearer <key>")
-    if not authorization.lower().startswith(_BEARER):
-        raise _unauthorized("use Authorization: Bearer <key>")
-    key = authorization[len(_BEARER) :].strip()
-    digest = hashlib.sha256(key.encode()).digest()
-    found: Principal | None = None
-    # Every configured key is compared, each in constant time, so timing tells nothing.
-    for env_key in env_keys:
-        if hmac.compare_digest(digest, env_key.digest):
-            found = env_key.principal
-    if found is None:
-        found = _lookup(engine, key)
+    key = _bearer(authorization)
+    found = _env_principal(key, env_keys) or _lookup(engine, key)
     if found is None:
         raise _unauthorized("unknown or revoked API key")
     return found
 
 
-def get_principal(request: Request, engine: EngineDep) -> Principal:
-    """The authenticated caller."""
+async def get_principal(request: Request, engine: EngineDep) -> Principal:
+    """The authenticated caller.
+
+    A key from SPECDEC_API_KEYS is checked here on the event loop; only what needs the
+    database (stored keys, open mode) goes to the thread pool: that hop cost more than the
+    rest of a cached read.
+    """
     state = request.app.state
-    return authenticate(
-        request.headers.get("authorization"), state.env_keys, engine, state.anonymous_allowed
+    authorization = request.headers.get("authorization")
+    if authorization is not None:
+        found = _env_principal(_bearer(authorization), state.env_keys)
+        if found is not None:
+            return found
+    return await run_in_threadpool(
+        authenticate, authorization, state.env_keys, engine, state.anonymous_allowed
     )
 
 
-def require_writer(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def require_writer(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     """The caller, who must hold a write or admin key."""
     if principal.role == "read":
         raise HTTPException(status.HTTP_403_FORBIDDEN, "a read key cannot start or stop windows")

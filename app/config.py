@@ -62,6 +62,11 @@ class Settings(BaseSettings):
     )
     max_targets_per_window: int = Field(default=256, ge=1, le=10_000)
     max_open_windows_per_team: int = Field(default=100, ge=1)
+    results_cache_windows: int = Field(
+        default=1024,
+        ge=0,
+        description="Closed windows whose results are kept in memory for reads (0: none).",
+    )
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_labels_per_window: int = Field(default=32, ge=0, le=1000)
     max_label_chars: int = Field(

@@ -111,7 +111,7 @@ def upsert_insert(dialect_name: str) -> Any:
     return sqlite.insert
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:
     """The engine the lifespan created."""
     engine: Engine = request.app.state.engine
     return engine

@@ -22,7 +22,7 @@ from app.metrics import REGISTRY, DatabaseMetrics
 from app.routes import compare, health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
-from app.windows import Collector
+from app.windows import Collector, ResultsCache
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -142,7 +142,9 @@ def create_app(
         app.state.engine = engine
         app.state.env_keys = env_keys
         app.state.anonymous_allowed = anonymous_allowed
-        app.state.collector = Collector(engine, client, scrape, sampler, settings)
+        app.state.collector = Collector(
+            engine, client, scrape, sampler, settings, ResultsCache(settings.results_cache_windows)
+        )
         database_metrics = DatabaseMetrics(engine, settings.metrics_latest_windows)
         REGISTRY.register(database_metrics)
         await sampler.start()

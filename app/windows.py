@@ -19,7 +19,7 @@ import binascii
 import json
 import logging
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -775,6 +775,51 @@ def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
     return {(t.key, t.url) for t in stored.targets} == {(t.key, t.url) for t in targets}
 
 
+@dataclass(frozen=True, slots=True)
+class ClosedResults:
+    """Every target's result of a closed window, in order, and each one JSON-encoded."""
+
+    results: list[tuple[str, dict[str, Any]]]
+    encoded: dict[str, bytes]
+
+
+class ResultsCache:
+    """The results of recently read closed windows, by (team, window id).
+
+    A closed window's results never change (a stop stores them with their overlaps; nothing
+    rewrites them and windows are not deleted), so every replica may keep them: a read is then
+    a dict lookup on the event loop instead of a thread-pool hop and two queries. The least
+    recently read beyond `max_windows` are dropped. Used from the event loop only.
+    """
+
+    def __init__(self, max_windows: int) -> None:
+        self._windows: OrderedDict[tuple[str, str], ClosedResults] = OrderedDict()
+        self._max_windows = max_windows
+
+    def get(self, team: str, window_id: str) -> ClosedResults | None:
+        found = self._windows.get((team, window_id))
+        if found is not None:
+            self._windows.move_to_end((team, window_id))
+        return found
+
+    def put(
+        self, team: str, window_id: str, results: list[tuple[str, dict[str, Any]]]
+    ) -> ClosedResults:
+        # Encoded as Starlette's JSONResponse encodes: compact, UTF-8, no NaN.
+        encoded = {
+            key: json.dumps(
+                result, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+            ).encode()
+            for key, result in results
+        }
+        closed = ClosedResults(results, encoded)
+        if self._max_windows > 0:
+            self._windows[(team, window_id)] = closed
+            if len(self._windows) > self._max_windows:
+                self._windows.popitem(last=False)
+        return closed
+
+
 # --- the calls ----------------------------------------------------------------------------
 
 
@@ -787,6 +832,7 @@ class Collector:
     scrape: ScrapeConfig
     sampler: SamplerHandle
     settings: Settings
+    results: ResultsCache
 
 
 async def _check_body(collector: Collector, body: WindowCreate, targets: Sequence[Target]) -> None:
@@ -866,6 +912,15 @@ async def start_window(
         actor.team, window_id, actor.key, len(targets), failed,
     )  # fmt: skip
     return True, await run_in_threadpool(_view, engine, stored, baselines)
+
+
+async def closed_results(collector: Collector, team: str, window_id: str) -> ClosedResults:
+    """The results of a closed window; `WindowOpen` while it is open, `WindowNotFound`."""
+    cached = collector.results.get(team, window_id)
+    if cached is None:
+        results = await run_in_threadpool(read_results, collector.engine, team, window_id)
+        cached = collector.results.put(team, window_id, results)
+    return cached
 
 
 async def stop_window(collector: Collector, actor: Actor, window_id: str) -> WindowPublic:

@@ -1,5 +1,6 @@
 """Window storage under concurrency, on SQLite and PostgreSQL."""
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -13,7 +14,14 @@ from app.models import WindowCreate
 from app.promtext import extract_spec_decode
 from app.scrape import ScrapeOutcome
 from app.targets import parse_target
-from app.windows import Actor, _insert_window, _store_baseline, load_window, read_window
+from app.windows import (
+    Actor,
+    ResultsCache,
+    _insert_window,
+    _store_baseline,
+    load_window,
+    read_window,
+)
 from tests.payloads import EngineCounters, vllm_payload
 
 
@@ -55,3 +63,27 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
     assert window.targets[0].before in (None, {"num_drafts": 5, "num_draft_tokens": 15, "num_accepted_tokens": 6,
                                                "accepted_per_pos": {"0": 3, "1": 2, "2": 1}})  # fmt: skip
     assert read_window(reader, "default", "w").targets[0].before is not None
+
+
+# --- the results cache ----------------------------------------------------------------------
+
+
+def test_results_cache_keeps_the_most_recently_read_windows_encoded() -> None:
+    cache = ResultsCache(max_windows=2)
+    one = [("h:1", {"status": "ok", "data": {"acceptance_rate": 0.5, "label": "é"}})]
+    stored = cache.put("team-a", "w1", one)
+    assert json.loads(stored.encoded["h:1"]) == one[0][1]
+    assert "é".encode() in stored.encoded["h:1"]  # UTF-8, as Starlette's JSONResponse sends it
+    assert cache.get("team-a", "w1") is stored
+    assert cache.get("team-b", "w1") is None  # per team: another team's id is another window
+    cache.put("team-a", "w2", one)
+    assert cache.get("team-a", "w1") is stored  # w1 read last: w2 is now the oldest
+    cache.put("team-a", "w3", one)
+    assert cache.get("team-a", "w2") is None
+    assert cache.get("team-a", "w1") is stored and cache.get("team-a", "w3") is not None
+
+
+def test_results_cache_of_size_zero_keeps_nothing() -> None:
+    cache = ResultsCache(max_windows=0)
+    assert cache.put("t", "w", [("h:1", {})]).encoded == {"h:1": b"{}"}
+    assert cache.get("t", "w") is None

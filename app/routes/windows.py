@@ -23,8 +23,8 @@ from app.windows import (
     WindowFilter,
     WindowNotFound,
     WindowOpen,
+    closed_results,
     list_windows,
-    read_results,
     read_timeline,
     read_window,
     start_window,
@@ -46,7 +46,7 @@ WindowId = Annotated[
 ]
 
 
-def get_collector(request: Request) -> Collector:
+async def get_collector(request: Request) -> Collector:
     """The engine, client, scrape config, sampler and limits the lifespan owns."""
     collector: Collector = request.app.state.collector
     return collector
@@ -215,26 +215,30 @@ async def get_window(
         raise _not_found(window_id) from None
 
 
-@router.get("/{window_id}/results/{target}", responses=error_responses(404, 409))
+@router.get(
+    "/{window_id}/results/{target}",
+    response_model=dict[str, Any],
+    responses=error_responses(404, 409),
+)
 async def get_result(
     window_id: WindowId,
     target: Annotated[str, Path(max_length=300, description="host:port, IPv6 in brackets")],
     collector: CollectorDep,
     principal: ReaderDep,
     team: TeamQuery = None,
-) -> dict[str, Any]:
+) -> Response:
     """One target's result in the AISBench `spec_decode_<host>_<port>.json` shape."""
     key = _target_key(target)
     scope = team_scope(principal, team)
     try:
-        results = dict(await run_in_threadpool(read_results, collector.engine, scope, window_id))
+        closed = await closed_results(collector, scope, window_id)
     except WindowNotFound:
         raise _not_found(window_id) from None
     except WindowOpen:
         raise _still_open(window_id) from None
-    if key not in results:
+    if key not in closed.encoded:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"window {window_id} has no target {key}")
-    return results[key]
+    return Response(closed.encoded[key], media_type="application/json")
 
 
 @router.get(
@@ -251,12 +255,12 @@ async def get_report(
     """The AISBench console blocks of every target."""
     scope = team_scope(principal, team)
     try:
-        results = await run_in_threadpool(read_results, collector.engine, scope, window_id)
+        closed = await closed_results(collector, scope, window_id)
     except WindowNotFound:
         raise _not_found(window_id) from None
     except WindowOpen:
         raise _still_open(window_id) from None
-    return PlainTextResponse(render_report(results))
+    return PlainTextResponse(render_report(closed.results))
 
 
 @router.get(

@@ -91,8 +91,8 @@ def measure() -> list[Figure]:
     return [
         Figure(
             f"`GET /windows/{{id}}/results/{{target}}` at {CLIENTS} concurrent clients (with an API key)",
-            f"{served:.0f} requests/s vs a bare FastAPI endpoint's {bare:.0f}: **{served / bare:.2f} ×**",
-            "≥ 0.5 ×",
+            f"{served:.0f} requests/s vs a bare FastAPI endpoint's {bare:.0f}: **{served / bare:.2f} x**",
+            "≥ 0.5 x",
             served / bare >= 0.5,
             "python -m tests.bench.bench_api",
         )

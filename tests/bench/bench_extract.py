@@ -43,8 +43,8 @@ def measure() -> list[Figure]:
             Figure(
                 f"extraction vs prometheus_client's full parse, {what} ({len(text) // 1024} KB)",
                 f"{fast * 1e6:.0f} µs warm / {cold * 1e6:.0f} µs cold vs {full * 1e3:.1f} ms: "
-                f"**{full / fast:.0f}×** / {full / cold:.0f}×",
-                "≥ 50×" if eight else "",
+                f"**{full / fast:.0f}x** / {full / cold:.0f}x",
+                "≥ 50x" if eight else "",
                 full / cold >= 50 if eight else None,
                 "python -m tests.bench.bench_extract",
             )

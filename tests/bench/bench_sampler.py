@@ -78,7 +78,7 @@ def measure() -> list[Figure]:
     return [
         Figure(
             f"sampler: {count} targets every {INTERVAL_S:g} s for {SECONDS:.0f} s "
-            f"({WINDOWS} windows × {TARGETS_PER_WINDOW}, one-engine payloads, SQLite)",
+            f"({WINDOWS} windows x {TARGETS_PER_WINDOW}, one-engine payloads, SQLite)",
             f"**{share:.1%} on time**, collector CPU **{cores:.2f} cores**",
             "≥ 95 % on time, ≤ 1 core",
             share >= 0.95 and cores <= 1.0,

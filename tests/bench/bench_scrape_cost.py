@@ -29,7 +29,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def parse_seconds(payload: str) -> float:
-    """prometheus_client's time to parse `payload` into families (best of 5 × 5)."""
+    """prometheus_client's time to parse `payload` into families (best of 5 x 5)."""
     runs = timeit.repeat(lambda: list(text_string_to_metric_families(payload)), number=5, repeat=5)
     return min(runs) / 5
 
@@ -62,8 +62,8 @@ def measure() -> list[Figure]:
         Figure(
             "collector CPU per target scrape (HTTP, extraction, storage), eight-engine payload",
             f"{per_scrape * 1e3:.2f} ms vs prometheus_client's parse {parse * 1e3:.1f} ms: "
-            f"**{per_scrape / parse:.3f} ×**",
-            "≤ 0.1 ×",
+            f"**{per_scrape / parse:.3f} x**",
+            "≤ 0.1 x",
             per_scrape / parse <= 0.1,
             "python -m tests.bench.bench_scrape_cost",
         )

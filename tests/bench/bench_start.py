@@ -48,10 +48,10 @@ def measure() -> list[Figure]:
     return [
         Figure(
             f"window start, {TARGETS} targets that each answer after {DELAY_S * 1000:.0f} ms",
-            f"median {many:.3f} s = **{many / DELAY_S:.2f} × {DELAY_S * 1000:.0f} ms** "
-            f"(1 target: {one:.3f} s = {one / DELAY_S:.2f} ×; one after another ≥ "
+            f"median {many:.3f} s = **{many / DELAY_S:.2f} x {DELAY_S * 1000:.0f} ms** "
+            f"(1 target: {one:.3f} s = {one / DELAY_S:.2f} x; one after another ≥ "
             f"{TARGETS * DELAY_S:.1f} s)",
-            "≤ 1.5 × 200 ms",
+            "≤ 1.5 x 200 ms",
             many <= 1.5 * DELAY_S,
             "python -m tests.bench.bench_start",
         )

@@ -6,6 +6,7 @@ servers of different speed look alike).
 """
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 
@@ -76,7 +77,7 @@ async def _run(
     for _ in range(connections):
         done: asyncio.Future[None] = loop.create_future()
         await loop.create_connection(
-            lambda d=done: _Connection(request, deadline, result, d), host, port
+            functools.partial(_Connection, request, deadline, result, done), host, port
         )
         finished.append(done)
     await asyncio.gather(*finished)
