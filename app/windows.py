@@ -485,20 +485,28 @@ def list_windows(
         windows = list(session.exec(query.order_by(*order).limit(limit + 1)).all())
         more = len(windows) > limit
         windows = windows[:limit]
-        rows = session.exec(
-            select(WindowTarget)
+        # The summary columns only: the stored results and headers are not needed here.
+        rows = session.execute(
+            sa_select(
+                col(WindowTarget.window_pk),
+                col(WindowTarget.target),
+                col(WindowTarget.status),
+                col(WindowTarget.acceptance_rate),
+                col(WindowTarget.acceptance_length),
+                col(WindowTarget.num_drafts),
+            )
             .where(col(WindowTarget.window_pk).in_([w.id for w in windows]))
             .order_by(col(WindowTarget.window_pk), col(WindowTarget.ordinal))
         ).all()
     by_window: dict[int, list[TargetSummary]] = defaultdict(list)
-    for row in rows:
-        by_window[row.window_pk].append(
+    for window_pk, target, status, acceptance_rate, acceptance_length, num_drafts in rows:
+        by_window[window_pk].append(
             TargetSummary(
-                target=row.target,
-                status=row.status,
-                acceptance_rate=row.acceptance_rate,
-                acceptance_length=row.acceptance_length,
-                num_drafts=as_number(row.num_drafts) if row.num_drafts is not None else None,
+                target=target,
+                status=status,
+                acceptance_rate=acceptance_rate,
+                acceptance_length=acceptance_length,
+                num_drafts=as_number(num_drafts) if num_drafts is not None else None,
             )
         )
     page = [WindowSummary(**_window_fields(w), targets=by_window[w.id or 0]) for w in windows]

@@ -1,0 +1,261 @@
+"""Growth: how start latency, cost per scrape and database size grow with targets per window
+(1 -> 256) and with stored windows (10^3 -> 10^5); and listing windows at 10^5 stored.
+
+Both on the real `specdec serve` over SQLite, targets in a separate process (one-engine
+payloads, answered at once, so the collector's own time shows).
+
+- Targets per window: windows of 1, 16, 64 and 256 targets are started and stopped; per size,
+  the median start, the collector's CPU per target scrape and the database growth per window.
+- Stored windows: the database is filled with closed one-target windows (copies of one real
+  window, written in bulk: a start and stop each would take hours) up to 10^3, 10^4, 10^5; at
+  each size, windows of 4 targets are started and stopped as above, and `GET /windows` (first
+  page of 50, and filtered by a target every stored window used) is timed.
+"""
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import Connection, Engine
+
+from app.models import TABLES
+from tests.bench.bench_scrape_cost import cpu_seconds
+from tests.bench.farm import run_farm
+from tests.bench.figures import Figure, show
+from tests.collector import Collector, run_collector
+
+TARGET_COUNTS = [1, 16, 64, 256]
+WINDOW_COUNTS = [1_000, 10_000, 100_000]
+ROUNDS = 8
+COMMAND = "python -m tests.bench.bench_growth"
+
+
+def database_bytes(engine: Engine) -> int:
+    with engine.connect() as connection:
+        connection.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        pages = connection.execute(text("PRAGMA page_count")).scalar_one()
+        page_size = connection.execute(text("PRAGMA page_size")).scalar_one()
+    return int(pages * page_size)
+
+
+def run_windows(
+    collector: Collector, targets: list[str], rounds: int, label: str
+) -> tuple[float, float]:
+    """Median start (s) and collector CPU per target scrape (s) over `rounds` start/stop pairs."""
+    assert collector.process is not None
+    pid = collector.process.pid
+    starts = []
+    with httpx.Client(base_url=collector.base_url, timeout=120) as api:
+        api.post(f"/windows/{label}-warm/start", json={"targets": targets})
+        api.post(f"/windows/{label}-warm/stop")
+        before = cpu_seconds(pid)
+        for index in range(rounds):
+            began = time.perf_counter()
+            answer = api.post(f"/windows/{label}-{index}/start", json={"targets": targets})
+            starts.append(time.perf_counter() - began)
+            assert answer.status_code == 201, answer.text
+            assert api.post(f"/windows/{label}-{index}/stop").status_code == 200
+        used = cpu_seconds(pid) - before
+    return statistics.median(starts), used / (rounds * len(targets) * 2)
+
+
+def median_get(base_url: str, path: str, times: int = 20) -> float:
+    latencies = []
+    with httpx.Client(base_url=base_url, timeout=60) as api:
+        api.get(path)
+        for _ in range(times):
+            began = time.perf_counter()
+            answer = api.get(path)
+            latencies.append(time.perf_counter() - began)
+            assert answer.status_code == 200, answer.text
+    return statistics.median(latencies)
+
+
+def _next_id(connection: Connection, table: str) -> int:
+    return int(connection.execute(select(func.max(TABLES[table].c.id))).scalar_one() or 0) + 1
+
+
+def seed_windows(engine: Engine, template_id: str, count: int, first: int) -> None:
+    """Add `count` closed copies of window `template_id` (ids `seeded-<first>`...), in the past."""
+    window_t, target_t = TABLES["window"], TABLES["window_target"]
+    series_t, snapshot_t = TABLES["target_series"], TABLES["snapshot"]
+    with engine.begin() as connection:
+        window = (
+            connection.execute(select(window_t).where(window_t.c.window_id == template_id))
+            .one()
+            ._asdict()
+        )
+        targets = [
+            row._asdict()
+            for row in connection.execute(
+                select(target_t).where(target_t.c.window_pk == window["id"])
+            )
+        ]
+        target_ids = [t["id"] for t in targets]
+        series = [
+            row._asdict()
+            for row in connection.execute(
+                select(series_t).where(series_t.c.target_id.in_(target_ids))
+            )
+        ]
+        snapshots = [
+            row._asdict()
+            for row in connection.execute(
+                select(snapshot_t).where(snapshot_t.c.target_id.in_(target_ids))
+            )
+        ]
+    oldest = datetime.now(UTC) - timedelta(days=30)
+    for chunk in range(0, count, 10_000):
+        with engine.begin() as connection:
+            ids = {
+                name: _next_id(connection, name)
+                for name in TABLES
+                if name in ("window", "window_target", "target_series", "snapshot")
+            }
+            rows: dict[str, list[dict[str, Any]]] = {name: [] for name in ids}
+            for index in range(chunk, min(count, chunk + 10_000)):
+                started = oldest - timedelta(minutes=first + index)
+                window_pk = ids["window"] + len(rows["window"])
+                rows["window"].append(
+                    {**window, "id": window_pk, "window_id": f"seeded-{first + index}",
+                     "started_at": started, "stopped_at": started + timedelta(seconds=30)}
+                )  # fmt: skip
+                new_target: dict[int, int] = {}
+                for target in targets:
+                    new_target[target["id"]] = ids["window_target"] + len(rows["window_target"])
+                    rows["window_target"].append(
+                        {**target, "id": new_target[target["id"]], "window_pk": window_pk}
+                    )
+                new_series: dict[int, int] = {}
+                for one in series:
+                    new_series[one["id"]] = ids["target_series"] + len(rows["target_series"])
+                    rows["target_series"].append(
+                        {**one, "id": new_series[one["id"]],
+                         "target_id": new_target[one["target_id"]]}
+                    )  # fmt: skip
+                for snapshot in snapshots:
+                    counters = snapshot["counters"]
+                    rows["snapshot"].append(
+                        {**snapshot, "id": ids["snapshot"] + len(rows["snapshot"]),
+                         "target_id": new_target[snapshot["target_id"]],
+                         "counters": None if counters is None else [
+                             [new_series[int(c[0])], *c[1:]] for c in counters
+                         ]}
+                    )  # fmt: skip
+            for name in ("window", "window_target", "target_series", "snapshot"):
+                connection.execute(TABLES[name].insert(), rows[name])
+
+
+def _trend(points: list[tuple[int, float]]) -> str:
+    """`flat` or `linear` (or in between), from the ratio of the last to the first point."""
+    (first_x, first_y), (last_x, last_y) = points[0], points[-1]
+    growth, scale = last_y / first_y, last_x / first_x
+    if growth < 2:
+        return "flat"
+    if growth > scale / 4:
+        return "linear"
+    return f"sub-linear ({growth:.0f}x over {scale:.0f}x)"
+
+
+def _series(points: list[tuple[int, float]], unit: Callable[[float], str]) -> str:
+    return " · ".join(f"{x:,}: {unit(y)}" for x, y in points)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _kb(size: float) -> str:
+    return f"{size / 1024:.1f} KB"
+
+
+def by_targets() -> list[Figure]:
+    starts, costs, sizes = [], [], []
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        run_farm(max(TARGET_COUNTS), "vllm_v1_dp1_k5.txt") as targets,
+    ):
+        url = f"sqlite:///{Path(folder) / 'growth.db'}"
+        with run_collector(url, Path(folder)) as collector:
+            engine = create_engine(url)
+            for count in TARGET_COUNTS:
+                before = database_bytes(engine)
+                start, cost = run_windows(collector, targets[:count], ROUNDS, f"t{count}")
+                starts.append((count, start))
+                costs.append((count, cost))
+                sizes.append((count, (database_bytes(engine) - before) / (ROUNDS + 1)))
+            engine.dispose()
+    return [
+        Figure(f"growth with targets per window: {name}", _series(points, unit),
+               "", None, COMMAND + f"  ({_trend(points)})")
+        for name, points, unit in (
+            ("start latency (median)", starts, _ms),
+            ("collector CPU per target scrape", costs, _ms),
+            ("database growth per stopped window", sizes, _kb),
+        )
+    ]  # fmt: skip
+
+
+def by_windows() -> list[Figure]:
+    starts, costs, sizes, lists, filtered = [], [], [], [], []
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        run_farm(4, "vllm_v1_dp1_k5.txt") as targets,
+    ):
+        url = f"sqlite:///{Path(folder) / 'growth.db'}"
+        engine = create_engine(url)
+        with run_collector(url, Path(folder)) as collector:
+            with httpx.Client(base_url=collector.base_url, timeout=60) as api:
+                api.post("/windows/template/start", json={"targets": targets[:1]})
+                api.post("/windows/template/stop")
+            stored = 1
+            for count in WINDOW_COUNTS:
+                seed_windows(engine, "template", count - stored, stored)
+                stored = count
+                start, cost = run_windows(collector, targets, ROUNDS, f"w{count}")
+                starts.append((count, start))
+                costs.append((count, cost))
+                sizes.append((count, database_bytes(engine) / count))
+                lists.append((count, median_get(collector.base_url, "/windows")))
+                filtered.append(
+                    (count, median_get(collector.base_url, f"/windows?target={targets[0]}"))
+                )
+        engine.dispose()
+    listing = lists[-1][1]
+    return [
+        Figure(
+            f"growth with stored windows: {name}",
+            _series(points, unit),
+            "",
+            None,
+            COMMAND + f"  ({_trend(points)})",
+        )
+        for name, points, unit in (
+            ("start latency, 4 targets (median)", starts, _ms),
+            ("collector CPU per target scrape", costs, _ms),
+            ("database size per stored window", sizes, _kb),
+            ("`GET /windows?target=` (every stored window has it), first page", filtered, _ms),
+        )
+    ] + [
+        Figure(
+            f"`GET /windows` (first page of 50) at {WINDOW_COUNTS[-1]:,} stored windows",
+            f"**{listing * 1e3:.1f} ms** ({_series(lists, _ms)})",
+            "< 50 ms",
+            listing < 0.05,
+            COMMAND,
+        )
+    ]
+
+
+def measure() -> list[Figure]:
+    return by_targets() + by_windows()
+
+
+if __name__ == "__main__":
+    show(measure())
