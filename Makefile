@@ -52,12 +52,7 @@ format: $(VENV)/.installed-dev
 	$(BIN)/ruff format .
 
 bench: $(VENV)/.installed-dev ## speed figures, measured side by side in one run
-	$(BIN)/python -m tests.bench.bench_extract
-	$(BIN)/python -m tests.bench.bench_start
-	$(BIN)/python -m tests.bench.bench_scrape_cost
-	$(BIN)/python -m tests.bench.bench_storage
-	$(BIN)/python -m tests.bench.bench_replicas
-	$(BIN)/python -m tests.bench.bench_load
+	$(BIN)/python -m tests.bench
 
 postgres: ## start the machine's PostgreSQL 15 and create the test role and a fresh database
 	bash .ci/postgres.sh

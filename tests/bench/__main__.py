@@ -31,7 +31,12 @@ def main() -> None:
     for name in chosen:
         print(f"== {name}", flush=True)
         module = importlib.import_module(f"tests.bench.bench_{name}")
-        measured: list[Figure] = module.measure()
+        try:
+            measured: list[Figure] = module.measure()
+        except (Exception, SystemExit) as exc:  # one broken benchmark must not hide the others
+            measured = [
+                Figure(name, f"failed: {exc!r}", "runs", False, f"python -m {module.__name__}")
+            ]
         show(measured)
         figures += measured
     if chosen == BENCHMARKS:

@@ -8,21 +8,20 @@ import itertools
 import statistics
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
+from tests.bench.farm import run_farm
+from tests.bench.figures import Figure, show
 from tests.collector import run_collector
-from tests.metrics_server import serve_metrics
-from tests.payloads import fixture
 
 CLIENTS, SECONDS, TARGETS = 200, 30.0, 20
 
 
-def main() -> None:
-    payload = fixture("vllm_v1_dp1_k5.txt").encode()
+def measure() -> list[Figure]:
     latencies: dict[str, list[float]] = defaultdict(list)
     statuses: list[int] = []
     windows: list[str] = []
@@ -34,7 +33,7 @@ def main() -> None:
                 SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM=str(CLIENTS),  # one open window per client
             )
         )
-        targets = [stack.enter_context(serve_metrics(body=payload)).target for _ in range(TARGETS)]
+        targets = stack.enter_context(run_farm(TARGETS, "vllm_v1_dp1_k5.txt"))
         counter = itertools.count()
 
         async def client(http: httpx.AsyncClient) -> None:
@@ -75,17 +74,20 @@ def main() -> None:
             if open_left:
                 print("not closed:", open_left[:3])
     errors = [s for s in statuses if s >= 500]
-    print("status codes:", dict(sorted(Counter(statuses).items())))
-    print(
-        f"{CLIENTS} clients, {SECONDS:.0f} s, {TARGETS} targets, SQLite: {len(statuses) / elapsed:.0f} calls/s, "
-        f"{len(windows)} windows, {len(errors)} 5xx, {len(open_left)} windows left open"
-    )
-    for name, values in latencies.items():
-        cut = statistics.quantiles(values, n=100)
-        print(
-            f"  {name:<7} p50 {cut[49] * 1000:7.1f} ms   p99 {cut[98] * 1000:7.1f} ms   ({len(values)} calls)"
+    cuts = {name: statistics.quantiles(values, n=100) for name, values in latencies.items()}
+    spread = ", ".join(f"{name} {cut[49]:.2f}/{cut[98]:.2f} s" for name, cut in cuts.items())
+    return [
+        Figure(
+            f"load on SQLite: {CLIENTS} clients x {SECONDS:.0f} s starting, reading, stopping and "
+            f"reporting windows of 1-{TARGETS} targets",
+            f"{len(statuses) / elapsed:.0f} calls/s, {len(errors)} 5xx, {len(open_left)} of "
+            f"{len(windows)} windows left open; p50/p99 {spread}",
+            "no 5xx, every window closed",
+            not errors and not open_left,
+            "python -m tests.bench.bench_load",
         )
+    ]
 
 
 if __name__ == "__main__":
-    main()
+    show(measure())

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, make_url, text
 
+from tests.bench.farm import run_farm
+from tests.bench.figures import Figure, show
 from tests.collector import run_collector
-from tests.metrics_server import serve_metrics
-from tests.payloads import fixture
 
 CLIENTS, SECONDS, TARGETS = 32, 15.0, 4
 
@@ -50,7 +50,7 @@ async def load(base_urls: list[str], targets: list[str], label: str) -> float:
     return done / (time.monotonic() - began)
 
 
-def main() -> None:
+def measure() -> list[Figure]:
     base = os.environ.get("SPECDEC_TEST_POSTGRES_URL")
     if not base:
         sys.exit("set SPECDEC_TEST_POSTGRES_URL (make postgres)")
@@ -60,7 +60,6 @@ def main() -> None:
         connection.execute(text("CREATE SCHEMA bench_replicas"))
     url = make_url(base).update_query_dict({"options": "-csearch_path=bench_replicas"})
     database_url = url.render_as_string(hide_password=False)
-    payload = fixture("vllm_v1_dp1_k5.txt").encode()
     try:
         with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
             logs = [Path(folder) / name for name in ("a", "b")]
@@ -68,20 +67,24 @@ def main() -> None:
                 log.mkdir()
             a = stack.enter_context(run_collector(database_url, logs[0], SPECDEC_REPLICA_ID="a"))
             b = stack.enter_context(run_collector(database_url, logs[1], SPECDEC_REPLICA_ID="b"))
-            servers = [stack.enter_context(serve_metrics(body=payload)) for _ in range(TARGETS)]
-            targets = [server.target for server in servers]
+            targets = stack.enter_context(run_farm(TARGETS, "vllm_v1_dp1_k5.txt"))
             one = asyncio.run(load([a.base_url], targets, "one"))
             two = asyncio.run(load([a.base_url, b.base_url], targets, "two"))
     finally:
         with admin.begin() as connection:
             connection.execute(text("DROP SCHEMA bench_replicas CASCADE"))
         admin.dispose()
-    print(f"windows/s (start + stop, {TARGETS} targets, {CLIENTS} clients, {SECONDS:.0f} s each):")
-    print(f"  1 replica : {one:7.1f}")
-    print(
-        f"  2 replicas: {two:7.1f}   ratio {two / one:.2f} (same PostgreSQL, same {os.cpu_count()}-core machine)"
-    )
+    return [
+        Figure(
+            f"windows/s (start + stop, {TARGETS} targets, {CLIENTS} clients, {SECONDS:.0f} s) "
+            "on one PostgreSQL, 1 replica then 2",
+            f"{one:.1f} then {two:.1f}: **{two / one:.2f} x** (each replica is one process)",
+            "",
+            None,
+            "python -m tests.bench.bench_replicas",
+        )
+    ]
 
 
 if __name__ == "__main__":
-    main()
+    show(measure())

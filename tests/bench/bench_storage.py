@@ -15,6 +15,7 @@ from app.promtext import extract_spec_decode
 from app.sampler import store_samples
 from app.scrape import ScrapeOutcome
 from app.targets import parse_target
+from tests.bench.figures import Figure, show
 from tests.payloads import fixture
 
 
@@ -64,28 +65,43 @@ def bytes_per_sample(payload: str, count: int, database_url: str) -> float:
     return grown / count
 
 
-def main() -> None:
+def measure() -> list[Figure]:
+    figures = []
     postgres = os.environ.get("SPECDEC_TEST_POSTGRES_URL")
-    for name in ("vllm_v1_dp1_k5.txt", "vllm_v1_dp8_k5.txt"):
+    for name, what in (
+        ("vllm_v1_dp1_k5.txt", "one engine"),
+        ("vllm_v1_dp8_k5.txt", "eight engines"),
+    ):
         with tempfile.TemporaryDirectory() as folder:
-            per_sample = bytes_per_sample(fixture(name), 2000, f"sqlite:///{Path(folder) / 'b.db'}")
-        print(f"{name:<22} {per_sample:>8.0f} bytes per stored sample (SQLite, 2000 samples)")
+            sqlite = bytes_per_sample(fixture(name), 2000, f"sqlite:///{Path(folder) / 'b.db'}")
+        figure = f"SQLite {sqlite:.0f}"
         if postgres:
-            engine = create_db_engine(postgres)
-            with engine.begin() as connection:
-                connection.execute(text("DROP SCHEMA IF EXISTS bench_storage CASCADE"))
-                connection.execute(text("CREATE SCHEMA bench_storage"))
-            url = make_url(postgres).update_query_dict({"options": "-csearch_path=bench_storage"})
-            per_sample = bytes_per_sample(
-                fixture(name), 2000, url.render_as_string(hide_password=False)
+            figure += f", PostgreSQL {_on_postgres(postgres, fixture(name)):.0f}"
+        figures.append(
+            Figure(
+                f"database bytes per stored sample, {what} (k=5; 2000 samples)",
+                figure,
+                "",
+                None,
+                "python -m tests.bench.bench_storage",
             )
-            with engine.begin() as connection:
-                connection.execute(text("DROP SCHEMA bench_storage CASCADE"))
-            engine.dispose()
-            print(
-                f"{name:<22} {per_sample:>8.0f} bytes per stored sample (PostgreSQL, 2000 samples)"
-            )
+        )
+    return figures
+
+
+def _on_postgres(postgres: str, payload: str) -> float:
+    engine = create_db_engine(postgres)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA IF EXISTS bench_storage CASCADE"))
+        connection.execute(text("CREATE SCHEMA bench_storage"))
+    url = make_url(postgres).update_query_dict({"options": "-csearch_path=bench_storage"})
+    try:
+        return bytes_per_sample(payload, 2000, url.render_as_string(hide_password=False))
+    finally:
+        with engine.begin() as connection:
+            connection.execute(text("DROP SCHEMA bench_storage CASCADE"))
+        engine.dispose()
 
 
 if __name__ == "__main__":
-    main()
+    show(measure())
