@@ -5,6 +5,7 @@
 """
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import time
@@ -64,6 +65,7 @@ class _Unresolved(Exception):
     pass
 
 
+@functools.lru_cache(maxsize=8192)
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)

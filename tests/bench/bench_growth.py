@@ -12,6 +12,7 @@ payloads, answered at once, so the collector's own time shows).
   page of 50, and filtered by a target every stored window used) is timed.
 """
 
+import math
 import statistics
 import tempfile
 import time
@@ -153,14 +154,15 @@ def seed_windows(engine: Engine, template_id: str, count: int, first: int) -> No
 
 
 def _trend(points: list[tuple[int, float]]) -> str:
-    """`flat` or `linear` (or in between), from the ratio of the last to the first point."""
-    (first_x, first_y), (last_x, last_y) = points[0], points[-1]
-    growth, scale = last_y / first_y, last_x / first_x
-    if growth < 2:
+    """`flat`, `linear` or `sub-linear`, from the log-log slope between the last two points
+    (the first points of a size sweep still carry the fixed cost of a window)."""
+    (x1, y1), (x2, y2) = points[-2], points[-1]
+    slope = math.log(y2 / y1) / math.log(x2 / x1)
+    if slope <= 0.25:
         return "flat"
-    if growth > scale / 4:
+    if slope >= 0.75:
         return "linear"
-    return f"sub-linear ({growth:.0f}x over {scale:.0f}x)"
+    return f"sub-linear (slope {slope:.2f})"
 
 
 def _series(points: list[tuple[int, float]], unit: Callable[[float], str]) -> str:
@@ -192,8 +194,8 @@ def by_targets() -> list[Figure]:
                 sizes.append((count, (database_bytes(engine) - before) / (ROUNDS + 1)))
             engine.dispose()
     return [
-        Figure(f"growth with targets per window: {name}", _series(points, unit),
-               "", None, COMMAND + f"  ({_trend(points)})")
+        Figure(f"growth with targets per window: {name}",
+               f"{_series(points, unit)}: **{_trend(points)}**", "", None, COMMAND)
         for name, points, unit in (
             ("start latency (median)", starts, _ms),
             ("collector CPU per target scrape", costs, _ms),
