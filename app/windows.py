@@ -659,7 +659,8 @@ def _insert_window(
     max_open: int,
     sampler_owner: str,
     first_lease_s: float,
-) -> bool:
+) -> StoredWindow | None:
+    """Add the window and its targets; None if the team has a window of this id already."""
     with write_session(engine) as session:
         interval_s = body.sample_interval_s
         window = Window(
@@ -677,7 +678,7 @@ def _insert_window(
             session.flush()
         except IntegrityError:
             session.rollback()
-            return False
+            return None
         # Counted after the insert, inside its transaction: on SQLite the write lock makes
         # concurrent starts of one team count one after another.
         open_count = session.exec(
@@ -692,18 +693,23 @@ def _insert_window(
                 "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
             )
         assert window.id is not None
-        for ordinal, target in enumerate(targets):
-            session.add(
-                WindowTarget(
-                    window_pk=window.id,
-                    ordinal=ordinal,
-                    target=target.key,
-                    url=target.url,
-                    headers=dict(target.headers) or None,
-                )
-            )
+        # One Core executemany that returns the new ids in order: no ORM objects, no read-back.
+        rows = [
+            {"window_pk": window.id, "ordinal": ordinal, "target": target.key,
+             "url": target.url, "headers": dict(target.headers) or None}
+            for ordinal, target in enumerate(targets)
+        ]  # fmt: skip
+        table = TABLES["window_target"]
+        ids = session.scalars(
+            insert_rows(table).returning(table.c.id, sort_by_parameter_order=True), rows
+        ).all()
+        session.expunge(window)  # kept as flushed: a commit would expire what it holds
         session.commit()
-        return True
+        stored = [
+            StoredTarget(target_id, target.key, target.url, None, target.headers)
+            for target_id, target in zip(ids, targets, strict=True)
+        ]
+        return StoredWindow(window, stored)
 
 
 def _store_baseline(
@@ -886,7 +892,7 @@ async def start_window(
     targets = body.parsed_targets()
     await _check_body(collector, body, targets)
     max_open = collector.settings.max_open_windows_per_team
-    created = await run_in_threadpool(
+    inserted = await run_in_threadpool(
         _insert_window,
         engine,
         actor,
@@ -898,14 +904,15 @@ async def start_window(
         # Long enough for the baseline scrape and the first sample: nobody takes it meanwhile.
         LEASE_INTERVALS * (body.sample_interval_s or 0) + collector.scrape.timeout_s,
     )
-    stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
-    if not created:
+    if inserted is None:
+        stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
         if stored.window.state != "open":
             raise WindowConflict(f"window {window_id} is already stopped")
         if not _same_targets(stored, targets):
             known = ", ".join(t.key for t in stored.targets)
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
         return False, await run_in_threadpool(read_window, engine, actor.team, window_id)
+    stored = inserted
     outcomes = await scrape_all(collector.client, targets, collector.scrape)
     await run_in_threadpool(_store_baseline, engine, stored, outcomes)
     baselines: dict[int, Phase] = {
