@@ -584,8 +584,8 @@ def _catalogue_ids(
 ) -> dict[tuple[int, str, str], int]:
     """Ids of (target, family, labels text) for every series in `wanted`, adding new ones.
 
-    One query reads the catalogue of all these targets; only series never seen before cost an
-    insert (one for all of them) and a second read.
+    One query reads the catalogue of all these targets; series never seen before cost one
+    insert for all of them, which returns their ids.
     """
 
     def read() -> dict[tuple[int, str, str], int]:
@@ -603,17 +603,25 @@ def _catalogue_ids(
     ]
     if missing:
         insert = upsert_insert(session.get_bind().dialect.name)
-        # Another writer may add the same series at the same moment: the unique constraint
-        # keeps one row, and the second insert does nothing.
+        table = TABLES["target_series"]
         # Core executemany, not a multi-row VALUES: its statement is compiled once and
         # cached, where one of N rows was compiled anew for every window.
-        session.execute(
-            insert(TABLES["target_series"]).on_conflict_do_nothing(
-                index_elements=["target_id", "family", "labels"]
-            ),
+        added = session.execute(
+            insert(table)
+            .on_conflict_do_nothing(index_elements=["target_id", "family", "labels"])
+            .returning(table.c.id, table.c.target_id, table.c.family, table.c.labels),
             missing,
         )
-        known = read()
+        known.update(
+            {
+                (target_id, family, labels): series_id
+                for series_id, target_id, family, labels in added
+            }
+        )
+        if len(known) < sum(len(keys) for keys in wanted.values()):
+            # Another writer added some of them at the same moment: the unique constraint kept
+            # its rows, our inserts of those did nothing and returned nothing. Read them.
+            known = read()
     return known
 
 

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
 
 from app.db import create_db_engine, upgrade_database
-from app.models import WindowCreate
-from app.promtext import extract_spec_decode
+from app.models import TABLES, Snapshot, WindowCreate
+from app.promtext import extract_spec_decode, labels_to_text
 from app.scrape import ScrapeOutcome
 from app.targets import parse_target
 from app.windows import (
@@ -21,6 +22,7 @@ from app.windows import (
     _store_baseline,
     load_window,
     read_window,
+    store_snapshots,
 )
 from tests.payloads import EngineCounters, vllm_payload
 
@@ -87,3 +89,56 @@ def test_results_cache_of_size_zero_keeps_nothing() -> None:
     cache = ResultsCache(max_windows=0)
     assert cache.put("t", "w", [("h:1", {})]).encoded == {"h:1": b"{}"}
     assert cache.get("t", "w") is None
+
+
+def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> None:
+    """Under READ COMMITTED another writer can add a series between our read and our insert:
+    the insert keeps its row, returns nothing for it, and the ids come from a second read."""
+    upgrade_database(postgres_url)
+    engine, other = create_db_engine(postgres_url), create_db_engine(postgres_url)
+    target = parse_target("127.0.0.1:9100")
+    inserted = _insert_window(
+        engine, Actor("default", "t"), "w", WindowCreate(targets=[target.key]), [target], 10, "r", 0
+    )
+    assert inserted is not None
+    target_id = inserted.targets[0].id
+    series = extract_spec_decode(
+        vllm_payload([EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
+    )
+    first = next(iter(series))
+    raced: list[int] = []
+
+    def add_one_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if (
+            not raced
+            and statement.lstrip().upper().startswith("SELECT")
+            and "target_series" in statement
+        ):
+            with other.begin() as connection:
+                raced.append(
+                    connection.execute(
+                        TABLES["target_series"].insert().returning(TABLES["target_series"].c.id),
+                        {"target_id": target_id, "family": first.family,
+                         "labels": labels_to_text(first.labels)},
+                    ).scalar_one()
+                )  # fmt: skip
+
+    event.listen(engine, "after_cursor_execute", add_one_first)
+    try:
+        with Session(engine) as session:
+            store_snapshots(
+                session, {target.key: target_id}, "before",
+                [ScrapeOutcome(target, datetime.now(UTC), series=series)],
+            )  # fmt: skip
+            session.commit()
+    finally:
+        event.remove(engine, "after_cursor_execute", add_one_first)
+    assert raced  # the race happened
+    window = read_window(engine, "default", "w")
+    before = window.targets[0].before
+    assert before is not None and before["num_drafts"] == 5 and before["num_accepted_tokens"] == 6
+    with Session(engine) as session:
+        counters = session.exec(select(Snapshot)).one().counters
+    assert counters is not None and raced[0] in {int(row[0]) for row in counters if row[0]}
+    engine.dispose()
+    other.dispose()
