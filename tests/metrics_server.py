@@ -79,7 +79,11 @@ def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
             arrived = time.monotonic()
             with state.lock:
                 state.requests.append(
-                    {"path": self.path, **{k.lower(): v for k, v in self.headers.items()}}
+                    {
+                        "path": self.path,
+                        "_peer": f"{self.client_address[0]}:{self.client_address[1]}",
+                        **{k.lower(): v for k, v in self.headers.items()},
+                    }
                 )
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)

@@ -13,6 +13,7 @@ import respx
 
 from app.promtext import extract_spec_decode
 from app.scrape import (
+    OriginPools,
     Resolver,
     ScrapeConfig,
     ScrapeOutcome,
@@ -324,3 +325,28 @@ async def test_target_headers_are_sent() -> None:
         async with new_client(2.0) as client:
             await scrape_target(client, target, ScrapeConfig(2.0, MAX))
     assert server.requests[0]["authorization"] == "Bearer t0ken"
+
+
+# --- connection pools -----------------------------------------------------------------------
+
+
+async def test_each_origin_keeps_its_own_connection_and_the_oldest_pool_is_closed() -> None:
+    body = fixture("vllm_v1_dp1_k5.txt").encode()
+    pools = OriginPools(max_origins=2)
+    with (
+        serve_metrics(body=body) as a,
+        serve_metrics(body=body) as b,
+        serve_metrics(body=body) as c,
+    ):
+        async with httpx.AsyncClient(transport=pools) as http:
+            for server in (a, a, b, a):
+                assert (await http.get(server.url)).status_code == 200
+            # Keep-alive within each origin's pool: a's three requests came on one connection.
+            assert len({request["_peer"] for request in a.requests}) == 1
+            assert [origin[2] for origin in pools._pools] == [b.port, a.port]  # a used last
+            first_pool_of_b = pools._pools[(b"http", b"127.0.0.1", b.port)]
+            assert (await http.get(c.url)).status_code == 200
+            # b was the least recently used: its pool is closed, a's and c's remain.
+            assert [origin[2] for origin in pools._pools] == [a.port, c.port]
+            assert (await http.get(b.url)).status_code == 200  # a new pool for b
+            assert pools._pools[(b"http", b"127.0.0.1", b.port)] is not first_pool_of_b
