@@ -86,6 +86,9 @@ def run_farm(count: int, payload: str, delay_s: float = 0.0) -> Iterator[list[st
     )
     assert process.stdout is not None and process.stdin is not None
     ports = process.stdout.readline().split()
+    if len(ports) != count:
+        process.kill()
+        raise RuntimeError(f"the target farm did not start: {process.wait()}")
     try:
         yield [f"127.0.0.1:{port}" for port in ports]
     finally:
