@@ -44,7 +44,7 @@ def main() -> None:
         print("README.md: Performance table rewritten")
     missed = [figure.what for figure in figures if figure.met is False]
     if missed:
-        print("targets not met:", "; ".join(missed))
+        sys.exit("targets not met: " + "; ".join(missed))
 
 
 if __name__ == "__main__":

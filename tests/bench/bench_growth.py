@@ -233,10 +233,10 @@ def by_windows() -> list[Figure]:
     return [
         Figure(
             f"growth with stored windows: {name}",
-            _series(points, unit),
+            f"{_series(points, unit)}: **{_trend(points)}**",
             "",
             None,
-            COMMAND + f"  ({_trend(points)})",
+            COMMAND,
         )
         for name, points, unit in (
             ("start latency, 4 targets (median)", starts, _ms),
