@@ -116,11 +116,15 @@ def watching_health(base_url: str) -> Iterator[list[int]]:
 
 
 @contextmanager
-def run_simulator(*args: str) -> Iterator[str]:
-    """`specdec simulate ARGS` on a free port; yields its base URL once /v1/models answers."""
+def run_server(
+    command: list[str], ready_path: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """`command` (which gets `--port PORT` appended) on a free port; yields its base URL once
+    `ready_path` answers 200, and terminates it afterwards."""
     port = free_port()
     process = subprocess.Popen(
-        [*specdec_command(), "simulate", "--port", str(port), *args],
+        [*command, "--port", str(port)],
+        env={**os.environ, **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -129,14 +133,21 @@ def run_simulator(*args: str) -> Iterator[str]:
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
+                if httpx.get(f"{url}{ready_path}", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("specdec simulate did not start")
+                raise RuntimeError(f"{' '.join(command)} did not start")
             time.sleep(0.05)
         yield url
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@contextmanager
+def run_simulator(*args: str) -> Iterator[str]:
+    """`specdec simulate ARGS` on a free port; yields its base URL once /v1/models answers."""
+    with run_server([*specdec_command(), "simulate", *args], "/v1/models") as url:
+        yield url

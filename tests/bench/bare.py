@@ -3,7 +3,7 @@
 Same path shape as `GET /windows/{id}/results/{target}`, same JSON body (read from the file
 named by BENCH_RESULT_FILE), served by uvicorn with the options `specdec serve` uses.
 
-    BENCH_RESULT_FILE=result.json python -m tests.bench.bare 8123
+    BENCH_RESULT_FILE=result.json python -m tests.bench.bare --port 8123
 """
 
 import json
@@ -31,7 +31,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m tests.bench.bare --port PORT
     uvicorn.run(
-        app, host="127.0.0.1", port=int(sys.argv[1]), log_level="info", timeout_graceful_shutdown=10
+        app, host="127.0.0.1", port=int(sys.argv[2]), log_level="info", timeout_graceful_shutdown=10
     )

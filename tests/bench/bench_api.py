@@ -7,14 +7,10 @@ three times), by a raw-socket load generator that costs far less than either ser
 """
 
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
@@ -22,39 +18,16 @@ import httpx
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.bench.loadgen import LoadResult, run_load
-from tests.collector import run_collector
-from tests.metrics_server import free_port
+from tests.collector import run_collector, run_server
 
 CLIENTS, SECONDS, TURNS = 32, 5.0, 3
 KEY = "bench-key-0123456789abcdef"
 
 
-@contextmanager
-def run_bare(result_file: Path) -> Iterator[str]:
+def run_bare(result_file: Path) -> AbstractContextManager[str]:
     """The bare FastAPI endpoint in a subprocess; yields its base URL."""
-    port = free_port()
-    env = {**os.environ, "BENCH_RESULT_FILE": str(result_file)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.bench.bare", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{base_url}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        yield base_url
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+    command = [sys.executable, "-m", "tests.bench.bare"]
+    return run_server(command, "/healthz", {"BENCH_RESULT_FILE": str(result_file)})
 
 
 def _checked(result: LoadResult) -> float:
