@@ -335,7 +335,7 @@ def _public(
         baselines = _baselines(session, stored)
     if results is None:
         results = {target.id: target.result for target in stored.targets}
-    with_overlaps = _with_overlaps(session, stored, dict(results))
+    with_overlaps = _with_overlaps(session, stored, results)
     targets = []
     for target in stored.targets:
         phase = baselines.get(target.id)

@@ -68,6 +68,13 @@ class Collector:
             time.sleep(0.05)
         raise RuntimeError("specdec serve did not become healthy in 30 s")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the process has used so far (Linux /proc)."""
+        assert self.process is not None
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""
         assert self.process is not None

@@ -26,15 +26,16 @@ from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
 from app.models import TABLES
-from tests.bench.bench_scrape_cost import cpu_seconds
+from tests.bench.bench_scrape_cost import run_windows
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import Collector, run_collector
+from tests.collector import run_collector
 
 TARGET_COUNTS = [1, 16, 64, 256]
 WINDOW_COUNTS = [1_000, 10_000, 100_000]
 ROUNDS = 8
 COMMAND = "python -m tests.bench.bench_growth"
+COPIED = ("window", "window_target", "target_series", "snapshot")  # in foreign-key order
 
 
 def database_bytes(engine: Engine) -> int:
@@ -43,27 +44,6 @@ def database_bytes(engine: Engine) -> int:
         pages = connection.execute(text("PRAGMA page_count")).scalar_one()
         page_size = connection.execute(text("PRAGMA page_size")).scalar_one()
     return int(pages * page_size)
-
-
-def run_windows(
-    collector: Collector, targets: list[str], rounds: int, label: str
-) -> tuple[float, float]:
-    """Median start (s) and collector CPU per target scrape (s) over `rounds` start/stop pairs."""
-    assert collector.process is not None
-    pid = collector.process.pid
-    starts = []
-    with httpx.Client(base_url=collector.base_url, timeout=120) as api:
-        api.post(f"/windows/{label}-warm/start", json={"targets": targets})
-        api.post(f"/windows/{label}-warm/stop")
-        before = cpu_seconds(pid)
-        for index in range(rounds):
-            began = time.perf_counter()
-            answer = api.post(f"/windows/{label}-{index}/start", json={"targets": targets})
-            starts.append(time.perf_counter() - began)
-            assert answer.status_code == 201, answer.text
-            assert api.post(f"/windows/{label}-{index}/stop").status_code == 200
-        used = cpu_seconds(pid) - before
-    return statistics.median(starts), used / (rounds * len(targets) * 2)
 
 
 def median_get(base_url: str, path: str, times: int = 20) -> float:
@@ -114,11 +94,7 @@ def seed_windows(engine: Engine, template_id: str, count: int, first: int) -> No
     oldest = datetime.now(UTC) - timedelta(days=30)
     for chunk in range(0, count, 10_000):
         with engine.begin() as connection:
-            ids = {
-                name: _next_id(connection, name)
-                for name in TABLES
-                if name in ("window", "window_target", "target_series", "snapshot")
-            }
+            ids = {name: _next_id(connection, name) for name in COPIED}
             rows: dict[str, list[dict[str, Any]]] = {name: [] for name in ids}
             for index in range(chunk, min(count, chunk + 10_000)):
                 started = oldest - timedelta(minutes=first + index)
@@ -149,7 +125,7 @@ def seed_windows(engine: Engine, template_id: str, count: int, first: int) -> No
                              [new_series[int(c[0])], *c[1:]] for c in counters
                          ]}
                     )  # fmt: skip
-            for name in ("window", "window_target", "target_series", "snapshot"):
+            for name in COPIED:
                 connection.execute(TABLES[name].insert(), rows[name])
 
 
@@ -157,6 +133,8 @@ def _trend(points: list[tuple[int, float]]) -> str:
     """`flat`, `linear` or `sub-linear`, from the log-log slope between the last two points
     (the first points of a size sweep still carry the fixed cost of a window)."""
     (x1, y1), (x2, y2) = points[-2], points[-1]
+    if y1 <= 0 or y2 <= 0:  # below the measurement's grain (clock ticks, database pages)
+        return "too small to tell"
     slope = math.log(y2 / y1) / math.log(x2 / x1)
     if slope <= 0.25:
         return "flat"

@@ -18,7 +18,6 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, text
 
-from tests.bench.bench_scrape_cost import cpu_seconds
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.collector import run_collector
@@ -62,15 +61,14 @@ def measure() -> list[Figure]:
             run_collector(database_url, Path(folder)) as collector,
             httpx.Client(base_url=collector.base_url, timeout=60) as api,
         ):
-            assert collector.process is not None
             for index in range(WINDOWS):
                 chosen = targets[index * TARGETS_PER_WINDOW : (index + 1) * TARGETS_PER_WINDOW]
                 body = {"targets": chosen, "sample_interval_s": INTERVAL_S}
                 assert api.post(f"/windows/s{index}/start", json=body).status_code == 201
             time.sleep(2 * INTERVAL_S)  # every job has run once: connections are open
-            begin, cpu_before = datetime.utcnow(), cpu_seconds(collector.process.pid)
+            begin, cpu_before = datetime.utcnow(), collector.cpu_seconds()
             time.sleep(SECONDS)
-            end, cpu_used = datetime.utcnow(), cpu_seconds(collector.process.pid) - cpu_before
+            end, cpu_used = datetime.utcnow(), collector.cpu_seconds() - cpu_before
             for index in range(WINDOWS):
                 assert api.post(f"/windows/s{index}/stop").status_code == 200
         share = on_time_share(database_url, begin, end, count)

@@ -6,8 +6,9 @@ targets (served by a separate process) are started and stopped one after another
 window scrapes every target twice and stores both snapshots and the results.
 """
 
-import os
+import statistics
 import tempfile
+import time
 import timeit
 from pathlib import Path
 
@@ -16,16 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import run_collector
+from tests.collector import Collector, run_collector
 from tests.payloads import fixture
 
 TARGETS, WINDOWS = 16, 40
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def parse_seconds(payload: str) -> float:
@@ -34,18 +29,26 @@ def parse_seconds(payload: str) -> float:
     return min(runs) / 5
 
 
-def cpu_per_scrape(base_url: str, pid: int, targets: list[str], windows: int) -> float:
-    """The collector's CPU seconds per target scrape over `windows` start/stop pairs."""
-    with httpx.Client(base_url=base_url, timeout=60) as api:
-        api.post("/windows/warm/start", json={"targets": targets})  # imports, caches, connections
-        api.post("/windows/warm/stop")
-        before = cpu_seconds(pid)
-        for index in range(windows):
-            answer = api.post(f"/windows/w{index}/start", json={"targets": targets})
+def run_windows(
+    collector: Collector, targets: list[str], rounds: int, label: str
+) -> tuple[float, float]:
+    """Median start (s) and collector CPU per target scrape (s) over `rounds` start/stop pairs.
+
+    Each window scrapes every target twice and stores both snapshots and the results.
+    """
+    starts = []
+    with httpx.Client(base_url=collector.base_url, timeout=120) as api:
+        api.post(f"/windows/{label}-warm/start", json={"targets": targets})  # caches, connections
+        api.post(f"/windows/{label}-warm/stop")
+        before = collector.cpu_seconds()
+        for index in range(rounds):
+            began = time.perf_counter()
+            answer = api.post(f"/windows/{label}-{index}/start", json={"targets": targets})
+            starts.append(time.perf_counter() - began)
             assert answer.status_code == 201, answer.text
-            assert api.post(f"/windows/w{index}/stop").status_code == 200
-        used = cpu_seconds(pid) - before
-    return used / (windows * len(targets) * 2)
+            assert api.post(f"/windows/{label}-{index}/stop").status_code == 200
+        used = collector.cpu_seconds() - before
+    return statistics.median(starts), used / (rounds * len(targets) * 2)
 
 
 def measure() -> list[Figure]:
@@ -56,8 +59,7 @@ def measure() -> list[Figure]:
         run_collector(f"sqlite:///{Path(folder) / 'cost.db'}", Path(folder)) as collector,
         run_farm(TARGETS, name) as targets,
     ):
-        assert collector.process is not None
-        per_scrape = cpu_per_scrape(collector.base_url, collector.process.pid, targets, WINDOWS)
+        _, per_scrape = run_windows(collector, targets, WINDOWS, "w")
     return [
         Figure(
             "collector CPU per target scrape (HTTP, extraction, storage), eight-engine payload",

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 
-from tests.bench.bench_scrape_cost import cpu_seconds
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.collector import Collector, run_collector
@@ -26,13 +25,12 @@ def timed_start(collector: Collector, targets: list[str], window_id: str) -> tup
 
     The window is stopped afterwards (untimed).
     """
-    assert collector.process is not None
     with httpx.Client(base_url=collector.base_url, timeout=60) as api:
-        cpu = cpu_seconds(collector.process.pid)
+        cpu = collector.cpu_seconds()
         began = time.perf_counter()
         answer = api.post(f"/windows/{window_id}/start", json={"targets": targets})
         took = time.perf_counter() - began
-        cpu = cpu_seconds(collector.process.pid) - cpu
+        cpu = collector.cpu_seconds() - cpu
         assert answer.status_code == 201, answer.text
         assert api.post(f"/windows/{window_id}/stop").status_code == 200
     return took, cpu
