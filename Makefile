@@ -5,8 +5,10 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export SPECDEC_DATABASE_URL ?= sqlite:///./data/specdec.db
-# The PostgreSQL half of the suite runs here; `make postgres` prepares it on Debian (as root).
-export SPECDEC_TEST_POSTGRES_URL ?= postgresql+psycopg://specdec:specdec@127.0.0.1:5432/specdec_test
+# The suite runs its PostgreSQL half on a throwaway server of its own unless
+# SPECDEC_TEST_POSTGRES_URL names one (`make postgres` prints the URL of Debian's).
+# Test processes: the suite mostly waits on its collectors, one per core keeps both busy.
+TEST_WORKERS ?= 2
 
 .PHONY: run test lint format bench simulate demo postgres clean
 
@@ -39,8 +41,8 @@ demo: $(VENV)/.installed ## simulator + collector + a short load through `specde
 	  --output-dir $$dir -- $(BIN)/specdec load --url http://127.0.0.1:9100 --requests 400 --concurrency 16 --max-tokens 64; \
 	echo "== the JSON result and the logs are in $$dir =="
 
-test: $(VENV)/.installed-dev ## the whole test suite
-	$(BIN)/pytest
+test: $(VENV)/.installed-dev ## the whole test suite (PostgreSQL, Chromium: see README)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev ## ruff (lint + format check) and mypy
 	$(BIN)/ruff check .
@@ -54,7 +56,7 @@ format: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev ## speed figures, measured side by side in one run
 	$(BIN)/python -m tests.bench
 
-postgres: ## start the machine's PostgreSQL 15 and create the test role and a fresh database
+postgres: ## optional: Debian's PostgreSQL 15 for the suite (as root); prints SPECDEC_TEST_POSTGRES_URL
 	bash .ci/postgres.sh
 
 clean:

@@ -262,20 +262,22 @@ def _wait_ready(args: argparse.Namespace) -> int:
     import httpx
 
     deadline = time.monotonic() + args.timeout
-    for url in args.urls:
-        while True:
-            try:
-                if httpx.get(url, timeout=2).is_success:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                print(
-                    f"specdec wait-ready: {url} did not answer in {args.timeout:g} s",
-                    file=sys.stderr,
-                )
-                return 1
-            time.sleep(0.1)
+    # One client for every try: each new one would build a TLS context (~40 ms of CPU).
+    with httpx.Client(timeout=2) as http:
+        for url in args.urls:
+            while True:
+                try:
+                    if http.get(url).is_success:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    print(
+                        f"specdec wait-ready: {url} did not answer in {args.timeout:g} s",
+                        file=sys.stderr,
+                    )
+                    return 1
+                time.sleep(0.1)
     return 0
 
 

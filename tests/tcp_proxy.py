@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 @dataclass
 class TcpProxy:
-    """Forwards 127.0.0.1:`port` to `upstream`; `cut()` drops every connection and refuses new ones."""
+    """Forwards 127.0.0.1:`port` to `upstream`, a (host, port) or a Unix socket's path;
+    `cut()` drops every connection and refuses new ones."""
 
-    upstream: tuple[str, int]
+    upstream: tuple[str, int] | str
     port: int = 0
     up: bool = True
     connections: list[socket.socket] = field(default_factory=list)
@@ -43,8 +44,21 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
+def _connect(upstream: tuple[str, int] | str) -> socket.socket:
+    if isinstance(upstream, tuple):
+        return socket.create_connection(upstream, timeout=5)
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.settimeout(5)
+    try:
+        unix.connect(upstream)
+    except OSError:
+        unix.close()
+        raise
+    return unix
+
+
 @contextmanager
-def tcp_proxy(upstream: tuple[str, int]) -> Iterator[TcpProxy]:
+def tcp_proxy(upstream: tuple[str, int] | str) -> Iterator[TcpProxy]:
     """Run a `TcpProxy` on a free loopback port for the duration of the block."""
     proxy = TcpProxy(upstream)
     listener = socket.create_server(("127.0.0.1", 0))
@@ -62,7 +76,7 @@ def tcp_proxy(upstream: tuple[str, int]) -> Iterator[TcpProxy]:
                     client.close()
                     continue
                 try:
-                    server = socket.create_connection(upstream, timeout=5)
+                    server = _connect(upstream)
                 except OSError:
                     client.close()
                     continue

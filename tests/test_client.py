@@ -6,15 +6,15 @@ import httpx
 import pytest
 
 from app.client import AsyncCollectorClient, CollectorClient, CollectorError, CollectorUnavailable
-from tests.collector import Collector
+from tests.collector import Team
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import drafts_payload
 
 
-def test_sync_client_round_trip(collector: Collector) -> None:
+def test_sync_client_round_trip(team: Team) -> None:
     with (
         serve_metrics(body=drafts_payload(100)) as server,
-        CollectorClient(collector.base_url) as client,
+        CollectorClient(team.base_url, api_key=team.key) as client,
     ):
         window = client.start("c-1", [server.target], labels={"model": "m"}, sample_interval_s=1)
         assert window["labels"] == {"model": "m"} and window["sample_interval_s"] == 1
@@ -28,9 +28,9 @@ def test_sync_client_round_trip(collector: Collector) -> None:
     assert listed[0]["targets"][0]["num_drafts"] == 200
 
 
-def test_async_client_round_trip(collector: Collector) -> None:
+def test_async_client_round_trip(team: Team) -> None:
     async def run() -> tuple[dict[str, object], str, list[dict[str, object]]]:
-        async with AsyncCollectorClient(collector.base_url) as client:
+        async with AsyncCollectorClient(team.base_url, api_key=team.key) as client:
             await client.start("c-2", [server.target])
             server.replace(drafts_payload(250))
             report = await client.stop_and_report("c-2")
@@ -43,8 +43,8 @@ def test_async_client_round_trip(collector: Collector) -> None:
     assert [w["id"] for w in listed] == ["c-2"]
 
 
-def test_errors_say_what_happened(collector: Collector) -> None:
-    with CollectorClient(collector.base_url) as client:
+def test_errors_say_what_happened(team: Team) -> None:
+    with CollectorClient(team.base_url, api_key=team.key) as client:
         with pytest.raises(CollectorError) as missing:
             client.stop("nope")
         assert (missing.value.status, missing.value.detail) == (404, "window nope not found")
@@ -58,9 +58,7 @@ def test_errors_say_what_happened(collector: Collector) -> None:
         down.get("x")
 
 
-def test_list_endpoint_is_newest_first_and_filters_state(
-    collector: Collector, api: httpx.Client
-) -> None:
+def test_list_endpoint_is_newest_first_and_filters_state(api: httpx.Client) -> None:
     with serve_metrics(body=drafts_payload(10)) as server:
         for window_id in ("first", "second", "third"):
             api.post(f"/windows/{window_id}/start", json={"targets": [server.target]})

@@ -5,9 +5,12 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 
 
+@pytest.mark.slow
 def test_make_demo_measures_the_simulator_and_prints_the_report() -> None:
     run = subprocess.run(
         ["make", "-s", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=300

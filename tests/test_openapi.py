@@ -61,6 +61,7 @@ def base_url(database_url: str) -> Iterator[str]:
         thread.join(timeout=15)
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(base_url: str) -> None:
     headers = {"Authorization": f"Bearer {KEY}"}
     payload = vllm_payload([EngineCounters(drafts=9, draft_tokens=27, accepted_per_pos=[5, 3, 1])])

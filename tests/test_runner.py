@@ -10,20 +10,27 @@ from pathlib import Path
 
 import httpx
 
-from tests.collector import Collector, run_simulator, specdec_command
+from tests.collector import Team, run_simulator, specdec_command
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import drafts_payload
 
 SPECDEC = " ".join(specdec_command())
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def _env(team: Team) -> dict[str, str]:
+    """The environment of a user of `team`: where the collector is and the team's key."""
+    return {**os.environ, "SPECDEC_SERVER": team.base_url, "SPECDEC_API_KEY": team.key}
+
+
+def _run(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     command = [*specdec_command(), "run", *args]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_run_measures_writes_results_where_aisbench_put_its_own_and_keeps_the_exit_code(
-    collector: Collector, tmp_path: Path
+    team: Team, tmp_path: Path
 ) -> None:
     with run_simulator("--drafts-per-s", "0", "--seed", "7") as simulator:
         target = simulator.removeprefix("http://")
@@ -34,7 +41,7 @@ def test_run_measures_writes_results_where_aisbench_put_its_own_and_keeps_the_ex
         run = _run(
             [
                 "--server",
-                collector.base_url,
+                team.base_url,
                 "--target",
                 target,
                 "--id",
@@ -45,6 +52,7 @@ def test_run_measures_writes_results_where_aisbench_put_its_own_and_keeps_the_ex
                 benchmark,
             ],
             tmp_path,
+            _env(team),
         )
     assert run.returncode == 3, run.stderr
     assert "Speculative Decoding Metrics  [" + target + "]" in run.stdout
@@ -54,20 +62,18 @@ def test_run_measures_writes_results_where_aisbench_put_its_own_and_keeps_the_ex
         / f"spec_decode_{target.replace(':', '_')}.json"
     )
     result = json.loads(written.read_text())
-    window = httpx.get(f"{collector.base_url}/windows/bench-1", timeout=30).json()
+    window = httpx.get(f"{team.base_url}/windows/bench-1", headers=team.headers, timeout=30).json()
     assert window["state"] == "closed"
     assert result == window["targets"][0]["result"]
     assert result["status"] == "ok" and result["data"]["num_drafts"] > 0
 
 
-def test_ctrl_c_stops_the_window_and_exits_like_the_command(
-    collector: Collector, tmp_path: Path
-) -> None:
+def test_ctrl_c_stops_the_window_and_exits_like_the_command(team: Team, tmp_path: Path) -> None:
     with serve_metrics(body=drafts_payload(100)) as server:
         process = subprocess.Popen(
-            [*specdec_command(), "run", "--server", collector.base_url, "--target", server.target, "--id", "ctrl-c",
+            [*specdec_command(), "run", "--server", team.base_url, "--target", server.target, "--id", "ctrl-c",
              "--output-dir", str(tmp_path / "out"), "--", sys.executable, "-c", "import time; time.sleep(60)"],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            cwd=tmp_path, env=_env(team), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
         while server.count() == 0:  # the window is open
             time.sleep(0.02)
@@ -76,7 +82,7 @@ def test_ctrl_c_stops_the_window_and_exits_like_the_command(
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
         stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGINT, stderr
-    window = httpx.get(f"{collector.base_url}/windows/ctrl-c", timeout=30).json()
+    window = httpx.get(f"{team.base_url}/windows/ctrl-c", headers=team.headers, timeout=30).json()
     assert window["state"] == "closed"
     assert window["targets"][0]["result"]["data"]["num_drafts"] == 150
     assert (tmp_path / "out" / f"spec_decode_{server.target.replace(':', '_')}.json").exists()
@@ -95,7 +101,7 @@ def test_an_unreachable_collector_never_breaks_the_benchmark(tmp_path: Path) -> 
     assert "could not start window" in run.stderr and "running the command anyway" in run.stderr
 
 
-def test_targets_from_an_aisbench_model_config(collector: Collector, tmp_path: Path) -> None:
+def test_targets_from_an_aisbench_model_config(team: Team, tmp_path: Path) -> None:
     with (
         serve_metrics(body=drafts_payload(10)) as one,
         serve_metrics(body=drafts_payload(10)) as two,
@@ -111,7 +117,7 @@ def test_targets_from_an_aisbench_model_config(collector: Collector, tmp_path: P
         run = _run(
             [
                 "--server",
-                collector.base_url,
+                team.base_url,
                 "--targets-from",
                 str(config),
                 "--id",
@@ -120,15 +126,16 @@ def test_targets_from_an_aisbench_model_config(collector: Collector, tmp_path: P
                 "true",
             ],
             tmp_path,
+            _env(team),
         )
     assert run.returncode == 0, run.stderr
-    window = httpx.get(f"{collector.base_url}/windows/cfg", timeout=30).json()
+    window = httpx.get(f"{team.base_url}/windows/cfg", headers=team.headers, timeout=30).json()
     assert [t["target"] for t in window["targets"]] == [one.target, two.target]
     assert len(list(tmp_path.glob("spec_decode_127.0.0.1_*.json"))) == 2
 
 
-def test_client_commands(collector: Collector, tmp_path: Path) -> None:
-    env = {**os.environ, "SPECDEC_SERVER": collector.base_url}
+def test_client_commands(team: Team, tmp_path: Path) -> None:
+    env = _env(team)
 
     def specdec(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -17,9 +17,10 @@ from app.models import Window
 from app.sampler import Sampler, purge_samples
 from app.scrape import ScrapeConfig, new_client
 from tests.bench.bench_storage import bytes_per_sample
-from tests.collector import Collector, run_collector
+from tests.collector import Team, run_collector
 from tests.metrics_server import MetricsServer, serve_metrics
 from tests.payloads import EngineCounters, fixture, vllm_payload
+from tests.waiting import wait_for
 
 K = 3
 
@@ -115,9 +116,13 @@ def test_samples_endpoint_json_and_csv(api: httpx.Client) -> None:
         body = {"targets": [server.target], "sample_interval_s": 0.5}
         assert api.post("/windows/ts/start", json=body).status_code == 201
         serve_and_wait(server, 1400)
-        live = samples_of(api, "ts")  # while the window is open
+
+        def sampled() -> list[dict[str, Any]] | None:
+            points = samples_of(api, "ts")
+            return points if points[-1]["phase"] == "sample" else None
+
+        live = wait_for(sampled, "a sample of the open window")  # served, then stored
         assert live[0]["phase"] == "before"
-        assert live[-1]["phase"] == "sample"
         serve_and_wait(server, 2000)
         api.post("/windows/ts/stop")
         points = samples_of(api, "ts")
@@ -157,6 +162,7 @@ def test_samples_endpoint_json_and_csv(api: httpx.Client) -> None:
     assert by_accept.text == as_csv.text
 
 
+@pytest.mark.slow
 def test_slow_scrapes_never_pile_up_and_stop_ends_sampling(api: httpx.Client) -> None:
     with serve_metrics(delay_s=1.2) as server:
         server.set_text(vllm_payload([counters(1000)]))
@@ -172,6 +178,7 @@ def test_slow_scrapes_never_pile_up_and_stop_ends_sampling(api: httpx.Client) ->
         assert server.count() == after_stop
 
 
+@pytest.mark.slow
 def test_sampling_resumes_after_sigkill(database_url: str, tmp_path: Path) -> None:
     with run_collector(database_url, tmp_path) as collector, serve_metrics() as server:
         server.set_text(vllm_payload([counters(1000)]))
@@ -194,9 +201,7 @@ def test_sampling_resumes_after_sigkill(database_url: str, tmp_path: Path) -> No
     assert [t for t in times if t > restarted_at and t < times[-1]]  # sampled again after restart
 
 
-def test_retention_deletes_old_samples_and_keeps_results(
-    collector: Collector, api: httpx.Client
-) -> None:
+def test_retention_deletes_old_samples_and_keeps_results(team: Team, api: httpx.Client) -> None:
     with serve_metrics() as server:
         for window_id in ("old", "recent"):
             server.set_text(vllm_payload([counters(1000)]))
@@ -208,11 +213,11 @@ def test_retention_deletes_old_samples_and_keeps_results(
     results = {
         w: api.get(f"/windows/{w}/results/{server.target}").json() for w in ("old", "recent")
     }
-    engine = create_db_engine(collector.database_url)
+    engine = create_db_engine(team.collector.database_url)
     with Session(engine) as session:
         session.execute(
             update(Window)
-            .where(col(Window.window_id) == "old")
+            .where(col(Window.team) == team.name, col(Window.window_id) == "old")
             .values(stopped_at=datetime.now(UTC) - timedelta(days=31))
         )
         session.commit()

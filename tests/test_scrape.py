@@ -3,9 +3,11 @@
 import asyncio
 import gzip
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -350,3 +352,27 @@ async def test_each_origin_keeps_its_own_connection_and_the_oldest_pool_is_close
             assert [origin[2] for origin in pools._pools] == [a.port, c.port]
             assert (await http.get(b.url)).status_code == 200  # a new pool for b
             assert pools._pools[(b"http", b"127.0.0.1", b.port)] is not first_pool_of_b
+
+
+async def test_new_origins_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the CA bundle costs ~40 ms of CPU: once per service, not once per new target."""
+    loads: list[object] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(context)
+        original(context, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    body = fixture("vllm_v1_dp1_k5.txt").encode()
+    pools = OriginPools()
+    with (
+        serve_metrics(body=body) as a,
+        serve_metrics(body=body) as b,
+        serve_metrics(body=body) as c,
+    ):
+        async with httpx.AsyncClient(transport=pools) as http:
+            for server in (a, b, c):
+                assert (await http.get(server.url)).status_code == 200
+            assert len(pools._pools) == 3
+    assert len(loads) == 1

@@ -3,7 +3,6 @@
 import asyncio
 import json
 import math
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -14,8 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.promtext import extract_spec_decode
 from app.simulator import SimulatedServer, default_acceptance
-from tests.collector import Collector, run_simulator, specdec_command
-from tests.metrics_server import free_port
+from tests.collector import run_simulator
 from tests.test_promtext import oracle
 
 
@@ -55,40 +53,22 @@ def test_default_acceptance_falls_with_position() -> None:
 
 @pytest.fixture
 def simulator() -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [*specdec_command(), "simulate", "--port", str(port), "--engines", "2", "--k", "4",
-         "--drafts-per-s", "400"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/metrics"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url, timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with run_simulator("--engines", "2", "--k", "4", "--drafts-per-s", "400") as url:
+        yield url.removeprefix("http://")
 
 
-def _drafts(target: str) -> float:
-    series = extract_spec_decode(httpx.get(f"http://{target}/metrics").text)
+def _drafts(http: httpx.Client, target: str) -> float:
+    series = extract_spec_decode(http.get(f"http://{target}/metrics").text)
     return sum(v.value or 0 for k, v in series.items() if k.family == "num_drafts")
 
 
-def test_simulate_and_serve_together(
-    simulator: str, api: httpx.Client, collector: Collector
-) -> None:
+def test_simulate_and_serve_together(simulator: str, api: httpx.Client) -> None:
     """What a newcomer does with two terminals and the README's curl example."""
     assert api.post("/windows/demo/start", json={"targets": [simulator]}).status_code == 201
-    first = _drafts(simulator)
-    while _drafts(simulator) < first + 400:  # wait for the counters, not for a fixed time
-        time.sleep(0.1)
+    with httpx.Client() as http:
+        first = _drafts(http, simulator)
+        while _drafts(http, simulator) < first + 400:  # wait for the counters, not a fixed time
+            time.sleep(0.1)
     result = api.post("/windows/demo/stop").json()["targets"][0]["result"]
     assert result["status"] == "ok", result
     data, raw = result["data"], result["raw"]

@@ -2,24 +2,22 @@
 
 Each window is a start and a stop against 4 real `/metrics` servers (one-engine payloads).
 32 concurrent clients run for 15 s against replica A alone, then spread over A and B.
-Needs SPECDEC_TEST_POSTGRES_URL (`make postgres`).
+On SPECDEC_TEST_POSTGRES_URL, else on the suite's throwaway PostgreSQL.
 """
 
 import asyncio
 import itertools
-import os
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine, make_url, text
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.collector import run_collector
+from tests.postgres import fresh_schema, postgres_server
 
 CLIENTS, SECONDS, TARGETS = 32, 15.0, 4
 
@@ -51,29 +49,20 @@ async def load(base_urls: list[str], targets: list[str], label: str) -> float:
 
 
 def measure() -> list[Figure]:
-    base = os.environ.get("SPECDEC_TEST_POSTGRES_URL")
-    if not base:
-        sys.exit("set SPECDEC_TEST_POSTGRES_URL (make postgres)")
-    admin = create_engine(base)
-    with admin.begin() as connection:
-        connection.execute(text("DROP SCHEMA IF EXISTS bench_replicas CASCADE"))
-        connection.execute(text("CREATE SCHEMA bench_replicas"))
-    url = make_url(base).update_query_dict({"options": "-csearch_path=bench_replicas"})
-    database_url = url.render_as_string(hide_password=False)
-    try:
-        with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
-            logs = [Path(folder) / name for name in ("a", "b")]
-            for log in logs:
-                log.mkdir()
-            a = stack.enter_context(run_collector(database_url, logs[0], SPECDEC_REPLICA_ID="a"))
-            b = stack.enter_context(run_collector(database_url, logs[1], SPECDEC_REPLICA_ID="b"))
-            targets = stack.enter_context(run_farm(TARGETS, "vllm_v1_dp1_k5.txt"))
-            one = asyncio.run(load([a.base_url], targets, "one"))
-            two = asyncio.run(load([a.base_url, b.base_url], targets, "two"))
-    finally:
-        with admin.begin() as connection:
-            connection.execute(text("DROP SCHEMA bench_replicas CASCADE"))
-        admin.dispose()
+    with (
+        postgres_server() as server,
+        fresh_schema(server) as database_url,
+        tempfile.TemporaryDirectory() as folder,
+        ExitStack() as stack,
+    ):
+        logs = [Path(folder) / name for name in ("a", "b")]
+        for log in logs:
+            log.mkdir()
+        a = stack.enter_context(run_collector(database_url, logs[0], SPECDEC_REPLICA_ID="a"))
+        b = stack.enter_context(run_collector(database_url, logs[1], SPECDEC_REPLICA_ID="b"))
+        targets = stack.enter_context(run_farm(TARGETS, "vllm_v1_dp1_k5.txt"))
+        one = asyncio.run(load([a.base_url], targets, "one"))
+        two = asyncio.run(load([a.base_url, b.base_url], targets, "two"))
     return [
         Figure(
             f"windows/s (start + stop, {TARGETS} targets, {CLIENTS} clients, {SECONDS:.0f} s) "

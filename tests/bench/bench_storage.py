@@ -1,11 +1,10 @@
 """Database bytes per stored sample: SQLite file growth, or PostgreSQL relation growth."""
 
-import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import make_url, text
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -17,6 +16,7 @@ from app.scrape import ScrapeOutcome
 from app.targets import parse_target
 from tests.bench.figures import Figure, show
 from tests.payloads import fixture
+from tests.postgres import fresh_schema, postgres_server
 
 
 def _size(engine: Engine) -> int:
@@ -67,40 +67,26 @@ def bytes_per_sample(payload: str, count: int, database_url: str) -> float:
 
 def measure() -> list[Figure]:
     figures = []
-    postgres = os.environ.get("SPECDEC_TEST_POSTGRES_URL")
-    for name, what in (
-        ("vllm_v1_dp1_k5.txt", "one engine"),
-        ("vllm_v1_dp8_k5.txt", "eight engines"),
-    ):
-        with tempfile.TemporaryDirectory() as folder:
-            sqlite = bytes_per_sample(fixture(name), 2000, f"sqlite:///{Path(folder) / 'b.db'}")
-        figure = f"SQLite {sqlite:.0f}"
-        if postgres:
-            figure += f", PostgreSQL {_on_postgres(postgres, fixture(name)):.0f}"
-        figures.append(
-            Figure(
-                f"database bytes per stored sample, {what} (k=5; 2000 samples)",
-                figure,
-                "",
-                None,
-                "python -m tests.bench.bench_storage",
+    with postgres_server() as postgres:
+        for name, what in (
+            ("vllm_v1_dp1_k5.txt", "one engine"),
+            ("vllm_v1_dp8_k5.txt", "eight engines"),
+        ):
+            with tempfile.TemporaryDirectory() as folder:
+                sqlite_url = f"sqlite:///{Path(folder) / 'b.db'}"
+                sqlite = bytes_per_sample(fixture(name), 2000, sqlite_url)
+            with fresh_schema(postgres) as postgres_url:
+                on_postgres = bytes_per_sample(fixture(name), 2000, postgres_url)
+            figures.append(
+                Figure(
+                    f"database bytes per stored sample, {what} (k=5; 2000 samples)",
+                    f"SQLite {sqlite:.0f}, PostgreSQL {on_postgres:.0f}",
+                    "",
+                    None,
+                    "python -m tests.bench.bench_storage",
+                )
             )
-        )
     return figures
-
-
-def _on_postgres(postgres: str, payload: str) -> float:
-    engine = create_db_engine(postgres)
-    with engine.begin() as connection:
-        connection.execute(text("DROP SCHEMA IF EXISTS bench_storage CASCADE"))
-        connection.execute(text("CREATE SCHEMA bench_storage"))
-    url = make_url(postgres).update_query_dict({"options": "-csearch_path=bench_storage"})
-    try:
-        return bytes_per_sample(payload, 2000, url.render_as_string(hide_password=False))
-    finally:
-        with engine.begin() as connection:
-            connection.execute(text("DROP SCHEMA bench_storage CASCADE"))
-        engine.dispose()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.collector import run_collector, watching_health
 from tests.metrics_server import serve_metrics, serve_reset_mid_body
@@ -20,6 +21,7 @@ from tests.payloads import drafts_payload, fixture
 SPEC = "vllm:spec_decode_num_drafts_total"
 
 
+@pytest.mark.slow
 def test_bad_targets_give_na_reasons_while_the_service_answers(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -84,6 +86,7 @@ def test_bad_targets_give_na_reasons_while_the_service_answers(
     assert health and set(health) == {200}
 
 
+@pytest.mark.slow
 def test_a_stop_killed_midway_is_finished_by_its_retry(database_url: str, tmp_path: Path) -> None:
     with (
         run_collector(database_url, tmp_path) as collector,
@@ -125,6 +128,7 @@ def _quietly(call: Any) -> None:
         call()
 
 
+@pytest.mark.slow
 def test_sigterm_lets_the_call_in_flight_finish(database_url: str, tmp_path: Path) -> None:
     with (
         run_collector(database_url, tmp_path) as collector,
@@ -165,10 +169,12 @@ def test_sigterm_lets_the_call_in_flight_finish(database_url: str, tmp_path: Pat
     assert after_restart["targets"][0]["result"] == answer[0].json()["targets"][0]["result"]
 
 
+@pytest.mark.slow
 def test_concurrent_clients_get_no_5xx_and_every_window_is_accounted_for(
     database_url: str, tmp_path: Path
 ) -> None:
-    """The bounded version of `make bench`'s load run: 50 clients for 5 s against 20 targets."""
+    """The bounded version of `make bench`'s load run: 50 clients at once, a window each, on 1
+    to 20 targets (a fixed amount of work, not a fixed time, so a slow machine checks as much)."""
     with ExitStack() as stack:
         collector = stack.enter_context(run_collector(database_url, tmp_path))
         servers = [stack.enter_context(serve_metrics(body=drafts_payload(100))) for _ in range(20)]
@@ -178,21 +184,19 @@ def test_concurrent_clients_get_no_5xx_and_every_window_is_accounted_for(
         counter = itertools.count()
 
         async def client() -> None:
-            deadline = time.monotonic() + 5
+            number = next(counter)
+            window_id = f"load-{number}"
             async with httpx.AsyncClient(base_url=collector.base_url, timeout=60) as http:
-                while time.monotonic() < deadline:
-                    window_id = f"load-{next(counter)}"
-                    for call in (
-                        http.post(
-                            f"/windows/{window_id}/start",
-                            json={"targets": targets[: 1 + len(finished) % 20]},
-                        ),
-                        http.get(f"/windows/{window_id}"),
-                        http.post(f"/windows/{window_id}/stop"),
-                        http.get(f"/windows/{window_id}/report"),
-                    ):
-                        statuses.append((await call).status_code)
-                    finished.append(window_id)
+                for call in (
+                    http.post(
+                        f"/windows/{window_id}/start", json={"targets": targets[: 1 + number % 20]}
+                    ),
+                    http.get(f"/windows/{window_id}"),
+                    http.post(f"/windows/{window_id}/stop"),
+                    http.get(f"/windows/{window_id}/report"),
+                ):
+                    statuses.append((await call).status_code)
+            finished.append(window_id)
 
         async def run() -> None:
             await asyncio.gather(*(client() for _ in range(50)))
@@ -202,7 +206,7 @@ def test_concurrent_clients_get_no_5xx_and_every_window_is_accounted_for(
         closed = [api.get(f"/windows/{window_id}").json() for window_id in finished]
     assert statuses and not [s for s in statuses if s >= 500]
     assert set(statuses) == {200, 201}
-    assert len(finished) >= 50
+    assert len(finished) == 50
     for window in closed:
         assert window["state"] == "closed"
         assert all(

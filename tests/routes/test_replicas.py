@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import make_url, text
 
 from app.db import create_db_engine
@@ -22,6 +23,7 @@ from tests.tcp_proxy import tcp_proxy
 MIGRATE = "import sys; from app.db import upgrade_database; upgrade_database(sys.argv[1])"
 
 
+@pytest.mark.slow
 def test_replicas_booting_together_migrate_once(database_url: str) -> None:
     processes = [
         subprocess.Popen(
@@ -37,6 +39,7 @@ def test_replicas_booting_together_migrate_once(database_url: str) -> None:
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_any_replica_answers_any_call(database_url: str, tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -73,6 +76,7 @@ def _sample_times(base_url: str, window_id: str) -> list[tuple[datetime, str]]:
     return [(datetime.fromisoformat(p["taken_at"]), p["phase"]) for p in points]
 
 
+@pytest.mark.slow
 def test_one_replica_samples_each_window_and_another_takes_over(
     postgres_url: str, tmp_path: Path
 ) -> None:
@@ -138,13 +142,25 @@ def test_one_replica_samples_each_window_and_another_takes_over(
         assert result["targets"][0]["result"]["samples"]["failed"] == 0
 
 
+@pytest.mark.slow
 def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_path: Path) -> None:
     url = make_url(postgres_url)
+    socket_folder = url.query.get("host")
+    # A server on a Unix socket (the throwaway one) is reached through the socket's file.
+    upstream: tuple[str, int] | str = (
+        f"{socket_folder}/.s.PGSQL.{url.port or 5432}"
+        if isinstance(socket_folder, str) and socket_folder.startswith("/")
+        else (url.host or "127.0.0.1", url.port or 5432)
+    )
     with (
-        tcp_proxy((url.host or "127.0.0.1", url.port or 5432)) as proxy,
+        tcp_proxy(upstream) as proxy,
         serve_metrics(body=drafts_payload(100)) as server,
     ):
-        via_proxy = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+        via_proxy = (
+            url.difference_update_query(["host"])
+            .set(host="127.0.0.1", port=proxy.port)
+            .render_as_string(hide_password=False)
+        )
         env = {"SPECDEC_DB_CONNECT_TIMEOUT_S": "1", "SPECDEC_DB_STATEMENT_TIMEOUT_S": "2"}
         with run_collector(via_proxy, tmp_path, **env) as collector:
             api = httpx.Client(base_url=collector.base_url, timeout=30)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import sqlalchemy
 
-from tests.collector import Collector, run_collector, watching_health
+from tests.collector import Collector, Team, run_collector, watching_health
 from tests.metrics_server import serve_metrics
 from tests.payloads import drafts_payload
 
@@ -132,7 +132,7 @@ def test_limits_of_a_window(database_url: str, tmp_path: Path) -> None:
         assert api.post("/windows/w3/start", json={"targets": [server.target]}).status_code == 201
 
 
-def test_request_body_size(api: httpx.Client, collector: Collector) -> None:
+def test_request_body_size(api: httpx.Client, team: Team) -> None:
     big = json.dumps({"targets": ["127.0.0.1:9"], "labels": {"k": "x" * (1024 * 1024)}})
     answer = api.post(
         "/windows/big/start", content=big, headers={"content-type": "application/json"}
@@ -140,8 +140,9 @@ def test_request_body_size(api: httpx.Client, collector: Collector) -> None:
     assert answer.status_code == 413
     assert answer.json()["detail"] == "request body larger than 1048576 bytes"
     # Without Content-Length (chunked), the limit holds as the body streams in.
-    connection = http.client.HTTPConnection("127.0.0.1", collector.port, timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", team.collector.port, timeout=30)
     connection.putrequest("POST", "/windows/big/start")
+    connection.putheader("Authorization", team.headers["Authorization"])
     connection.putheader("Content-Type", "application/json")
     connection.putheader("Transfer-Encoding", "chunked")
     connection.endheaders()
@@ -164,7 +165,10 @@ def _peak_rss_kib(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def test_huge_answer_and_gzip_bomb_stay_bounded(collector: Collector, api: httpx.Client) -> None:
+@pytest.mark.slow
+def test_huge_answer_and_gzip_bomb_stay_bounded(collector: Collector) -> None:
+    """On a collector of its own: its peak memory is measured from a fresh process."""
+    api = httpx.Client(base_url=collector.base_url, timeout=30)
     huge = b"# padding line of a metrics answer\n" * (64 * 1024 * 1024 // 35)  # 64 MB
     bomb = gzip.compress(b"\n" * (512 * 1024 * 1024), compresslevel=9)  # 512 MB from ~0.5 MB
     assert collector.process is not None

@@ -107,6 +107,7 @@ def test_teams_are_isolated_and_admins_name_the_team(shared: Collector) -> None:
         )
 
 
+@pytest.mark.slow
 def test_keys_cli_create_list_revoke(
     database_url: str, tmp_path: Path, server: MetricsServer
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.collector import Collector, run_collector
+from tests.collector import Team, run_collector
 from tests.metrics_server import MetricsServer, free_port, serve_metrics
 from tests.payloads import EngineCounters, fixture, vllm_payload
 
@@ -145,11 +145,13 @@ def test_start_retry_returns_200_without_scraping(api: httpx.Client) -> None:
         assert server.count() == 1
 
 
-def test_twenty_concurrent_starts_create_one_window(collector: Collector) -> None:
+def test_twenty_concurrent_starts_create_one_window(team: Team) -> None:
     with serve_metrics(body=vllm_payload(SEED_BEFORE).encode(), delay_s=0.3) as server:
 
         async def race() -> list[int]:
-            async with httpx.AsyncClient(base_url=collector.base_url, timeout=30) as client:
+            async with httpx.AsyncClient(
+                base_url=team.base_url, headers=team.headers, timeout=30
+            ) as client:
                 answers = await asyncio.gather(
                     *(
                         client.post("/windows/race/start", json={"targets": [server.target]})
@@ -269,6 +271,7 @@ def test_failing_targets_give_na_results_with_reasons(api: httpx.Client) -> None
     assert report.count("Status                                        N/A") == 4
 
 
+@pytest.mark.slow
 def test_window_survives_sigkill_between_start_and_stop(database_url: str, tmp_path: Path) -> None:
     with run_collector(database_url, tmp_path) as collector, serve_metrics() as server:
         server.set_text(vllm_payload(SEED_BEFORE))
@@ -288,6 +291,7 @@ def test_window_survives_sigkill_between_start_and_stop(database_url: str, tmp_p
         assert result["data"] == expected_data(SEED_BEFORE, SEED_AFTER)
 
 
+@pytest.mark.slow
 def test_thirty_two_slow_targets_are_scraped_at_once(api: httpx.Client) -> None:
     """All 32 baseline scrapes are in flight together: the start does not scrape in turn."""
     with ExitStack() as stack:
@@ -304,6 +308,7 @@ def test_thirty_two_slow_targets_are_scraped_at_once(api: httpx.Client) -> None:
     assert max(arrived for arrived, _ in spans) < min(answered for _, answered in spans)
 
 
+@pytest.mark.slow
 def test_crash_before_the_baseline_was_stored_gives_an_honest_na(
     database_url: str, tmp_path: Path
 ) -> None:
