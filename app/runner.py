@@ -43,23 +43,28 @@ def run_command(command: Sequence[str], say: Callable[[str], None]) -> int:
     window is still stopped once the command ends. A second asks the command to terminate,
     a third kills it.
     """
-    try:
-        child = subprocess.Popen(list(command))
-    except OSError as exc:
-        say(f"specdec: cannot run {command[0]}: {exc.strerror}")
-        return 127
     interrupts = 0
+    child: subprocess.Popen[bytes] | None = None
 
     def on_interrupt(signum: int, frame: FrameType | None) -> None:
         nonlocal interrupts
         interrupts += 1
-        if interrupts == 2:
+        if child is not None and interrupts == 2:
             child.terminate()
-        elif interrupts > 2:
+        elif child is not None and interrupts > 2:
             child.kill()
 
+    # Noted from before the command exists: a Ctrl-C while it is being started is not lost.
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
+        try:
+            child = subprocess.Popen(list(command))
+        except OSError as exc:
+            say(f"specdec: cannot run {command[0]}: {exc.strerror}")
+            return 127
+        if interrupts:
+            # The terminal's Ctrl-C came before the command could receive it: pass it on.
+            child.send_signal(signal.SIGINT)
         code = child.wait()
     finally:
         signal.signal(signal.SIGINT, previous)

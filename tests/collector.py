@@ -7,7 +7,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +112,10 @@ class Team:
     def client(self) -> httpx.Client:
         """An HTTP client of the collector that acts as this team."""
         return httpx.Client(base_url=self.base_url, headers=self.headers, timeout=30)
+
+
+# Makes a fresh team on a shared collector (the `new_team` fixture).
+NewTeam = Callable[[], Team]
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from app.auth import create_key
 from app.db import create_db_engine, upgrade_database
-from tests.collector import Collector, Team, run_collector
+from tests.collector import Collector, NewTeam, Team, run_collector
 from tests.postgres import fresh_schema, postgres_server
 
 DATABASE_KINDS = ["sqlite", "postgresql"]
@@ -108,13 +108,26 @@ def postgres_url(services: SessionServices) -> Iterator[str]:
 
 
 @pytest.fixture(params=DATABASE_KINDS)
-def team(request: pytest.FixtureRequest, services: SessionServices) -> Iterator[Team]:
-    """A fresh team with a write key on the shared collector of one database kind."""
+def new_team(request: pytest.FixtureRequest, services: SessionServices) -> Iterator[NewTeam]:
+    """Makes fresh teams, each with a write key, on the shared collector of one database kind."""
     collector, engine = services.shared_collector(request.param)
-    name = f"t-{uuid.uuid4().hex[:12]}"
-    _, key = create_key(engine, name, "write")
-    yield Team(collector, name, key)
-    _close_open_windows(collector.base_url, name)
+    made: list[Team] = []
+
+    def make() -> Team:
+        name = f"t-{uuid.uuid4().hex[:12]}"
+        _, key = create_key(engine, name, "write")
+        made.append(Team(collector, name, key))
+        return made[-1]
+
+    yield make
+    for team in made:
+        _close_open_windows(collector.base_url, team.name)
+
+
+@pytest.fixture
+def team(new_team: NewTeam) -> Team:
+    """A fresh team with a write key on the shared collector of one database kind."""
+    return new_team()
 
 
 def _close_open_windows(base_url: str, team_name: str) -> None:

@@ -5,14 +5,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
+from app.runner import run_command
 from tests.collector import Team, run_simulator, specdec_command
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import drafts_payload
+from tests.waiting import wait_for
 
 SPECDEC = " ".join(specdec_command())
 
@@ -69,15 +72,16 @@ def test_run_measures_writes_results_where_aisbench_put_its_own_and_keeps_the_ex
 
 
 def test_ctrl_c_stops_the_window_and_exits_like_the_command(team: Team, tmp_path: Path) -> None:
+    running = tmp_path / "running"
+    command = f"import pathlib, time; pathlib.Path({str(running)!r}).touch(); time.sleep(60)"
     with serve_metrics(body=drafts_payload(100)) as server:
         process = subprocess.Popen(
             [*specdec_command(), "run", "--server", team.base_url, "--target", server.target, "--id", "ctrl-c",
-             "--output-dir", str(tmp_path / "out"), "--", sys.executable, "-c", "import time; time.sleep(60)"],
+             "--output-dir", str(tmp_path / "out"), "--", sys.executable, "-c", command],
             cwd=tmp_path, env=_env(team), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
-        while server.count() == 0:  # the window is open
-            time.sleep(0.02)
-        time.sleep(0.5)  # the command is running
+        # The window is open and the command is running (it starts only after the window).
+        wait_for(lambda: running.exists() or None, "the command to start")
         server.replace(drafts_payload(250))
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
         stdout, stderr = process.communicate(timeout=60)
@@ -157,3 +161,20 @@ def test_client_commands(team: Team, tmp_path: Path) -> None:
     assert listed[1].startswith("cli-1") and "closed" in listed[1]
     missing = specdec("stop", "nope")
     assert missing.returncode == 1 and "window nope not found (HTTP 404)" in missing.stderr
+
+
+def test_a_ctrl_c_while_the_command_is_being_started_reaches_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The terminal's Ctrl-C can land before the command exists: it is passed on, not lost."""
+    real_popen = subprocess.Popen
+
+    def popen_after_a_ctrl_c(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        os.kill(os.getpid(), signal.SIGINT)  # as the terminal would, to the foreground group
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen_after_a_ctrl_c)
+    said: list[str] = []
+    code = run_command([sys.executable, "-c", "import time; time.sleep(60)"], said.append)
+    assert code == 128 + signal.SIGINT
+    assert said == []

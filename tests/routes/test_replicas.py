@@ -19,6 +19,7 @@ from tests.collector import Collector, run_collector
 from tests.metrics_server import serve_metrics
 from tests.payloads import drafts_payload
 from tests.tcp_proxy import tcp_proxy
+from tests.waiting import wait_for
 
 MIGRATE = "import sys; from app.db import upgrade_database; upgrade_database(sys.argv[1])"
 
@@ -98,26 +99,30 @@ def test_one_replica_samples_each_window_and_another_takes_over(
                     timeout=30,
                 )
                 assert started.status_code == 201
-            time.sleep(4 * interval)
             engine = create_db_engine(postgres_url)
-            with engine.connect() as connection:
-                owners = (
-                    connection.execute(text('SELECT DISTINCT sampler_owner FROM "window"'))
-                    .scalars()
-                    .all()
-                )
-            assert owners == ["a"]  # the starting replica holds them; b only watches the leases
+
+            def owners() -> list[str]:
+                with engine.connect() as connection:
+                    query = text('SELECT DISTINCT sampler_owner FROM "window"')
+                    return list(connection.execute(query).scalars().all())
+
+            def samples_since(moment: float, count: int) -> bool | None:
+                """Whether every window has `count` samples taken after `moment`."""
+                for window_id in windows:
+                    times = [t.timestamp() for t, phase in _sample_times(b.base_url, window_id)
+                             if phase == "sample" and t.timestamp() > moment]  # fmt: skip
+                    if len(times) < count:
+                        return None
+                return True
+
+            # Three samples of each window: time enough for b to take over if it wrongly would.
+            wait_for(lambda: samples_since(0, 3), "three samples of each window")
+            assert owners() == ["a"]  # the starting replica holds them; b only watches the leases
             a.kill()
             killed_at = time.time()
-            time.sleep(6 * interval)
-            with engine.connect() as connection:
-                owners = (
-                    connection.execute(text('SELECT DISTINCT sampler_owner FROM "window"'))
-                    .scalars()
-                    .all()
-                )
+            wait_for(lambda: samples_since(killed_at, 1), "b's first sample of each window")
+            assert owners() == ["b"]
             engine.dispose()
-            assert owners == ["b"]
             results = [
                 httpx.post(f"{b.base_url}/windows/{w}/stop", timeout=30).json() for w in windows
             ]

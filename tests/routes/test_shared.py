@@ -12,7 +12,7 @@ import httpx
 import pytest
 import sqlalchemy
 
-from tests.collector import Collector, Team, run_collector, watching_health
+from tests.collector import Collector, NewTeam, Team, run_collector, watching_health
 from tests.metrics_server import serve_metrics
 from tests.payloads import drafts_payload
 
@@ -191,15 +191,11 @@ def test_huge_answer_and_gzip_bomb_stay_bounded(collector: Collector) -> None:
     )  # the cap is 16 MiB; 64 MB + 512 MB offered
 
 
-def test_overlapping_windows_on_one_server(database_url: str, tmp_path: Path) -> None:
-    keys = "a:write:team-a-key-0123456789,b:write:team-b-key-0123456789"
-    with (
-        run_collector(database_url, tmp_path, SPECDEC_API_KEYS=keys) as collector,
-        serve_metrics(body=drafts_payload(10)) as server,
-    ):
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
-        a = {"Authorization": "Bearer team-a-key-0123456789"}
-        b = {"Authorization": "Bearer team-b-key-0123456789"}
+def test_overlapping_windows_on_one_server(new_team: NewTeam) -> None:
+    team_a, team_b = new_team(), new_team()
+    with serve_metrics(body=drafts_payload(10)) as server:
+        api = httpx.Client(base_url=team_a.base_url, timeout=30)
+        a, b = team_a.headers, team_b.headers
         body = {"targets": [server.target]}
         api.post("/windows/main/start", json=body, headers=a)
         api.post("/windows/neighbour/start", json=body, headers=a)
@@ -242,25 +238,21 @@ def test_overlapping_windows_on_one_server(database_url: str, tmp_path: Path) ->
 
 
 def test_a_stop_stores_the_overlaps_and_older_results_still_get_them(
-    database_url: str, tmp_path: Path
+    team: Team, api: httpx.Client
 ) -> None:
-    with (
-        run_collector(database_url, tmp_path) as collector,
-        serve_metrics(body=drafts_payload(10)) as server,
-    ):
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+    with serve_metrics(body=drafts_payload(10)) as server:
         body = {"targets": [server.target]}
         api.post("/windows/main/start", json=body)
         api.post("/windows/beside/start", json=body)
         time.sleep(0.2)
         served = api.post("/windows/main/stop").json()["targets"][0]["result"]["overlaps"]
-        engine = sqlalchemy.create_engine(database_url)
+        engine = sqlalchemy.create_engine(team.collector.database_url)
         select_result = sqlalchemy.text(
             'SELECT t.id, t.result FROM window_target t JOIN "window" w ON w.id = t.window_pk '
-            "WHERE w.window_id = 'main'"
+            "WHERE w.team = :team AND w.window_id = 'main'"
         )
         with engine.begin() as connection:
-            target_pk, stored = connection.execute(select_result).one()
+            target_pk, stored = connection.execute(select_result, {"team": team.name}).one()
             stored = json.loads(stored) if isinstance(stored, str) else stored
             assert stored["overlaps"] == served  # kept with the result: final once stopped
             # As a result stored before overlaps were kept with it: they are computed on read.
