@@ -130,13 +130,18 @@ def window_increase(chain: Sequence[Series]) -> Totals:
 
 
 def derived(totals: Totals) -> dict[str, Any]:
-    """The AISBench `data` block of a window's increases (drafts must be positive)."""
+    """The AISBench `data` block of a window's increases (drafts must be positive).
+
+    The acceptance rate and length are the full floats, as AISBench writes them; only
+    displays (the console block, the dashboard) round them. Per-position rates have 4 decimals,
+    as in AISBench's files.
+    """
     return {
         "num_drafts": as_number(totals.num_drafts),
         "draft_tokens": as_number(totals.num_draft_tokens),
         "accepted_tokens": as_number(totals.num_accepted_tokens),
-        "acceptance_rate": round(totals.num_accepted_tokens / totals.num_draft_tokens * 100, 2),
-        "acceptance_length": round(1 + totals.num_accepted_tokens / totals.num_drafts, 3),
+        "acceptance_rate": totals.num_accepted_tokens / totals.num_draft_tokens * 100,
+        "acceptance_length": 1 + totals.num_accepted_tokens / totals.num_drafts,
         "per_position_acceptance_rates": {
             str(pos): round(accepted / totals.num_drafts, 4)
             for pos, accepted in sorted(totals.accepted_per_pos.items())
@@ -277,12 +282,8 @@ def compare_results(
                     {
                         "window": entry["window"],
                         "versus": base["window"],
-                        "acceptance_rate": round(
-                            entry["acceptance_rate"] - base["acceptance_rate"], 2
-                        ),
-                        "acceptance_length": round(
-                            entry["acceptance_length"] - base["acceptance_length"], 3
-                        ),
+                        "acceptance_rate": entry["acceptance_rate"] - base["acceptance_rate"],
+                        "acceptance_length": entry["acceptance_length"] - base["acceptance_length"],
                         "per_position_acceptance_rates": {
                             pos: round(rates[pos] - base_rates[pos], 4)
                             for pos in sorted(set(rates) & set(base_rates), key=int)

@@ -1,13 +1,15 @@
 """The schema comes from the migrations, and the migrations agree with the models."""
 
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import JSON, column, inspect, table, text
+from sqlalchemy import JSON, column, inspect, select, table, text
 
 from app.db import alembic_config, create_db_engine, upgrade_database
 from app.models import metadata
@@ -102,3 +104,46 @@ def test_0005_fills_the_summary_columns_from_stored_results(database_url: str) -
         assert tuple(row) == ("ok", 61.5, 2.8, 42)
     finally:
         engine.dispose()
+
+
+def test_0007_gives_stored_results_full_floats(database_url: str) -> None:
+    command.upgrade(alembic_config(database_url), "0006")
+    # As versions before 0007 stored the design's worked example: 163 drafts, 815 draft tokens,
+    # 809 accepted, the rate and the length rounded.
+    rates = {"0": 0.9939, "1": 0.9939, "2": 0.9939, "3": 0.9939, "4": 0.9877}
+    data = {"num_drafts": 163, "draft_tokens": 815, "accepted_tokens": 809, "acceptance_rate": 99.26,
+            "acceptance_length": 5.963, "per_position_acceptance_rates": rates}  # fmt: skip
+    stored = {"status": "ok", "url": "http://h:1/metrics", "error": None, "data": data,
+              "raw": {"before": None, "after": None}, "counter_resets": 0}  # fmt: skip
+    failed = {"status": "na", "url": "http://h:2/metrics", "error": "[before] x", "data": None}
+    engine = create_db_engine(database_url)
+    try:
+        window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
+                       column("started_at"), column("team"), column("started_by"))  # fmt: skip
+        target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
+                       column("target"), column("url"), column("result", JSON()),
+                       column("acceptance_rate"), column("acceptance_length"))  # fmt: skip
+        with engine.begin() as connection:
+            connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
+                                                      started_at=datetime(2026, 11, 30, tzinfo=UTC),
+                                                      team="default", started_by="anonymous"))  # fmt: skip
+            for row_id, result in ((1, stored), (2, failed)):
+                connection.execute(target.insert().values(
+                    id=row_id, window_pk=1, ordinal=row_id - 1, target=f"h:{row_id}", url="u",
+                    result=result, acceptance_rate=data["acceptance_rate"] if row_id == 1 else None,
+                    acceptance_length=data["acceptance_length"] if row_id == 1 else None))  # fmt: skip
+        upgrade_database(database_url)
+        read = select(target.c.result, target.c.acceptance_rate, target.c.acceptance_length)
+        with engine.connect() as connection:
+            ok, na = connection.execute(read.order_by(target.c.id)).all()
+    finally:
+        engine.dispose()
+    # AISBench's own numbers for these counts (the design's example).
+    assert ok.result["data"]["acceptance_rate"] == ok.acceptance_rate == 99.2638036809816
+    assert ok.result["data"]["acceptance_length"] == ok.acceptance_length == 5.96319018404908
+    assert ok.acceptance_rate == pytest.approx(float(Fraction(809 * 100, 815)), rel=1e-15)
+    assert ok.result["data"]["per_position_acceptance_rates"] == rates
+    assert {k: v for k, v in ok.result.items() if k != "data"} == {
+        k: v for k, v in stored.items() if k != "data"
+    }
+    assert tuple(na) == (failed, None, None)

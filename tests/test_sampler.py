@@ -4,6 +4,7 @@ import csv
 import io
 import time
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +144,12 @@ def test_samples_endpoint_json_and_csv(api: httpx.Client) -> None:
             accepted = sum(counters(drafts).accepted_per_pos) - sum(
                 counters(seen[-1]).accepted_per_pos
             )
-            assert point["acceptance_rate"] == round(accepted / (K * interval) * 100, 2)
-            assert point["acceptance_length"] == round(1 + accepted / interval, 3)
+            assert point["acceptance_rate"] == pytest.approx(
+                float(Fraction(accepted * 100, K * interval)), rel=1e-15
+            )
+            assert point["acceptance_length"] == pytest.approx(
+                float(1 + Fraction(accepted, interval)), rel=1e-15
+            )
             seen.append(drafts)
         else:
             assert point["acceptance_rate"] is None  # no drafts in that interval

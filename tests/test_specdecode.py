@@ -29,8 +29,9 @@ def test_seed_example_exactly() -> None:
             "num_drafts": 163,
             "draft_tokens": 815,
             "accepted_tokens": 809,
-            "acceptance_rate": 99.26,
-            "acceptance_length": 5.963,
+            # The design's worked example: full floats, as in AISBench's own file.
+            "acceptance_rate": 99.2638036809816,
+            "acceptance_length": 5.96319018404908,
             "per_position_acceptance_rates": {
                 "0": 0.9939, "1": 0.9939, "2": 0.9939, "3": 0.9939, "4": 0.9877,
             },
@@ -200,8 +201,8 @@ def test_timeline_rows_cumulative_and_interval_values() -> None:
     assert [r["num_drafts"] for r in rows] == [0, 200, None, 200, 240, 340]
     assert [r["draft_tokens"] for r in rows] == [0, 400, None, 400, 480, 680]
     # interval t0 -> t1: 200 drafts, 100 + 50 accepted of 400 draft tokens
-    assert rows[1]["acceptance_rate"] == round(150 / 400 * 100, 2)
-    assert rows[1]["acceptance_length"] == round(1 + 150 / 200, 3)
+    assert rows[1]["acceptance_rate"] == float(Fraction(150 * 100, 400))
+    assert rows[1]["acceptance_length"] == float(1 + Fraction(150, 200))
     assert rows[1]["per_position_acceptance_rates"] == {"0": 0.5, "1": 0.25}
     assert rows[3]["acceptance_rate"] is None  # no drafts between t1 and t3
     assert rows[4]["counter_resets"] == 3 + 2 and rows[4]["num_drafts"] == 240

@@ -2,9 +2,11 @@
 
 import json
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.collector import run_collector
@@ -60,16 +62,20 @@ def test_latest_closed_windows_are_exported_within_the_cap(
         if name == "specdec_window_acceptance_rate"
     }
     assert rates == {
-        (("target", server.target), ("team", "default"), ("window", "w1")): round(18 / 30 * 100, 2),
-        (("target", server.target), ("team", "default"), ("window", "w2")): round(27 / 30 * 100, 2),
+        (("target", server.target), ("team", "default"), ("window", "w1")): pytest.approx(
+            float(Fraction(18 * 100, 30)), rel=1e-15
+        ),
+        (("target", server.target), ("team", "default"), ("window", "w2")): pytest.approx(
+            float(Fraction(27 * 100, 30)), rel=1e-15
+        ),
     }
     lengths = {
         labels: value
         for (name, labels), value in samples.items()
         if name == "specdec_window_acceptance_length"
     }
-    assert lengths[(("target", server.target), ("team", "default"), ("window", "w2"))] == round(
-        1 + 27 / 10, 3
+    assert lengths[(("target", server.target), ("team", "default"), ("window", "w2"))] == (
+        pytest.approx(float(1 + Fraction(27, 10)), rel=1e-15)
     )
 
 
