@@ -137,7 +137,8 @@ class WindowTarget(SQLModel, table=True):
 
 
 class TargetSeries(SQLModel, table=True):
-    """A series one target has shown: its family and canonical label text (`labels`)."""
+    """A series one target has shown: the role of its family (`app.counters.Role`; the column
+    keeps its first name) and canonical label text (`labels`)."""
 
     __tablename__ = "target_series"
     __table_args__ = (UniqueConstraint("target_id", "family", "labels"),)

@@ -1,8 +1,9 @@
-"""Extraction of vLLM's spec-decode series from Prometheus exposition text.
+"""Extraction of spec-decode series from Prometheus exposition text.
 
 A vLLM `/metrics` payload is 60 KB to 700 KB, of which the spec-decode samples are a few
 dozen lines. Instead of parsing every family, `extract_spec_decode` jumps from one line that
-starts with ``vllm:spec_decode_`` to the next with `str.find` and parses only those lines.
+starts with a schema's prefix (``vllm:spec_decode_``; see `app.counters`) to the next with
+`str.find` and parses only those lines.
 It reads both the text format 0.0.4 and OpenMetrics 1.0: the sample names are the same,
 only the family bookkeeping (which we skip) differs.
 
@@ -16,15 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-PREFIX = "vllm:spec_decode_"
-
-#: vLLM family name (without suffix) -> the field name used in snapshots and results.
-FAMILIES: dict[str, str] = {
-    "vllm:spec_decode_num_drafts": "num_drafts",
-    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
-    "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos",
-}
+from app.counters import ROLE_OF_FAMILY, SCHEMAS, Role
 
 # One sample line: name, optional label set (quoted values may hold `}`, `,`, `"` escaped),
 # value, optional timestamp, optional OpenMetrics exemplar.
@@ -48,9 +41,9 @@ class ExtractionError(ValueError):
 
 
 class SeriesKey(NamedTuple):
-    """One series of one family: the field name and its sorted label pairs."""
+    """One series: the role of its family (see `app.counters`) and its sorted label pairs."""
 
-    family: str
+    role: Role
     labels: tuple[tuple[str, str], ...]
 
 
@@ -94,12 +87,12 @@ def _parse_line(line: str, series: Series) -> None:
         raise ExtractionError(f"malformed sample line: {line[:200]}")
     name = match["name"]
     if name.endswith("_total"):
-        family, is_created = FAMILIES.get(name[: -len("_total")]), False
+        role, is_created = ROLE_OF_FAMILY.get(name[: -len("_total")]), False
     elif name.endswith("_created"):
-        family, is_created = FAMILIES.get(name[: -len("_created")]), True
+        role, is_created = ROLE_OF_FAMILY.get(name[: -len("_created")]), True
     else:
         return
-    if family is None:
+    if role is None:
         return
     try:
         value = float(match["value"])
@@ -108,7 +101,7 @@ def _parse_line(line: str, series: Series) -> None:
     if not is_created and (not math.isfinite(value) or value < 0):
         raise ExtractionError(f"counter value {match['value']} is not a finite count: {name}")
     labels = _parse_labels(match["labels"] or "")
-    slot = series.setdefault(SeriesKey(family, labels), SeriesValue())
+    slot = series.setdefault(SeriesKey(role, labels), SeriesValue())
     if (slot.created if is_created else slot.value) is not None:
         raise ExtractionError(f"series given twice: {name}{{{match['labels'] or ''}}}")
     if is_created:
@@ -118,10 +111,10 @@ def _parse_line(line: str, series: Series) -> None:
 
 
 def extract_spec_decode(text: str) -> Series:
-    """Return the spec-decode series of an exposition payload, keyed by family and labels.
+    """Return the spec-decode series of an exposition payload, keyed by role and labels.
 
-    Only lines that start with ``vllm:spec_decode_`` are looked at; the rest of the payload
-    is skipped by substring search. A `_created` sample fills `SeriesValue.created` and is
+    Only lines that start with a schema's prefix are looked at; the rest of the payload is
+    skipped by substring search. A `_created` sample fills `SeriesValue.created` and is
     never counted. A series that has only a `_created` sample is dropped. Reading stops at an
     OpenMetrics ``# EOF`` line. Raises `ExtractionError` on a payload cut off mid-line, a
     malformed spec-decode line, a negative or non-finite counter, or a series given twice.
@@ -131,8 +124,15 @@ def extract_spec_decode(text: str) -> Series:
     if limit == len(text) and text and not text.endswith("\n"):
         # Every exposition line ends with a newline: an answer without one was cut off.
         raise ExtractionError("payload cut off mid-line (no final newline)")
-    needle = "\n" + PREFIX
-    if text.startswith(PREFIX) and limit > 0:
+    for schema in SCHEMAS:
+        _extract_prefixed(text, limit, schema.prefix, series)
+    return {key: value for key, value in series.items() if value.value is not None}
+
+
+def _extract_prefixed(text: str, limit: int, prefix: str, series: Series) -> None:
+    """Parse every line of `text[:limit]` that starts with `prefix` into `series`."""
+    needle = "\n" + prefix
+    if text.startswith(prefix) and limit > 0:
         start = 0
     else:
         found = text.find(needle, 0, limit)
@@ -147,7 +147,6 @@ def extract_spec_decode(text: str) -> Series:
         _parse_line(line, series)
         found = text.find(needle, end, limit)
         start = found + 1 if found != -1 else -1
-    return {key: value for key, value in series.items() if value.value is not None}
 
 
 def _eof_offset(text: str) -> int:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.counters import POSITION_LABELS, Role
 from app.promtext import Series, SeriesKey, SeriesValue
 
 NO_METRICS = "No spec decode metrics found on server"
@@ -28,12 +29,12 @@ class Totals:
     counter_resets: int = 0
 
     def add(self, key: SeriesKey, amount: float) -> None:
-        """Add `amount` to the field of `key`'s family (per position for the per-pos family)."""
-        if key.family == "num_drafts":
+        """Add `amount` to the field of `key`'s role (per position for accepted per position)."""
+        if key.role is Role.DRAFTS:
             self.num_drafts += amount
-        elif key.family == "num_draft_tokens":
+        elif key.role is Role.DRAFT_TOKENS:
             self.num_draft_tokens += amount
-        elif key.family == "num_accepted_tokens":
+        elif key.role is Role.ACCEPTED:
             self.num_accepted_tokens += amount
         else:
             position = _position(key)
@@ -63,7 +64,7 @@ class Totals:
 
 def _position(key: SeriesKey) -> int | None:
     for name, value in key.labels:
-        if name == "position":
+        if name in POSITION_LABELS:
             try:
                 return int(value)
             except ValueError:

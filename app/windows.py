@@ -35,6 +35,7 @@ from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
+from app.counters import Role
 from app.db import upsert_insert, write_session
 from app.models import (
     TABLES,
@@ -196,7 +197,7 @@ def _catalog(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKey
     read earlier can miss the series of a snapshot committed in between.
     """
     return {
-        series_id: SeriesKey(family, labels_from_text(labels))
+        series_id: SeriesKey(Role(family), labels_from_text(labels))
         for series_id, _, family, labels in _catalogue_rows(session, target_ids)
     }
 
@@ -596,10 +597,10 @@ def _catalogue_ids(
 
     known = read()
     missing = [
-        {"target_id": target_id, "family": key.family, "labels": text}
+        {"target_id": target_id, "family": key.role.value, "labels": text}
         for target_id, keys in wanted.items()
         for key, text in keys.items()
-        if (target_id, key.family, text) not in known
+        if (target_id, key.role, text) not in known
     ]
     if missing:
         insert = upsert_insert(session.get_bind().dialect.name)
@@ -642,7 +643,7 @@ def store_snapshots(
         if outcome.series is not None:
             texts = wanted[target_id]
             counters = [
-                [known[(target_id, key.family, texts[key])], value.value, value.created]
+                [known[(target_id, key.role, texts[key])], value.value, value.created]
                 for key, value in outcome.series.items()
             ]
         rows.append(

@@ -10,8 +10,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
+from app.counters import ROLE_OF_FAMILY, SCHEMAS, VLLM_V1, CounterSchema, Role
 from app.promtext import (
-    FAMILIES,
     ExtractionError,
     SeriesKey,
     SeriesValue,
@@ -30,8 +30,9 @@ def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]
         for sample in family.samples:
             for suffix in ("_total", "_created"):
                 base = sample.name[: -len(suffix)]
-                if sample.name.endswith(suffix) and base in FAMILIES:
-                    key = SeriesKey(FAMILIES[base], tuple(sorted(sample.labels.items())))
+                if sample.name.endswith(suffix) and base in ROLE_OF_FAMILY:
+                    labels = tuple(sorted(sample.labels.items()))
+                    key = SeriesKey(ROLE_OF_FAMILY[base], labels)
                     slot = found.setdefault(key, SeriesValue())
                     if suffix == "_total":
                         slot.value = sample.value
@@ -51,7 +52,9 @@ def test_fixtures_agree_with_prometheus_client(name: str) -> None:
 def test_dp8_fixture_has_every_engine_and_position() -> None:
     series = extract_spec_decode(fixture("vllm_v1_dp8_k5.txt"))
     engines = {dict(key.labels)["engine"] for key in series}
-    positions = {dict(key.labels)["position"] for key in series if key.family == "accepted_per_pos"}
+    positions = {
+        dict(key.labels)["position"] for key in series if key.role is Role.ACCEPTED_PER_POSITION
+    }
     assert engines == {str(e) for e in range(8)}
     assert positions == {str(p) for p in range(5)}
     assert len(series) == 8 * (3 + 5)
@@ -64,7 +67,7 @@ def test_created_is_never_a_count() -> None:
         'vllm:spec_decode_num_draft_tokens_created{engine="0"} 1.7e+09\n'
     )
     series = extract_spec_decode(text)
-    assert series == {SeriesKey("num_drafts", (("engine", "0"),)): SeriesValue(7.0, 1.7e9)}
+    assert series == {SeriesKey(Role.DRAFTS, (("engine", "0"),)): SeriesValue(7.0, 1.7e9)}
 
 
 def test_escaped_label_values_exponents_and_timestamps() -> None:
@@ -78,7 +81,7 @@ def test_escaped_label_values_exponents_and_timestamps() -> None:
     )
     series = extract_spec_decode(text)
     assert series == oracle(text)
-    drafts = series[SeriesKey("num_drafts", (("engine", "0"), ("model_name", model)))]
+    drafts = series[SeriesKey(Role.DRAFTS, (("engine", "0"), ("model_name", model)))]
     assert drafts.value == 6_491_797.0
 
 
@@ -90,14 +93,14 @@ def test_openmetrics_with_eof_and_exemplar() -> None:
         "# EOF\n"
     )
     series = extract_spec_decode(text)
-    assert series == {SeriesKey("num_drafts", (("engine", "0"),)): SeriesValue(12.0, 1.7e9)}
+    assert series == {SeriesKey(Role.DRAFTS, (("engine", "0"),)): SeriesValue(12.0, 1.7e9)}
 
 
 def test_payload_starting_with_a_spec_line_and_crlf() -> None:
     text = "vllm:spec_decode_num_drafts_total 4\r\nvllm:spec_decode_num_draft_tokens_total 20\r\n"
     series = extract_spec_decode(text)
-    assert series[SeriesKey("num_drafts", ())].value == 4.0
-    assert series[SeriesKey("num_draft_tokens", ())].value == 20.0
+    assert series[SeriesKey(Role.DRAFTS, ())].value == 4.0
+    assert series[SeriesKey(Role.DRAFT_TOKENS, ())].value == 20.0
 
 
 def test_other_names_with_the_prefix_are_ignored() -> None:
@@ -141,7 +144,7 @@ def test_labels_text_round_trip() -> None:
 # --- differential test against prometheus_client on generated payloads ---------------------
 
 _HOSTILE = st.text(alphabet=st.sampled_from([*'ab09 ,{}="\\\n=#:.', "é", "中", "\t"]), max_size=12)
-_NAMES = sorted(f"{base}{suffix}" for base in FAMILIES for suffix in ("_total", "_created"))
+_NAMES = sorted(f"{base}{suffix}" for base in ROLE_OF_FAMILY for suffix in ("_total", "_created"))
 
 
 def _escape(value: str) -> str:
@@ -184,7 +187,7 @@ def payloads(draw: st.DrawFn) -> tuple[str, bool]:
     lines.append('# HELP noise_metric help with "quotes" and vllm:spec_decode_num_drafts_total')
     lines.append("# TYPE noise_metric gauge")
     lines.append(f'noise_metric{{label="{_escape(noise_labels)}"}} 1.5')
-    for base in FAMILIES:
+    for base in ROLE_OF_FAMILY:
         families = draw(st.sampled_from(["both", "total", "none"]))
         if families == "none":
             continue
@@ -241,3 +244,55 @@ def test_payload_cut_mid_line_is_an_error() -> None:
         extract_spec_decode(whole[:-3])
     with pytest.raises(ExtractionError, match="cut off mid-line"):
         extract_spec_decode(whole + "# HELP other_metric and so")
+
+
+# --- the schema table ------------------------------------------------------------------------
+
+
+def test_every_schema_names_each_role_once_within_its_prefix() -> None:
+    for schema in SCHEMAS:
+        assert sorted(schema.families.values()) == sorted(Role)
+        assert all(name.startswith(schema.prefix) for name in schema.families)
+    assert VLLM_V1.position_label == "position"
+
+
+def test_a_family_outside_its_prefix_is_refused() -> None:
+    with pytest.raises(ValueError, match="outside prefix"):
+        CounterSchema("x", "x:", {"y:drafts": Role.DRAFTS}, "position")
+
+
+def test_a_new_engine_is_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second schema is read by the same extraction and arithmetic, nothing else changed."""
+    import app.counters
+    import app.promtext
+    import app.specdecode
+    from app.specdecode import build_result
+
+    other = CounterSchema(
+        engine="other",
+        prefix="other:sd_",
+        families={
+            "other:sd_drafts": Role.DRAFTS,
+            "other:sd_draft_tokens": Role.DRAFT_TOKENS,
+            "other:sd_accepted": Role.ACCEPTED,
+            "other:sd_accepted_at": Role.ACCEPTED_PER_POSITION,
+        },
+        position_label="pos",
+    )
+    monkeypatch.setattr(app.promtext, "SCHEMAS", (*SCHEMAS, other))
+    monkeypatch.setattr(app.promtext, "ROLE_OF_FAMILY", {**ROLE_OF_FAMILY, **other.families})
+    monkeypatch.setattr(app.specdecode, "POSITION_LABELS", frozenset({"position", "pos"}))
+
+    def payload(drafts: int, at: list[int]) -> str:
+        lines = [f"other:sd_drafts_total {drafts}", f"other:sd_draft_tokens_total {2 * drafts}",
+                 f"other:sd_accepted_total {sum(at)}"]  # fmt: skip
+        lines += [f'other:sd_accepted_at_total{{pos="{p}"}} {n}' for p, n in enumerate(at)]
+        return "\n".join(["# an engine of another kind", *lines]) + "\n"
+
+    before = extract_spec_decode(payload(10, [8, 4]))
+    after = extract_spec_decode(payload(110, [88, 44]))
+    result = build_result("http://h:1/metrics", before, after)
+    assert result["data"]["num_drafts"] == 100
+    assert result["data"]["accepted_tokens"] == 120
+    assert result["data"]["acceptance_rate"] == 120 / 200 * 100
+    assert result["data"]["per_position_acceptance_rates"] == {"0": 0.8, "1": 0.4}

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.counters import Role
 from app.promtext import extract_spec_decode
 from app.simulator import SimulatedServer, default_acceptance
 from tests.collector import run_simulator
@@ -35,14 +36,14 @@ def test_counters_grow_with_time_as_configured() -> None:
     )
     series = extract_spec_decode(server.render(now=10.0))
     by = {
-        (key.family, dict(key.labels).get("engine"), dict(key.labels).get("position")): v.value
+        (key.role, dict(key.labels).get("engine"), dict(key.labels).get("position")): v.value
         for key, v in series.items()
     }
-    assert by[("num_drafts", "0", None)] == 1000
-    assert by[("num_drafts", "1", None)] == 1100  # engine 1 drafts 10 % more
-    assert by[("num_draft_tokens", "1", None)] == 3300
-    assert by[("accepted_per_pos", "0", "1")] == 500
-    assert by[("num_accepted_tokens", "0", None)] == 900 + 500 + 200
+    assert by[(Role.DRAFTS, "0", None)] == 1000
+    assert by[(Role.DRAFTS, "1", None)] == 1100  # engine 1 drafts 10 % more
+    assert by[(Role.DRAFT_TOKENS, "1", None)] == 3300
+    assert by[(Role.ACCEPTED_PER_POSITION, "0", "1")] == 500
+    assert by[(Role.ACCEPTED, "0", None)] == 900 + 500 + 200
 
 
 def test_default_acceptance_falls_with_position() -> None:
@@ -59,7 +60,7 @@ def simulator() -> Iterator[str]:
 
 def _drafts(http: httpx.Client, target: str) -> float:
     series = extract_spec_decode(http.get(f"http://{target}/metrics").text)
-    return sum(v.value or 0 for k, v in series.items() if k.family == "num_drafts")
+    return sum(v.value or 0 for k, v in series.items() if k.role is Role.DRAFTS)
 
 
 def test_simulate_and_serve_together(simulator: str, api: httpx.Client) -> None:

@@ -2,6 +2,7 @@
 
 from fractions import Fraction
 
+from app.counters import Role
 from app.promtext import Series, SeriesKey, SeriesValue, extract_spec_decode
 from app.specdecode import NO_ACTIVITY, NO_METRICS, Phase, build_result, timeline, window_increase
 from tests.payloads import EngineCounters, spec_block, vllm_payload
@@ -160,7 +161,7 @@ def test_failed_phases_are_prefixed() -> None:
 
 
 def test_window_increase_over_a_chain_counts_a_reset_between_samples() -> None:
-    key = SeriesKey("num_drafts", ())
+    key = SeriesKey(Role.DRAFTS, ())
     chain = [
         {key: SeriesValue(100.0, 1.0)},
         {key: SeriesValue(180.0, 1.0)},

@@ -118,7 +118,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
                 raced.append(
                     connection.execute(
                         TABLES["target_series"].insert().returning(TABLES["target_series"].c.id),
-                        {"target_id": target_id, "family": first.family,
+                        {"target_id": target_id, "family": first.role.value,
                          "labels": labels_to_text(first.labels)},
                     ).scalar_one()
                 )  # fmt: skip
