@@ -18,6 +18,7 @@ from app import __version__
 from app.auth import parse_env_keys
 from app.config import Settings, get_settings
 from app.db import create_db_engine, database_unavailable, upgrade_database
+from app.exception_handlers import add_exception_handlers
 from app.metrics import REGISTRY, DatabaseMetrics
 from app.routes import compare, health, windows
 from app.sampler import Sampler
@@ -164,6 +165,7 @@ def create_app(
     )
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_exception_handler(SQLAlchemyError, _database_error)
+    add_exception_handlers(app)
     app.include_router(health.router)
     app.include_router(windows.router)
     app.include_router(compare.router)

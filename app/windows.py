@@ -37,6 +37,14 @@ from starlette.concurrency import run_in_threadpool
 from app.config import Settings
 from app.counters import Role
 from app.db import upsert_insert, write_session
+from app.exceptions import (
+    InvalidInput,
+    TargetNotInWindow,
+    TooManyWindows,
+    WindowConflict,
+    WindowNotFound,
+    WindowOpen,
+)
 from app.models import (
     TABLES,
     Snapshot,
@@ -69,30 +77,6 @@ LEASE_INTERVALS = 1.5
 """A sampler lease lasts this many sampling intervals from its last renewal."""
 
 NO_BASELINE = "baseline was never stored (the collector stopped before the start scrape finished)"
-
-
-class WindowNotFound(LookupError):
-    """No window has this id."""
-
-
-class WindowConflict(Exception):
-    """The call contradicts the stored window (other targets, or already stopped)."""
-
-
-class WindowOpen(Exception):
-    """The window has no results yet: it is still open."""
-
-
-class InvalidWindow(ValueError):
-    """The body breaks a limit or names a refused target; `loc` is the field, as FastAPI's."""
-
-    def __init__(self, loc: Sequence[str | int], message: str) -> None:
-        super().__init__(message)
-        self.loc = list(loc)
-
-
-class TooManyWindows(Exception):
-    """The team has as many open windows as it may."""
 
 
 class SamplerHandle(Protocol):
@@ -422,13 +406,13 @@ def encode_cursor(started_at: datetime, pk: int) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, int]:
-    """The inverse of `encode_cursor`; `ValueError` for anything else."""
+    """The inverse of `encode_cursor`; `InvalidInput` for anything else."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         started, pk = json.loads(raw)
         return datetime.fromisoformat(started), int(pk)
     except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValueError("cursor is not one this service gave") from exc
+        raise InvalidInput(["query", "cursor"], "cursor is not one this service gave") from exc
 
 
 def _filtered(query: Any, team: str, where: WindowFilter) -> Any:
@@ -552,8 +536,8 @@ def read_timeline(
         if stored is None:
             raise WindowNotFound(window_id)
         targets = [t for t in stored.targets if target_key is None or t.key == target_key]
-        if not targets:
-            raise LookupError(f"window {window_id} has no target {target_key}")
+        if target_key is not None and not targets:
+            raise TargetNotInWindow(window_id, target_key)
         ids = [t.id for t in targets]
         chains = _snapshots(session, ids)
         catalog = _catalog(session, ids)  # after the snapshots: see `_catalog`
@@ -861,13 +845,13 @@ class Collector:
 async def _check_body(collector: Collector, body: WindowCreate, targets: Sequence[Target]) -> None:
     settings = collector.settings
     if len(targets) > settings.max_targets_per_window:
-        raise InvalidWindow(
+        raise InvalidInput(
             ["body", "targets"],
             f"{len(targets)} targets; a window has at most {settings.max_targets_per_window} "
             "(SPECDEC_MAX_TARGETS_PER_WINDOW)",
         )
     if len(body.labels) > settings.max_labels_per_window:
-        raise InvalidWindow(
+        raise InvalidInput(
             ["body", "labels"],
             f"{len(body.labels)} labels; a window has at most {settings.max_labels_per_window}",
         )
@@ -877,13 +861,13 @@ async def _check_body(collector: Collector, body: WindowCreate, targets: Sequenc
             or len(name) > settings.max_label_chars
             or len(value) > settings.max_label_chars
         ):
-            raise InvalidWindow(
+            raise InvalidInput(
                 ["body", "labels", name[: settings.max_label_chars]],
                 f"label names and values are 1-{settings.max_label_chars} characters",
             )
     for index, reason in enumerate(await refusals(targets, collector.scrape)):
         if reason is not None:
-            raise InvalidWindow(
+            raise InvalidInput(
                 ["body", "targets", index],
                 f"target {index} ({targets[index].key}) is refused: {reason}",
             )

@@ -2,15 +2,16 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Query
 from fastapi.encoders import jsonable_encoder
 from starlette.concurrency import run_in_threadpool
 
 from app.auth import ReaderDep, TeamQuery, team_scope
+from app.exceptions import InvalidInput
 from app.routes import error_responses
 from app.routes.windows import CollectorDep
 from app.targets import WINDOW_ID_PATTERN
-from app.windows import WindowNotFound, read_comparison
+from app.windows import read_comparison
 
 router = APIRouter(tags=["compare"], responses=error_responses(400, 401, 403, 404, 422))
 
@@ -35,19 +36,7 @@ async def compare(
     scope = team_scope(principal, team)
     ids = windows.split(",")
     if len(set(ids)) != len(ids):
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            [
-                {
-                    "loc": ["query", "windows"],
-                    "msg": "a window is named twice",
-                    "type": "value_error",
-                }
-            ],
-        )
-    try:
-        comparison = await run_in_threadpool(read_comparison, collector.engine, scope, ids)
-    except WindowNotFound as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"window {exc.args[0]} not found") from None
+        raise InvalidInput(["query", "windows"], "a window is named twice")
+    comparison = await run_in_threadpool(read_comparison, collector.engine, scope, ids)
     result: dict[str, Any] = jsonable_encoder(comparison)
     return result

@@ -4,12 +4,13 @@ from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.auth import ReaderDep, TeamQuery, WriterDep, team_scope
+from app.exceptions import InvalidInput, TargetNotInWindow
 from app.models import WindowCreate, WindowPage, WindowPublic
 from app.report import render_report, timeline_csv, windows_csv
 from app.routes import error_responses
@@ -17,12 +18,7 @@ from app.targets import WINDOW_ID_PATTERN, parse_target_key
 from app.windows import (
     Actor,
     Collector,
-    InvalidWindow,
-    TooManyWindows,
-    WindowConflict,
     WindowFilter,
-    WindowNotFound,
-    WindowOpen,
     closed_results,
     list_windows,
     read_timeline,
@@ -55,24 +51,11 @@ async def get_collector(request: Request) -> Collector:
 CollectorDep = Annotated[Collector, Depends(get_collector)]
 
 
-def _not_found(window_id: str) -> HTTPException:
-    return HTTPException(status.HTTP_404_NOT_FOUND, f"window {window_id} not found")
-
-
-def _still_open(window_id: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_409_CONFLICT, f"window {window_id} is still open; results come with its stop"
-    )
-
-
 def _target_key(target: str, where: str = "path") -> str:
     try:
         return parse_target_key(target)
     except ValueError as exc:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            [{"loc": [where, "target"], "msg": str(exc), "type": "value_error"}],
-        ) from None
+        raise InvalidInput([where, "target"], str(exc)) from None
 
 
 def _label_pairs(labels: list[str]) -> tuple[tuple[str, str], ...]:
@@ -80,16 +63,7 @@ def _label_pairs(labels: list[str]) -> tuple[tuple[str, str], ...]:
     for text in labels:
         name, sep, value = text.partition("=")
         if not sep or not name:
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                [
-                    {
-                        "loc": ["query", "label"],
-                        "msg": f"{text!r} is not key=value",
-                        "type": "value_error",
-                    }
-                ],
-            )
+            raise InvalidInput(["query", "label"], f"{text!r} is not key=value")
         pairs.append((name, value))
     return tuple(pairs)
 
@@ -130,23 +104,17 @@ async def list_all(
         min_acceptance_rate=min_acceptance_rate,
         max_acceptance_rate=max_acceptance_rate,
     )
-    try:
-        page, next_cursor = await run_in_threadpool(
-            partial(
-                list_windows,
-                collector.engine,
-                scope,
-                limit,
-                where,
-                oldest_first=sort == "started_at",
-                cursor=cursor,
-            )
+    page, next_cursor = await run_in_threadpool(
+        partial(
+            list_windows,
+            collector.engine,
+            scope,
+            limit,
+            where,
+            oldest_first=sort == "started_at",
+            cursor=cursor,
         )
-    except ValueError as exc:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            [{"loc": ["query", "cursor"], "msg": str(exc), "type": "value_error"}],
-        ) from None
+    )
     if _wants_csv(request, format):
         return Response(windows_csv(page), media_type="text/csv; charset=utf-8")
     body = WindowPage(windows=page, next_cursor=next_cursor)
@@ -175,17 +143,7 @@ async def start(
 ) -> WindowPublic:
     """Open a window, take every target's baseline scrape, start its sampling."""
     actor = Actor(team_scope(principal, team), principal.key)
-    try:
-        created, window = await start_window(collector, actor, window_id, body)
-    except InvalidWindow as exc:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            [{"loc": exc.loc, "msg": str(exc), "type": "value_error"}],
-        ) from None
-    except WindowConflict as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-    except TooManyWindows as exc:
-        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc)) from None
+    created, window = await start_window(collector, actor, window_id, body)
     if not created:
         response.status_code = status.HTTP_200_OK
     return window
@@ -197,10 +155,7 @@ async def stop(
 ) -> WindowPublic:
     """Take the final scrapes, store every target's result and close the window."""
     actor = Actor(team_scope(principal, team), principal.key)
-    try:
-        return await stop_window(collector, actor, window_id)
-    except WindowNotFound:
-        raise _not_found(window_id) from None
+    return await stop_window(collector, actor, window_id)
 
 
 @router.get("/{window_id}", responses=error_responses(404))
@@ -209,10 +164,7 @@ async def get_window(
 ) -> WindowPublic:
     """The window with its targets and their results."""
     scope = team_scope(principal, team)
-    try:
-        return await run_in_threadpool(read_window, collector.engine, scope, window_id)
-    except WindowNotFound:
-        raise _not_found(window_id) from None
+    return await run_in_threadpool(read_window, collector.engine, scope, window_id)
 
 
 @router.get(
@@ -230,14 +182,9 @@ async def get_result(
     """One target's result in the AISBench `spec_decode_<host>_<port>.json` shape."""
     key = _target_key(target)
     scope = team_scope(principal, team)
-    try:
-        closed = await closed_results(collector, scope, window_id)
-    except WindowNotFound:
-        raise _not_found(window_id) from None
-    except WindowOpen:
-        raise _still_open(window_id) from None
+    closed = await closed_results(collector, scope, window_id)
     if key not in closed.encoded:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"window {window_id} has no target {key}")
+        raise TargetNotInWindow(window_id, key)
     return Response(closed.encoded[key], media_type="application/json")
 
 
@@ -254,12 +201,7 @@ async def get_report(
 ) -> PlainTextResponse:
     """The AISBench console blocks of every target."""
     scope = team_scope(principal, team)
-    try:
-        closed = await closed_results(collector, scope, window_id)
-    except WindowNotFound:
-        raise _not_found(window_id) from None
-    except WindowOpen:
-        raise _still_open(window_id) from None
+    closed = await closed_results(collector, scope, window_id)
     return PlainTextResponse(render_report(closed.results))
 
 
@@ -286,12 +228,7 @@ async def get_samples(
     """Every snapshot of the window's targets over time (live while the window is open)."""
     key = None if target is None else _target_key(target, "query")
     scope = team_scope(principal, team)
-    try:
-        series = await run_in_threadpool(read_timeline, collector.engine, scope, window_id, key)
-    except WindowNotFound:
-        raise _not_found(window_id) from None
-    except LookupError as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    series = await run_in_threadpool(read_timeline, collector.engine, scope, window_id, key)
     if _wants_csv(request, format):
         return Response(timeline_csv(series), media_type="text/csv; charset=utf-8")
     body = {"id": window_id, "series": [{"target": k, "points": rows} for k, rows in series]}

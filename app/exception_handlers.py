@@ -1,0 +1,39 @@
+"""HTTP answers of the domain errors in `app.exceptions`: a status each, one body shape."""
+
+from fastapi import FastAPI, Request, status
+from fastapi.responses import JSONResponse
+
+from app.exceptions import (
+    InvalidInput,
+    SpecdecError,
+    TargetNotInWindow,
+    TooManyWindows,
+    WindowConflict,
+    WindowNotFound,
+    WindowOpen,
+)
+
+STATUS: dict[type[SpecdecError], int] = {
+    WindowNotFound: status.HTTP_404_NOT_FOUND,
+    TargetNotInWindow: status.HTTP_404_NOT_FOUND,
+    WindowOpen: status.HTTP_409_CONFLICT,
+    WindowConflict: status.HTTP_409_CONFLICT,
+    TooManyWindows: status.HTTP_429_TOO_MANY_REQUESTS,
+}
+
+
+def invalid_input_body(error: InvalidInput) -> dict[str, object]:
+    """The 422 body, in the shape of FastAPI's own validation answers."""
+    return {"detail": [{"loc": error.loc, "msg": str(error), "type": "value_error"}]}
+
+
+async def _specdec_error(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, InvalidInput):
+        return JSONResponse(invalid_input_body(exc), status_code=422)
+    code = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
+    return JSONResponse({"detail": str(exc)}, status_code=code)
+
+
+def add_exception_handlers(app: FastAPI) -> None:
+    """Register the answer of every domain error on `app`."""
+    app.add_exception_handler(SpecdecError, _specdec_error)

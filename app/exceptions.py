@@ -1,0 +1,55 @@
+"""The service's domain errors. Routes and the window functions raise them; one handler each in
+`app.exception_handlers` turns them into HTTP answers, so no route catches to translate.
+
+    SpecdecError
+    ├── InvalidInput        422  a field breaks a rule; `loc` names it as FastAPI's own 422 does
+    ├── WindowNotFound      404  no window of this id in the team (another team's looks the same)
+    ├── TargetNotInWindow   404  the window exists but has no such target
+    ├── WindowOpen          409  the window has no results yet: they come with its stop
+    ├── WindowConflict      409  the call contradicts the stored window
+    └── TooManyWindows      429  the team has as many open windows as it may
+"""
+
+from collections.abc import Sequence
+
+
+class SpecdecError(Exception):
+    """Every domain error; its text is the answer's `detail` and never holds a secret."""
+
+
+class InvalidInput(SpecdecError):
+    """A field of the request breaks a rule: `loc` is its place (`["query", "cursor"]`)."""
+
+    def __init__(self, loc: Sequence[str | int], message: str) -> None:
+        super().__init__(message)
+        self.loc = list(loc)
+
+
+class WindowNotFound(SpecdecError):
+    """No window has this id in the team."""
+
+    def __init__(self, window_id: str) -> None:
+        super().__init__(f"window {window_id} not found")
+        self.window_id = window_id
+
+
+class TargetNotInWindow(SpecdecError):
+    """The window has no target of this `host:port`."""
+
+    def __init__(self, window_id: str, target: str) -> None:
+        super().__init__(f"window {window_id} has no target {target}")
+
+
+class WindowOpen(SpecdecError):
+    """The window has no results yet: it is still open."""
+
+    def __init__(self, window_id: str) -> None:
+        super().__init__(f"window {window_id} is still open; results come with its stop")
+
+
+class WindowConflict(SpecdecError):
+    """The call contradicts the stored window (other targets, or already stopped)."""
+
+
+class TooManyWindows(SpecdecError):
+    """The team has as many open windows as it may."""
