@@ -15,14 +15,11 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
 
-from fastapi import Depends, HTTPException, Query, Request, status
+from fastapi import HTTPException, status
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
-from starlette.concurrency import run_in_threadpool
 
-from app.db import EngineDep
 from app.models import ApiKey, utcnow
 
 ROLES = ("read", "write", "admin")
@@ -187,35 +184,16 @@ def authenticate(
     return found
 
 
-async def get_principal(request: Request, engine: EngineDep) -> Principal:
-    """The authenticated caller.
-
-    A key from SPECDEC_API_KEYS is checked here on the event loop; only what needs the
-    database (stored keys, open mode) goes to the thread pool: that hop cost more than the
-    rest of a cached read.
-    """
-    state = request.app.state
-    authorization = request.headers.get("authorization")
-    if authorization is not None:
-        found = _env_principal(_bearer(authorization), state.env_keys)
-        if found is not None:
-            return found
-    return await run_in_threadpool(
-        authenticate, authorization, state.env_keys, engine, state.anonymous_allowed
-    )
+def principal_from_env_keys(authorization: str, env_keys: list[EnvKey]) -> Principal | None:
+    """The caller, if the header holds a key of SPECDEC_API_KEYS (no database needed)."""
+    return _env_principal(_bearer(authorization), env_keys)
 
 
-async def require_writer(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
-    """The caller, who must hold a write or admin key."""
+def writer(principal: Principal) -> Principal:
+    """`principal` if it may start and stop windows (a write or admin key), else 403."""
     if principal.role == "read":
         raise HTTPException(status.HTTP_403_FORBIDDEN, "a read key cannot start or stop windows")
     return principal
-
-
-TeamQuery = Annotated[
-    str | None,
-    Query(pattern=TEAM_PATTERN, description="admin keys only: the team to act in"),
-]
 
 
 def team_scope(principal: Principal, team: str | None) -> str:
@@ -225,7 +203,3 @@ def team_scope(principal: Principal, team: str | None) -> str:
     if principal.role != "admin":
         raise HTTPException(status.HTTP_403_FORBIDDEN, "only admin keys may name another team")
     return team
-
-
-ReaderDep = Annotated[Principal, Depends(get_principal)]
-WriterDep = Annotated[Principal, Depends(require_writer)]

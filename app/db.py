@@ -11,10 +11,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 from weakref import WeakKeyDictionary
 
-from fastapi import Depends, Request
 from sqlalchemy import event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -111,12 +110,6 @@ def upsert_insert(dialect_name: str) -> Any:
     return sqlite.insert
 
 
-async def get_engine(request: Request) -> Engine:
-    """The engine the lifespan created."""
-    engine: Engine = request.app.state.engine
-    return engine
-
-
 def database_unavailable(exc: Exception) -> str | None:
     """Why the database cannot serve (a connection or lock problem), or None for other errors.
 
@@ -134,9 +127,6 @@ def database_unavailable(exc: Exception) -> str | None:
         )
         return reason[:300]
     return None
-
-
-EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
 def alembic_config(database_url: str, connection: Connection | None = None) -> Any:

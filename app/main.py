@@ -23,7 +23,8 @@ from app.metrics import REGISTRY, DatabaseMetrics
 from app.routes import compare, health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
-from app.windows import Collector, ResultsCache
+from app.windows.cache import ResultsCache
+from app.windows.lifecycle import WindowService
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -143,7 +144,7 @@ def create_app(
         app.state.engine = engine
         app.state.env_keys = env_keys
         app.state.anonymous_allowed = anonymous_allowed
-        app.state.collector = Collector(
+        app.state.windows = WindowService(
             engine, client, scrape, sampler, settings, ResultsCache(settings.results_cache_windows)
         )
         database_metrics = DatabaseMetrics(engine, settings.metrics_latest_windows)

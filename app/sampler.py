@@ -33,9 +33,11 @@ from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 
 from app.db import write_session
+from app.leases import lease_seconds
 from app.models import Snapshot, Window, WindowTarget, utcnow
 from app.scrape import ScrapeConfig, ScrapeOutcome, scrape_all
-from app.windows import LEASE_INTERVALS, StoredTarget, store_snapshots
+from app.windows.storage import store_snapshots
+from app.windows.stored import StoredTarget
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ def renew_lease(engine: Engine, window_pk: int, owner: str, interval_s: float) -
         renewed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Window)
             .where(_owned(window_pk, owner))
-            .values(sampler_lease_until=time.time() + LEASE_INTERVALS * interval_s)
+            .values(sampler_lease_until=time.time() + lease_seconds(interval_s))
         )
         session.commit()
         return renewed.rowcount == 1
@@ -82,7 +84,7 @@ def store_samples(
         values: dict[str, Any] = {"last_sampled_at": utcnow()}
         if owner is not None:
             condition = _owned(window_pk, owner)
-            values["sampler_lease_until"] = time.time() + LEASE_INTERVALS * interval_s
+            values["sampler_lease_until"] = time.time() + lease_seconds(interval_s)
         touched: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Window).where(condition).values(**values)
         )
@@ -122,7 +124,7 @@ def claim_windows(
             taken: CursorResult[Any] = session.execute(  # type: ignore[assignment]
                 update(Window)
                 .where(col(Window.id) == window_pk, col(Window.state) == "open", claimable)
-                .values(sampler_owner=owner, sampler_lease_until=now + LEASE_INTERVALS * interval_s)
+                .values(sampler_owner=owner, sampler_lease_until=now + lease_seconds(interval_s))
             )
             session.commit()
             if taken.rowcount != 1:

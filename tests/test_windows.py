@@ -15,15 +15,10 @@ from app.models import TABLES, Snapshot, WindowCreate
 from app.promtext import extract_spec_decode, labels_to_text
 from app.scrape import ScrapeOutcome
 from app.targets import parse_target
-from app.windows import (
-    Actor,
-    ResultsCache,
-    _insert_window,
-    _store_baseline,
-    load_window,
-    read_window,
-    store_snapshots,
-)
+from app.windows.cache import ResultsCache
+from app.windows.storage import insert_window, load_window, store_baseline, store_snapshots
+from app.windows.stored import Actor
+from app.windows.views import read_window
 from tests.payloads import EngineCounters, vllm_payload
 
 
@@ -42,7 +37,7 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
     reader, writer = engines
     target = parse_target("127.0.0.1:9100")
     body = WindowCreate(targets=[target.key])
-    assert _insert_window(writer, Actor("default", "test"), "w", body, [target], 10, "r", 0)
+    assert insert_window(writer, Actor("default", "test"), "w", body, [target], 10, "r", 0)
     stored = load_window(writer, "default", "w")
     series = extract_spec_decode(
         vllm_payload([EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
@@ -53,7 +48,7 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
     def commit_baseline_once(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if not committed and ("snapshot" in statement or "target_series" in statement):
             committed.append(True)
-            _store_baseline(writer, stored, [outcome])
+            store_baseline(writer, stored, [outcome])
 
     event.listen(reader, "after_cursor_execute", commit_baseline_once)
     try:
@@ -97,7 +92,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     upgrade_database(postgres_url)
     engine, other = create_db_engine(postgres_url), create_db_engine(postgres_url)
     target = parse_target("127.0.0.1:9100")
-    inserted = _insert_window(
+    inserted = insert_window(
         engine, Actor("default", "t"), "w", WindowCreate(targets=[target.key]), [target], 10, "r", 0
     )
     assert inserted is not None

@@ -1,13 +1,14 @@
 """Liveness, readiness and the collector's own metrics."""
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
-from app.db import EngineDep, database_unavailable, upsert_insert, write_session
+from app.db import database_unavailable, upsert_insert, write_session
+from app.deps import EngineDep, WindowsDep
 from app.models import Heartbeat, utcnow
 
 router = APIRouter(tags=["health"])
@@ -41,10 +42,10 @@ async def metrics() -> Response:
     "/healthz",
     responses={503: {"description": "the database does not answer or takes no writes"}},
 )
-async def healthz(request: Request, engine: EngineDep) -> JSONResponse:
+async def healthz(engine: EngineDep, windows: WindowsDep) -> JSONResponse:
     """200 while the service can serve (its database answers and takes writes), else 503."""
     try:
-        await run_in_threadpool(beat, engine, request.app.state.collector.sampler.replica_id)
+        await run_in_threadpool(beat, engine, windows.sampler.replica_id)
     except SQLAlchemyError as exc:
         reason = database_unavailable(exc) or type(exc).__name__
         return JSONResponse(

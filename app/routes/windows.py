@@ -4,28 +4,21 @@ from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
-from app.auth import ReaderDep, TeamQuery, WriterDep, team_scope
+from app.deps import ActorDep, ReadTeamDep, WindowsDep
 from app.exceptions import InvalidInput, TargetNotInWindow
 from app.models import WindowCreate, WindowPage, WindowPublic
 from app.report import render_report, timeline_csv, windows_csv
 from app.routes import error_responses
 from app.targets import WINDOW_ID_PATTERN, parse_target_key
-from app.windows import (
-    Actor,
-    Collector,
-    WindowFilter,
-    closed_results,
-    list_windows,
-    read_timeline,
-    read_window,
-    start_window,
-    stop_window,
-)
+from app.windows.lifecycle import closed_results, start_window, stop_window
+from app.windows.listing import WindowFilter, list_windows
+from app.windows.reads import read_timeline
+from app.windows.views import read_window
 
 router = APIRouter(
     prefix="/windows", tags=["windows"], responses=error_responses(400, 401, 403, 422)
@@ -40,15 +33,6 @@ WindowId = Annotated[
         description="1-128 characters of A-Za-z0-9._:-, starting with a letter or digit",
     ),
 ]
-
-
-async def get_collector(request: Request) -> Collector:
-    """The engine, client, scrape config, sampler and limits the lifespan owns."""
-    collector: Collector = request.app.state.collector
-    return collector
-
-
-CollectorDep = Annotated[Collector, Depends(get_collector)]
 
 
 def _target_key(target: str, where: str = "path") -> str:
@@ -74,8 +58,8 @@ def _label_pairs(labels: list[str]) -> tuple[tuple[str, str], ...]:
 )
 async def list_all(
     request: Request,
-    collector: CollectorDep,
-    principal: ReaderDep,
+    windows: WindowsDep,
+    scope: ReadTeamDep,
     state: Literal["open", "closed"] | None = None,
     label: Annotated[
         list[str], Query(max_length=200, description="key=value; repeat for more")
@@ -91,10 +75,8 @@ async def list_all(
     format: Annotated[
         Literal["json", "csv"] | None, Query(description="or Accept: text/csv")
     ] = None,
-    team: TeamQuery = None,
 ) -> Response:
     """The team's windows, filtered, one page at a time, each target summarised."""
-    scope = team_scope(principal, team)
     where = WindowFilter(
         state=state,
         labels=_label_pairs(label),
@@ -107,7 +89,7 @@ async def list_all(
     page, next_cursor = await run_in_threadpool(
         partial(
             list_windows,
-            collector.engine,
+            windows.engine,
             scope,
             limit,
             where,
@@ -137,34 +119,26 @@ async def start(
     window_id: WindowId,
     body: Annotated[WindowCreate, Body()],
     response: Response,
-    collector: CollectorDep,
-    principal: WriterDep,
-    team: TeamQuery = None,
+    windows: WindowsDep,
+    actor: ActorDep,
 ) -> WindowPublic:
     """Open a window, take every target's baseline scrape, start its sampling."""
-    actor = Actor(team_scope(principal, team), principal.key)
-    created, window = await start_window(collector, actor, window_id, body)
+    created, window = await start_window(windows, actor, window_id, body)
     if not created:
         response.status_code = status.HTTP_200_OK
     return window
 
 
 @router.post("/{window_id}/stop", responses=error_responses(404))
-async def stop(
-    window_id: WindowId, collector: CollectorDep, principal: WriterDep, team: TeamQuery = None
-) -> WindowPublic:
+async def stop(window_id: WindowId, windows: WindowsDep, actor: ActorDep) -> WindowPublic:
     """Take the final scrapes, store every target's result and close the window."""
-    actor = Actor(team_scope(principal, team), principal.key)
-    return await stop_window(collector, actor, window_id)
+    return await stop_window(windows, actor, window_id)
 
 
 @router.get("/{window_id}", responses=error_responses(404))
-async def get_window(
-    window_id: WindowId, collector: CollectorDep, principal: ReaderDep, team: TeamQuery = None
-) -> WindowPublic:
+async def get_window(window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep) -> WindowPublic:
     """The window with its targets and their results."""
-    scope = team_scope(principal, team)
-    return await run_in_threadpool(read_window, collector.engine, scope, window_id)
+    return await run_in_threadpool(read_window, windows.engine, scope, window_id)
 
 
 @router.get(
@@ -175,14 +149,12 @@ async def get_window(
 async def get_result(
     window_id: WindowId,
     target: Annotated[str, Path(max_length=300, description="host:port, IPv6 in brackets")],
-    collector: CollectorDep,
-    principal: ReaderDep,
-    team: TeamQuery = None,
+    windows: WindowsDep,
+    scope: ReadTeamDep,
 ) -> Response:
     """One target's result in the AISBench `spec_decode_<host>_<port>.json` shape."""
     key = _target_key(target)
-    scope = team_scope(principal, team)
-    closed = await closed_results(collector, scope, window_id)
+    closed = await closed_results(windows, scope, window_id)
     if key not in closed.encoded:
         raise TargetNotInWindow(window_id, key)
     return Response(closed.encoded[key], media_type="application/json")
@@ -197,11 +169,10 @@ async def get_result(
     },
 )
 async def get_report(
-    window_id: WindowId, collector: CollectorDep, principal: ReaderDep, team: TeamQuery = None
+    window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep
 ) -> PlainTextResponse:
     """The AISBench console blocks of every target."""
-    scope = team_scope(principal, team)
-    closed = await closed_results(collector, scope, window_id)
+    closed = await closed_results(windows, scope, window_id)
     return PlainTextResponse(render_report(closed.results))
 
 
@@ -215,20 +186,18 @@ async def get_report(
 async def get_samples(
     window_id: WindowId,
     request: Request,
-    collector: CollectorDep,
-    principal: ReaderDep,
+    windows: WindowsDep,
+    scope: ReadTeamDep,
     target: Annotated[
         str | None, Query(max_length=300, description="host:port; all targets when absent")
     ] = None,
     format: Annotated[
         Literal["json", "csv"] | None, Query(description="or Accept: text/csv")
     ] = None,
-    team: TeamQuery = None,
 ) -> Response:
     """Every snapshot of the window's targets over time (live while the window is open)."""
     key = None if target is None else _target_key(target, "query")
-    scope = team_scope(principal, team)
-    series = await run_in_threadpool(read_timeline, collector.engine, scope, window_id, key)
+    series = await run_in_threadpool(read_timeline, windows.engine, scope, window_id, key)
     if _wants_csv(request, format):
         return Response(timeline_csv(series), media_type="text/csv; charset=utf-8")
     body = {"id": window_id, "series": [{"target": k, "points": rows} for k, rows in series]}

@@ -1,0 +1,86 @@
+"""Every dependency of the routes, each as an `Annotated` alias, in one place."""
+
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+from sqlalchemy.engine import Engine
+from starlette.concurrency import run_in_threadpool
+
+from app.auth import (
+    TEAM_PATTERN,
+    Principal,
+    authenticate,
+    principal_from_env_keys,
+    team_scope,
+    writer,
+)
+from app.windows.lifecycle import WindowService
+from app.windows.stored import Actor
+
+
+async def get_engine(request: Request) -> Engine:
+    """The engine the lifespan created."""
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+EngineDep = Annotated[Engine, Depends(get_engine)]
+
+
+async def get_windows(request: Request) -> WindowService:
+    """The engine, client, scrape config, sampler and limits the window calls need."""
+    windows: WindowService = request.app.state.windows
+    return windows
+
+
+WindowsDep = Annotated[WindowService, Depends(get_windows)]
+
+
+async def get_principal(request: Request, engine: EngineDep) -> Principal:
+    """The authenticated caller.
+
+    A key from SPECDEC_API_KEYS is checked here on the event loop; only what needs the
+    database (stored keys, open mode) goes to the thread pool: that hop cost more than the
+    rest of a cached read.
+    """
+    state = request.app.state
+    authorization = request.headers.get("authorization")
+    if authorization is not None:
+        found = principal_from_env_keys(authorization, state.env_keys)
+        if found is not None:
+            return found
+    return await run_in_threadpool(
+        authenticate, authorization, state.env_keys, engine, state.anonymous_allowed
+    )
+
+
+ReaderDep = Annotated[Principal, Depends(get_principal)]
+
+
+async def get_writer(principal: ReaderDep) -> Principal:
+    """The caller, who must hold a write or admin key."""
+    return writer(principal)
+
+
+WriterDep = Annotated[Principal, Depends(get_writer)]
+
+TeamQuery = Annotated[
+    str | None,
+    Query(pattern=TEAM_PATTERN, description="admin keys only: the team to act in"),
+]
+
+
+async def get_read_team(principal: ReaderDep, team: TeamQuery = None) -> str:
+    """The team a read acts in: the key's, or for an admin key the one `?team=` names."""
+    return team_scope(principal, team)
+
+
+ReadTeamDep = Annotated[str, Depends(get_read_team)]
+
+
+async def get_actor(principal: WriterDep, team: TeamQuery = None) -> Actor:
+    """Who starts or stops: the team acted in (see `get_read_team`) and the key's label."""
+    return Actor(team_scope(principal, team), principal.key)
+
+
+ActorDep = Annotated[Actor, Depends(get_actor)]

@@ -1,0 +1,161 @@
+"""The window calls: start (with its checks) and stop, over the scrapes and the store."""
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy.engine import Engine
+from starlette.concurrency import run_in_threadpool
+
+from app.config import Settings
+from app.exceptions import (
+    InvalidInput,
+    WindowConflict,
+)
+from app.leases import first_lease_seconds
+from app.models import (
+    WindowCreate,
+    WindowPublic,
+)
+from app.scrape import ScrapeConfig, refusals, scrape_all
+from app.specdecode import (
+    Phase,
+)
+from app.targets import Target
+from app.windows.cache import ClosedResults, ResultsCache
+from app.windows.reads import read_results
+from app.windows.storage import close_window, insert_window, load_window, store_baseline
+from app.windows.stored import Actor, SamplerHandle, StoredWindow
+from app.windows.views import read_window, view_of
+
+logger = logging.getLogger(__name__)
+
+
+def same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
+    return {(t.key, t.url) for t in stored.targets} == {(t.key, t.url) for t in targets}
+
+
+@dataclass(frozen=True, slots=True)
+class WindowService:
+    """What the window calls need, owned by the app's lifespan."""
+
+    engine: Engine
+    client: httpx.AsyncClient
+    scrape: ScrapeConfig
+    sampler: SamplerHandle
+    settings: Settings
+    results: ResultsCache
+
+
+async def check_body(service: WindowService, body: WindowCreate, targets: Sequence[Target]) -> None:
+    settings = service.settings
+    if len(targets) > settings.max_targets_per_window:
+        raise InvalidInput(
+            ["body", "targets"],
+            f"{len(targets)} targets; a window has at most {settings.max_targets_per_window} "
+            "(SPECDEC_MAX_TARGETS_PER_WINDOW)",
+        )
+    if len(body.labels) > settings.max_labels_per_window:
+        raise InvalidInput(
+            ["body", "labels"],
+            f"{len(body.labels)} labels; a window has at most {settings.max_labels_per_window}",
+        )
+    for name, value in body.labels.items():
+        if (
+            not name
+            or len(name) > settings.max_label_chars
+            or len(value) > settings.max_label_chars
+        ):
+            raise InvalidInput(
+                ["body", "labels", name[: settings.max_label_chars]],
+                f"label names and values are 1-{settings.max_label_chars} characters",
+            )
+    for index, reason in enumerate(await refusals(targets, service.scrape)):
+        if reason is not None:
+            raise InvalidInput(
+                ["body", "targets", index],
+                f"target {index} ({targets[index].key}) is refused: {reason}",
+            )
+
+
+async def start_window(
+    service: WindowService, actor: Actor, window_id: str, body: WindowCreate
+) -> tuple[bool, WindowPublic]:
+    """Create the window, store every target's baseline, start sampling; `True` if created.
+
+    A start of an existing open window with the same targets is a retry: it returns the
+    window unchanged and scrapes nothing.
+    """
+    engine = service.engine
+    targets = body.parsed_targets()
+    await check_body(service, body, targets)
+    max_open = service.settings.max_open_windows_per_team
+    inserted = await run_in_threadpool(
+        insert_window,
+        engine,
+        actor,
+        window_id,
+        body,
+        targets,
+        max_open,
+        service.sampler.replica_id,
+        # Long enough for the baseline scrape and the first sample: nobody takes it meanwhile.
+        first_lease_seconds(body.sample_interval_s or 0, service.scrape.timeout_s),
+    )
+    if inserted is None:
+        stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
+        if stored.window.state != "open":
+            raise WindowConflict(f"window {window_id} is already stopped")
+        if not same_targets(stored, targets):
+            known = ", ".join(t.key for t in stored.targets)
+            raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
+        return False, await run_in_threadpool(read_window, engine, actor.team, window_id)
+    stored = inserted
+    outcomes = await scrape_all(service.client, targets, service.scrape)
+    await run_in_threadpool(store_baseline, engine, stored, outcomes)
+    baselines: dict[int, Phase] = {
+        target.id: outcome.series if outcome.series is not None else outcome.error or ""
+        for target, outcome in zip(stored.targets, outcomes, strict=True)
+    }
+    if body.sample_interval_s is not None:
+        service.sampler.watch(stored.pk, stored.targets, body.sample_interval_s)
+    failed = sum(outcome.error is not None for outcome in outcomes)
+    logger.info(
+        "window %s/%s started by %s: %d targets, %d failed",
+        actor.team, window_id, actor.key, len(targets), failed,
+    )  # fmt: skip
+    return True, await run_in_threadpool(view_of, engine, stored, baselines)
+
+
+async def closed_results(service: WindowService, team: str, window_id: str) -> ClosedResults:
+    """The results of a closed window; `WindowOpen` while it is open, `WindowNotFound`."""
+    cached = service.results.get(team, window_id)
+    if cached is None:
+        results = await run_in_threadpool(read_results, service.engine, team, window_id)
+        cached = service.results.put(team, window_id, results)
+    return cached
+
+
+async def stop_window(service: WindowService, actor: Actor, window_id: str) -> WindowPublic:
+    """Stop sampling, take the final scrape, store every target's result, close the window.
+
+    A stop of a closed window returns the stored results and scrapes nothing.
+    """
+    engine = service.engine
+    stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
+    if stored.window.state == "closed":
+        return await run_in_threadpool(read_window, engine, actor.team, window_id)
+    service.sampler.unwatch(stored.pk)
+    targets = [t.parsed() for t in stored.targets]
+    outcomes = await scrape_all(service.client, targets, service.scrape)
+    closed = await run_in_threadpool(close_window, engine, stored, actor, outcomes)
+    if closed is None:  # another stop came first: its results are the ones stored
+        return await run_in_threadpool(read_window, engine, actor.team, window_id)
+    window = await run_in_threadpool(view_of, engine, stored, closed.baselines, closed.results)
+    ok = sum(t.result is not None and t.result["status"] == "ok" for t in window.targets)
+    logger.info(
+        "window %s/%s stopped by %s: %d of %d targets ok",
+        actor.team, window_id, actor.key, ok, len(window.targets),
+    )  # fmt: skip
+    return window

@@ -1,0 +1,142 @@
+"""A team's windows, filtered and paged by an opaque cursor."""
+
+import base64
+import binascii
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import exists
+from sqlalchemy import select as sa_select
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from app.exceptions import (
+    InvalidInput,
+)
+from app.models import (
+    TargetSummary,
+    Window,
+    WindowSummary,
+    WindowTarget,
+    as_utc,
+)
+from app.specdecode import (
+    as_number,
+)
+from app.windows.views import window_fields
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFilter:
+    """What `GET /windows` narrows the team's windows to; every field is optional."""
+
+    state: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    target: str | None = None
+    started_after: datetime | None = None
+    started_before: datetime | None = None
+    min_acceptance_rate: float | None = None
+    max_acceptance_rate: float | None = None
+
+
+def encode_cursor(started_at: datetime, pk: int) -> str:
+    """An opaque cursor: the (start time, row id) of the last window of a page."""
+    raw = json.dumps([as_utc(started_at).isoformat(), pk]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """The inverse of `encode_cursor`; `InvalidInput` for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        started, pk = json.loads(raw)
+        return datetime.fromisoformat(started), int(pk)
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise InvalidInput(["query", "cursor"], "cursor is not one this service gave") from exc
+
+
+def filtered(query: Any, team: str, where: WindowFilter) -> Any:
+    query = query.where(Window.team == team)
+    if where.state is not None:
+        query = query.where(Window.state == where.state)
+    for name, value in where.labels:
+        query = query.where(col(Window.labels)[name].as_string() == value)
+    if where.started_after is not None:
+        query = query.where(col(Window.started_at) >= where.started_after)
+    if where.started_before is not None:
+        query = query.where(col(Window.started_at) < where.started_before)
+    target_conditions = []
+    if where.target is not None:
+        target_conditions.append(col(WindowTarget.target) == where.target)
+    if where.min_acceptance_rate is not None:
+        target_conditions.append(col(WindowTarget.acceptance_rate) >= where.min_acceptance_rate)
+    if where.max_acceptance_rate is not None:
+        target_conditions.append(col(WindowTarget.acceptance_rate) <= where.max_acceptance_rate)
+    if target_conditions:
+        # Windows with one target that meets every target condition at once.
+        query = query.where(
+            exists().where(col(WindowTarget.window_pk) == col(Window.id), *target_conditions)
+        )
+    return query
+
+
+def list_windows(
+    engine: Engine,
+    team: str,
+    limit: int,
+    where: WindowFilter | None = None,
+    *,
+    oldest_first: bool = False,
+    cursor: str | None = None,
+) -> tuple[list[WindowSummary], str | None]:
+    """A page of the team's windows (newest first by default) and the cursor of the next page.
+
+    Two queries whatever the page size: the windows, then all their targets' summaries.
+    """
+    query = filtered(select(Window), team, where or WindowFilter())
+    started, pk = col(Window.started_at), col(Window.id)
+    if cursor is not None:
+        after_started, after_pk = decode_cursor(cursor)
+        if oldest_first:
+            query = query.where(
+                (started > after_started) | ((started == after_started) & (pk > after_pk))
+            )
+        else:
+            query = query.where(
+                (started < after_started) | ((started == after_started) & (pk < after_pk))
+            )
+    order = (started.asc(), pk.asc()) if oldest_first else (started.desc(), pk.desc())
+    with Session(engine) as session:
+        windows = list(session.exec(query.order_by(*order).limit(limit + 1)).all())
+        more = len(windows) > limit
+        windows = windows[:limit]
+        # The summary columns only: the stored results and headers are not needed here.
+        rows = session.execute(
+            sa_select(
+                col(WindowTarget.window_pk),
+                col(WindowTarget.target),
+                col(WindowTarget.status),
+                col(WindowTarget.acceptance_rate),
+                col(WindowTarget.acceptance_length),
+                col(WindowTarget.num_drafts),
+            )
+            .where(col(WindowTarget.window_pk).in_([w.id for w in windows]))
+            .order_by(col(WindowTarget.window_pk), col(WindowTarget.ordinal))
+        ).all()
+    by_window: dict[int, list[TargetSummary]] = defaultdict(list)
+    for window_pk, target, status, acceptance_rate, acceptance_length, num_drafts in rows:
+        by_window[window_pk].append(
+            TargetSummary(
+                target=target,
+                status=status,
+                acceptance_rate=acceptance_rate,
+                acceptance_length=acceptance_length,
+                num_drafts=as_number(num_drafts) if num_drafts is not None else None,
+            )
+        )
+    page = [WindowSummary(**window_fields(w), targets=by_window[w.id or 0]) for w in windows]
+    next_cursor = encode_cursor(windows[-1].started_at, windows[-1].id or 0) if more else None
+    return page, next_cursor

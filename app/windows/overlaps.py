@@ -1,0 +1,98 @@
+"""The other windows open on a target while a window was: named, or counted."""
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, col
+
+from app.models import (
+    Window,
+    WindowTarget,
+    as_utc,
+    utcnow,
+)
+from app.windows.stored import StoredWindow
+
+
+def overlaps_of(
+    session: Session, stored: StoredWindow, end: datetime | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per target: the other windows open on the same host:port during this one (until `end`).
+
+    The counters are server-wide, so their benchmarks are in this window's numbers. Windows of
+    the same team are named; other teams' are only counted. A stop stores them with each
+    result: from then on they cannot change (a window that starts later does not overlap).
+    """
+    window = stored.window
+    start = as_utc(window.started_at)
+    if end is None:
+        end = as_utc(window.stopped_at) if window.stopped_at else utcnow()
+    found: dict[str, dict[str, Any]] = {
+        t.key: {"windows": [], "other_teams": {"windows": 0, "seconds": 0.0}}
+        for t in stored.targets
+    }
+    # Two reads, each along an index: the windows open at some moment since `start` (open now,
+    # or stopped after it), then which of them used these targets. A join driven by the target
+    # would read every window that ever used it, and that grows with the stored history.
+    candidates = {
+        row[0]: row[1:]
+        for row in session.execute(
+            sa_select(
+                col(Window.id),
+                col(Window.team),
+                col(Window.window_id),
+                col(Window.started_at),
+                col(Window.stopped_at),
+            )
+            .where(
+                col(Window.id) != window.id,
+                col(Window.started_at) < end,
+                (col(Window.stopped_at).is_(None)) | (col(Window.stopped_at) > start),
+            )
+            .order_by(col(Window.started_at), col(Window.id))
+        )
+    }
+    pairs: set[tuple[int, str]] = set()
+    ids = list(candidates)
+    for first in range(0, len(ids), 500):  # bounded IN lists (SQLite's variable limit)
+        pairs.update(
+            (window_pk, key)
+            for window_pk, key in session.execute(
+                sa_select(col(WindowTarget.window_pk), col(WindowTarget.target)).where(
+                    col(WindowTarget.window_pk).in_(ids[first : first + 500]),
+                    col(WindowTarget.target).in_(list(found)),
+                )
+            )
+        )
+    for other_pk, (team, other_id, other_start, other_stop) in candidates.items():
+        other_end = as_utc(other_stop) if other_stop else utcnow()
+        seconds = round((min(end, other_end) - max(start, as_utc(other_start))).total_seconds(), 3)
+        if seconds <= 0:
+            continue
+        for key in found:
+            if (other_pk, key) not in pairs:
+                continue
+            if team == window.team:
+                found[key]["windows"].append({"id": other_id, "seconds": seconds})
+            else:
+                found[key]["other_teams"]["windows"] += 1
+                found[key]["other_teams"]["seconds"] = round(
+                    found[key]["other_teams"]["seconds"] + seconds, 3
+                )
+    return found
+
+
+def with_overlaps(
+    session: Session, stored: StoredWindow, results: dict[int, dict[str, Any] | None]
+) -> dict[int, dict[str, Any] | None]:
+    """The results (by target id) with their overlaps: stored with them since a stop keeps
+    them; computed now for a window still open or a result stored before that."""
+    if all(result is not None and "overlaps" in result for result in results.values()):
+        return results
+    overlaps = overlaps_of(session, stored)
+    return {
+        target.id: None if result is None else {**result, "overlaps": overlaps[target.key]}
+        for target in stored.targets
+        for result in [results.get(target.id)]
+    }

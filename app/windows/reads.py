@@ -1,0 +1,79 @@
+"""Reads of stored windows: results, comparisons, timelines."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from app.exceptions import (
+    TargetNotInWindow,
+    WindowNotFound,
+    WindowOpen,
+)
+from app.models import (
+    as_utc,
+)
+from app.specdecode import (
+    compare_results,
+    timeline,
+)
+from app.windows.overlaps import with_overlaps
+from app.windows.storage import catalogue, find_window, in_chain_order, phase_of, snapshots_of
+from app.windows.views import window_fields
+
+
+def read_comparison(engine: Engine, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
+    """The windows named, side by side per target (see `compare_results`)."""
+    with Session(engine) as session:
+        stored = [find_window(session, team, window_id) for window_id in window_ids]
+    missing = [wid for wid, found in zip(window_ids, stored, strict=True) if found is None]
+    if missing:
+        raise WindowNotFound(missing[0])
+    found = [s for s in stored if s is not None]
+    return {
+        "windows": [window_fields(s.window) for s in found],
+        "targets": compare_results(
+            [(s.window.window_id, {t.key: t.result for t in s.targets}) for s in found]
+        ),
+    }
+
+
+def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """(`host:port`, result with overlaps) of every target of a closed window, in order."""
+    with Session(engine) as session:
+        stored = find_window(session, team, window_id)
+        if stored is None:
+            raise WindowNotFound(window_id)
+        if stored.window.state != "closed":
+            raise WindowOpen(window_id)
+        results = with_overlaps(session, stored, {t.id: t.result for t in stored.targets})
+    return [(t.key, results[t.id] or {}) for t in stored.targets]
+
+
+def read_timeline(
+    engine: Engine, team: str, window_id: str, target_key: str | None
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(`host:port`, timeline rows) of the window's targets, or of the one named."""
+    with Session(engine) as session:
+        stored = find_window(session, team, window_id)
+        if stored is None:
+            raise WindowNotFound(window_id)
+        targets = [t for t in stored.targets if target_key is None or t.key == target_key]
+        if target_key is not None and not targets:
+            raise TargetNotInWindow(window_id, target_key)
+        ids = [t.id for t in targets]
+        chains = snapshots_of(session, ids)
+        catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
+    return [
+        (
+            target.key,
+            timeline(
+                [
+                    (as_utc(s.taken_at), s.phase, phase_of(s, catalog))
+                    for s in in_chain_order(chains.get(target.id, []))
+                ]
+            ),
+        )
+        for target in targets
+    ]

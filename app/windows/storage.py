@@ -1,0 +1,345 @@
+"""Reads and writes of windows, targets, snapshots and the series catalogue."""
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, update
+from sqlalchemy import insert as insert_rows
+from sqlalchemy import select as sa_select
+from sqlalchemy.engine import CursorResult, Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from app.counters import Role
+from app.db import upsert_insert, write_session
+from app.exceptions import (
+    TooManyWindows,
+    WindowNotFound,
+)
+from app.models import (
+    TABLES,
+    Snapshot,
+    TargetSeries,
+    Window,
+    WindowCreate,
+    WindowTarget,
+    as_utc,
+    utcnow,
+)
+from app.promtext import Series, SeriesKey, SeriesValue, labels_from_text, labels_to_text
+from app.scrape import ScrapeOutcome
+from app.specdecode import (
+    Phase,
+    build_result,
+)
+from app.targets import Target
+from app.windows.overlaps import overlaps_of
+from app.windows.stored import NO_BASELINE, Actor, StoredTarget, StoredWindow
+
+
+def find_window(session: Session, team: str, window_id: str) -> StoredWindow | None:
+    window = session.exec(
+        select(Window).where(Window.team == team, Window.window_id == window_id)
+    ).first()
+    if window is None:
+        return None
+    rows = session.exec(
+        select(WindowTarget)
+        .where(WindowTarget.window_pk == window.id)
+        .order_by(col(WindowTarget.ordinal))
+    ).all()
+    return StoredWindow(window, [StoredTarget.of(row) for row in rows])
+
+
+def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
+    """The team's window and its targets; `WindowNotFound` when there is none."""
+    with Session(engine) as session:
+        stored = find_window(session, team, window_id)
+    if stored is None:
+        raise WindowNotFound(window_id)
+    return stored
+
+
+def catalogue_rows(session: Session, target_ids: Iterable[int]) -> list[tuple[int, int, str, str]]:
+    """(id, target id, family, labels text) of every series of these targets.
+
+    Plain rows, not ORM objects: a window of many targets has thousands of series.
+    """
+    rows = session.execute(
+        sa_select(
+            col(TargetSeries.id),
+            col(TargetSeries.target_id),
+            col(TargetSeries.family),
+            col(TargetSeries.labels),
+        ).where(col(TargetSeries.target_id).in_(list(target_ids)))
+    )
+    return [(series_id, target_id, family, labels) for series_id, target_id, family, labels in rows]
+
+
+def catalogue(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKey]:
+    """The series catalogue of these targets, by id.
+
+    Read it after the snapshots that refer to it: a snapshot commits with (or after) the
+    series it names, so under READ COMMITTED a catalogue read later knows them all, where one
+    read earlier can miss the series of a snapshot committed in between.
+    """
+    return {
+        series_id: SeriesKey(Role(family), labels_from_text(labels))
+        for series_id, _, family, labels in catalogue_rows(session, target_ids)
+    }
+
+
+def snapshots_of(
+    session: Session, target_ids: Iterable[int], phases: Sequence[str] | None = None
+) -> dict[int, list[Snapshot]]:
+    query = select(Snapshot).where(col(Snapshot.target_id).in_(list(target_ids)))
+    if phases is not None:
+        query = query.where(col(Snapshot.phase).in_(phases))
+    by_target: dict[int, list[Snapshot]] = defaultdict(list)
+    for snapshot in session.exec(query.order_by(col(Snapshot.taken_at), col(Snapshot.id))).all():
+        by_target[snapshot.target_id].append(snapshot)
+    return by_target
+
+
+def phase_of(snapshot: Snapshot | None, catalog: dict[int, SeriesKey]) -> Phase:
+    if snapshot is None:
+        return NO_BASELINE
+    if snapshot.counters is None:
+        return snapshot.error or "scrape failed"
+    series: Series = {}
+    for series_id, value, created in snapshot.counters:
+        assert series_id is not None
+        series[catalog[int(series_id)]] = SeriesValue(value, created)
+    return series
+
+
+def summary_columns(result: dict[str, Any]) -> dict[str, Any]:
+    """The columns a stored result is summarised into, for lists and filters."""
+    data = result.get("data") or {}
+    return {
+        "status": result.get("status"),
+        "acceptance_rate": data.get("acceptance_rate"),
+        "acceptance_length": data.get("acceptance_length"),
+        "num_drafts": data.get("num_drafts"),
+    }
+
+
+def in_chain_order(snapshots: list[Snapshot]) -> list[Snapshot]:
+    # `before` first and `after` last whatever the clocks say; samples in time order between.
+    rank = {"before": 0, "sample": 1, "after": 2}
+    return sorted(snapshots, key=lambda s: rank.get(s.phase, 1))
+
+
+def catalogue_ids(
+    session: Session, wanted: dict[int, dict[SeriesKey, str]]
+) -> dict[tuple[int, str, str], int]:
+    """Ids of (target, family, labels text) for every series in `wanted`, adding new ones.
+
+    One query reads the catalogue of all these targets; series never seen before cost one
+    insert for all of them, which returns their ids.
+    """
+
+    def read() -> dict[tuple[int, str, str], int]:
+        return {
+            (target_id, family, labels): series_id
+            for series_id, target_id, family, labels in catalogue_rows(session, wanted)
+        }
+
+    known = read()
+    missing = [
+        {"target_id": target_id, "family": key.role.value, "labels": text}
+        for target_id, keys in wanted.items()
+        for key, text in keys.items()
+        if (target_id, key.role, text) not in known
+    ]
+    if missing:
+        insert = upsert_insert(session.get_bind().dialect.name)
+        table = TABLES["target_series"]
+        # Core executemany, not a multi-row VALUES: its statement is compiled once and
+        # cached, where one of N rows was compiled anew for every window.
+        added = session.execute(
+            insert(table)
+            .on_conflict_do_nothing(index_elements=["target_id", "family", "labels"])
+            .returning(table.c.id, table.c.target_id, table.c.family, table.c.labels),
+            missing,
+        )
+        known.update(
+            {
+                (target_id, family, labels): series_id
+                for series_id, target_id, family, labels in added
+            }
+        )
+        if len(known) < sum(len(keys) for keys in wanted.values()):
+            # Another writer added some of them at the same moment: the unique constraint kept
+            # its rows, our inserts of those did nothing and returned nothing. Read them.
+            known = read()
+    return known
+
+
+def store_snapshots(
+    session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
+) -> None:
+    """Add one snapshot row per outcome (counters, or the error), in two or three statements."""
+    wanted = {
+        ids[outcome.target.key]: {key: labels_to_text(key.labels) for key in outcome.series}
+        for outcome in outcomes
+        if outcome.series is not None
+    }
+    known = catalogue_ids(session, wanted) if wanted else {}
+    rows = []
+    for outcome in outcomes:
+        target_id = ids[outcome.target.key]
+        counters: list[list[float | None]] | None = None
+        if outcome.series is not None:
+            texts = wanted[target_id]
+            counters = [
+                [known[(target_id, key.role, texts[key])], value.value, value.created]
+                for key, value in outcome.series.items()
+            ]
+        rows.append(
+            {
+                "target_id": target_id,
+                "phase": phase,
+                "taken_at": outcome.taken_at,
+                "error": outcome.error,
+                "counters": counters,
+            }
+        )
+    if rows:
+        session.execute(insert_rows(TABLES["snapshot"]), rows)  # Core: no ORM bookkeeping
+
+
+def insert_window(
+    engine: Engine,
+    actor: Actor,
+    window_id: str,
+    body: WindowCreate,
+    targets: Sequence[Target],
+    max_open: int,
+    sampler_owner: str,
+    first_lease_s: float,
+) -> StoredWindow | None:
+    """Add the window and its targets; None if the team has a window of this id already."""
+    with write_session(engine) as session:
+        interval_s = body.sample_interval_s
+        window = Window(
+            team=actor.team,
+            window_id=window_id,
+            labels=body.labels,
+            sample_interval_s=interval_s,
+            started_by=actor.key,
+            # The replica that starts a sampled window holds its first lease.
+            sampler_owner=sampler_owner if interval_s else None,
+            sampler_lease_until=time.time() + first_lease_s if interval_s else None,
+        )
+        session.add(window)
+        try:
+            session.flush()
+        except IntegrityError:
+            session.rollback()
+            return None
+        # Counted after the insert, inside its transaction: on SQLite the write lock makes
+        # concurrent starts of one team count one after another.
+        open_count = session.exec(
+            select(func.count())
+            .select_from(Window)
+            .where(Window.team == actor.team, Window.state == "open")
+        ).one()
+        if open_count > max_open:
+            session.rollback()
+            raise TooManyWindows(
+                f"team {actor.team} has {max_open} open windows, the most it may have "
+                "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
+            )
+        assert window.id is not None
+        # One Core executemany that returns the new ids in order: no ORM objects, no read-back.
+        rows = [
+            {"window_pk": window.id, "ordinal": ordinal, "target": target.key,
+             "url": target.url, "headers": dict(target.headers) or None}
+            for ordinal, target in enumerate(targets)
+        ]  # fmt: skip
+        table = TABLES["window_target"]
+        ids = session.scalars(
+            insert_rows(table).returning(table.c.id, sort_by_parameter_order=True), rows
+        ).all()
+        session.expunge(window)  # kept as flushed: a commit would expire what it holds
+        session.commit()
+        stored = [
+            StoredTarget(target_id, target.key, target.url, None, target.headers)
+            for target_id, target in zip(ids, targets, strict=True)
+        ]
+        return StoredWindow(window, stored)
+
+
+def store_baseline(engine: Engine, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]) -> None:
+    with write_session(engine) as session:
+        store_snapshots(session, {t.key: t.id for t in stored.targets}, "before", outcomes)
+        session.commit()
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedWindow:
+    """What a stop stored: the baselines it read and the results it computed, by target id."""
+
+    baselines: dict[int, Phase]
+    results: dict[int, dict[str, Any] | None]
+
+
+def close_window(
+    engine: Engine, stored: StoredWindow, actor: Actor, outcomes: Sequence[ScrapeOutcome]
+) -> ClosedWindow | None:
+    """Store the final scrape and every target's result; None if another stop came first."""
+    stopped_at = utcnow()
+    with write_session(engine) as session:
+        # The conditional update goes first: it takes the write lock, so no sample lands while
+        # the results are computed, and of two concurrent stops only the first stores results.
+        closed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            update(Window)
+            .where(col(Window.id) == stored.pk, col(Window.state) == "open")
+            .values(state="closed", stopped_at=stopped_at, stopped_by=actor.key)
+        )
+        if closed.rowcount != 1:
+            session.rollback()
+            return None
+        store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
+        session.flush()
+        ids = [t.id for t in stored.targets]
+        chains = snapshots_of(session, ids)
+        catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
+        overlaps = overlaps_of(session, stored, end=stopped_at)
+        baselines: dict[int, Phase] = {}
+        results: dict[int, dict[str, Any]] = {}
+        for target in stored.targets:
+            chain = chains.get(target.id, [])
+            before = next((s for s in chain if s.phase == "before"), None)
+            after = next(s for s in chain if s.phase == "after")
+            # A sample scraped after the final scrape (while this stop ran) is not part of it.
+            samples = [
+                s for s in chain
+                if s.phase == "sample" and as_utc(s.taken_at) <= as_utc(after.taken_at)
+            ]  # fmt: skip
+            if before is not None:
+                baselines[target.id] = phase_of(before, catalog)
+            result = build_result(
+                target.url,
+                phase_of(before, catalog),
+                phase_of(after, catalog),
+                [phase_of(sample, catalog) for sample in samples],
+            )
+            results[target.id] = {**result, "overlaps": overlaps[target.key]}
+        # One executemany for all targets (an ORM bulk update by primary key).
+        session.execute(
+            update(WindowTarget),
+            [
+                {"id": target_id, "result": result, **summary_columns(result)}
+                for target_id, result in results.items()
+            ],
+        )
+        session.commit()
+    # The stored window as this stop left it (the object is detached: no session sees this).
+    stored.window.state, stored.window.stopped_at = "closed", stopped_at
+    stored.window.stopped_by = actor.key
+    return ClosedWindow(baselines, {**results})

@@ -1,0 +1,65 @@
+"""What a stored window is, as the window calls pass it around; who acts on it."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from app.models import (
+    Window,
+    WindowTarget,
+)
+from app.targets import Target, parse_target
+
+NO_BASELINE = "baseline was never stored (the collector stopped before the start scrape finished)"
+
+
+class SamplerHandle(Protocol):
+    """What windows need of the background sampler: its replica id, add and remove jobs."""
+
+    replica_id: str
+
+    def watch(
+        self, window_pk: int, targets: Sequence["StoredTarget"], interval_s: float
+    ) -> None: ...
+
+    def unwatch(self, window_pk: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who makes a call: the team it acts in and the key that made it (a label, not the key)."""
+
+    team: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTarget:
+    """A target as stored: its row id, `host:port` key, URL and (once closed) result."""
+
+    id: int
+    key: str
+    url: str
+    result: dict[str, Any] | None
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @classmethod
+    def of(cls, row: WindowTarget) -> "StoredTarget":
+        """From its row."""
+        headers = tuple((row.headers or {}).items())
+        return cls(row.id or 0, row.target, row.url, row.result, headers)
+
+    def parsed(self) -> Target:
+        """The `Target` to scrape, with its headers."""
+        return replace(parse_target(self.url), headers=self.headers)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWindow:
+    window: Window
+    targets: list[StoredTarget]
+
+    @property
+    def pk(self) -> int:
+        assert self.window.id is not None
+        return self.window.id

@@ -1,0 +1,105 @@
+"""The public view of one window: targets, baselines, results with overlaps."""
+
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from app.exceptions import (
+    WindowNotFound,
+)
+from app.models import (
+    TargetPublic,
+    Window,
+    WindowPublic,
+    as_utc,
+)
+from app.specdecode import (
+    Phase,
+    absolute_totals,
+)
+from app.windows.overlaps import with_overlaps
+from app.windows.storage import catalogue, find_window, phase_of, snapshots_of
+from app.windows.stored import StoredWindow
+
+
+def baselines_of(session: Session, stored: StoredWindow) -> dict[int, Phase]:
+    """Per target id: the series of its `before` scrape, or that scrape's error."""
+    ids = [t.id for t in stored.targets]
+    befores = snapshots_of(session, ids, ["before"])
+    catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
+    return {
+        target_id: phase_of(snapshots[0], catalog)
+        for target_id, snapshots in befores.items()
+        if snapshots
+    }
+
+
+def public_view(
+    session: Session,
+    stored: StoredWindow,
+    baselines: dict[int, Phase] | None = None,
+    results: dict[int, dict[str, Any] | None] | None = None,
+) -> WindowPublic:
+    """The public view; `baselines` and `results` (by target id) when the caller holds them.
+
+    A start or stop has just computed them: passing them on saves reading back every
+    snapshot and the series catalogue of the window.
+    """
+    if baselines is None:
+        baselines = baselines_of(session, stored)
+    if results is None:
+        results = {target.id: target.result for target in stored.targets}
+    shown = with_overlaps(session, stored, results)
+    targets = []
+    for target in stored.targets:
+        phase = baselines.get(target.id)
+        targets.append(
+            TargetPublic(
+                target=target.key,
+                url=target.url,
+                header_names=[name for name, _ in target.headers],
+                before=absolute_totals(phase).raw() if isinstance(phase, dict) else None,
+                before_error=phase if isinstance(phase, str) else None,
+                result=shown.get(target.id),
+            )
+        )
+    window = stored.window
+    return WindowPublic(
+        **window_fields(window),
+        started_by=window.started_by,
+        stopped_by=window.stopped_by,
+        targets=targets,
+    )
+
+
+def window_fields(window: Window) -> dict[str, Any]:
+    """What every public view of a window shows: id, team, state, labels, interval, times."""
+    return {
+        "id": window.window_id,
+        "team": window.team,
+        "state": window.state,
+        "labels": window.labels,
+        "sample_interval_s": window.sample_interval_s,
+        "started_at": as_utc(window.started_at),
+        "stopped_at": as_utc(window.stopped_at) if window.stopped_at else None,
+    }
+
+
+def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
+    """The window with its targets' baselines and, once closed, their results."""
+    with Session(engine) as session:
+        stored = find_window(session, team, window_id)
+        if stored is None:
+            raise WindowNotFound(window_id)
+        return public_view(session, stored)
+
+
+def view_of(
+    engine: Engine,
+    stored: StoredWindow,
+    baselines: dict[int, Phase],
+    results: dict[int, dict[str, Any] | None] | None = None,
+) -> WindowPublic:
+    with Session(engine) as session:
+        return public_view(session, stored, baselines, results)
