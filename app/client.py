@@ -9,6 +9,7 @@ Around a benchmark run, three lines are enough:
 """
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -45,6 +46,7 @@ def _start_body(
 
 
 def _checked(response: httpx.Response) -> httpx.Response:
+    """`response` if it is a success, else `CollectorError` with the service's `detail`."""
     if response.status_code >= 400:
         try:
             detail = response.json().get("detail", response.text)
@@ -54,8 +56,19 @@ def _checked(response: httpx.Response) -> httpx.Response:
     return response
 
 
-class CollectorClient:
-    """Synchronous client; every call raises `CollectorError` or `CollectorUnavailable`."""
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request of the API: what both clients send, each through its own I/O."""
+
+    method: str
+    path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    body: Any = None
+
+
+class BaseClient:
+    """Request building and answer reading, so `CollectorClient` and `AsyncCollectorClient`
+    differ only in how they send (as httpx's `BaseClient` does for its two clients)."""
 
     def __init__(
         self,
@@ -65,10 +78,74 @@ class CollectorClient:
         team: str | None = None,
         timeout_s: float = 120,
     ) -> None:
-        self._http = httpx.Client(
-            base_url=server.rstrip("/"), headers=_headers(api_key), timeout=timeout_s
-        )
+        self.base_url = server.rstrip("/")
+        self.headers = _headers(api_key)
+        self.timeout_s = timeout_s
         self._params = {"team": team} if team else {}
+        self._open()
+
+    def _open(self) -> None:
+        """Create the connection pool: the one thing the two clients do differently here."""
+        raise NotImplementedError
+
+    def _request(self, http: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request:
+        params = {**self._params, **call.params}
+        return http.build_request(call.method, call.path, params=params, json=call.body)
+
+    def _unavailable(self, exc: httpx.TransportError) -> CollectorUnavailable:
+        return CollectorUnavailable(f"{self.base_url}: {type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def starting(
+        window_id: str,
+        targets: Sequence[Target],
+        labels: Mapping[str, str] | None,
+        sample_interval_s: float | None,
+    ) -> Call:
+        return Call(
+            "POST",
+            f"/windows/{window_id}/start",
+            body=_start_body(targets, labels, sample_interval_s),
+        )
+
+    @staticmethod
+    def stopping(window_id: str) -> Call:
+        return Call("POST", f"/windows/{window_id}/stop")
+
+    @staticmethod
+    def getting(window_id: str) -> Call:
+        return Call("GET", f"/windows/{window_id}")
+
+    @staticmethod
+    def reporting(window_id: str) -> Call:
+        return Call("GET", f"/windows/{window_id}/report")
+
+    @staticmethod
+    def listing(limit: int, state: str | None) -> Call:
+        return Call(
+            "GET", "/windows", params={"limit": limit, **({"state": state} if state else {})}
+        )
+
+    @staticmethod
+    def window_of(response: httpx.Response) -> dict[str, Any]:
+        window: dict[str, Any] = response.json()
+        return window
+
+    @staticmethod
+    def windows_of(response: httpx.Response) -> list[dict[str, Any]]:
+        windows: list[dict[str, Any]] = response.json()["windows"]
+        return windows
+
+
+class CollectorClient(BaseClient):
+    """Synchronous client; every call raises `CollectorError` or `CollectorUnavailable`."""
+
+    _http: httpx.Client
+
+    def _open(self) -> None:
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=self.headers, timeout=self.timeout_s
+        )
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -80,16 +157,11 @@ class CollectorClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(
-        self, method: str, path: str, params: dict[str, Any] | None = None, **kwargs: Any
-    ) -> httpx.Response:
+    def _send(self, call: Call) -> httpx.Response:
         try:
-            query = {**self._params, **(params or {})}
-            return _checked(self._http.request(method, path, params=query, **kwargs))
+            return _checked(self._http.send(self._request(self._http, call)))
         except httpx.TransportError as exc:
-            raise CollectorUnavailable(
-                f"{self._http.base_url}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._unavailable(exc) from exc
 
     def start(
         self,
@@ -99,23 +171,21 @@ class CollectorClient:
         sample_interval_s: float | None = None,
     ) -> dict[str, Any]:
         """Open a window (a retry of the same start is harmless)."""
-        body = _start_body(targets, labels, sample_interval_s)
-        window: dict[str, Any] = self._call("POST", f"/windows/{window_id}/start", json=body).json()
-        return window
+        return self.window_of(
+            self._send(self.starting(window_id, targets, labels, sample_interval_s))
+        )
 
     def stop(self, window_id: str) -> dict[str, Any]:
         """Close a window; its targets carry their results."""
-        window: dict[str, Any] = self._call("POST", f"/windows/{window_id}/stop").json()
-        return window
+        return self.window_of(self._send(self.stopping(window_id)))
 
     def get(self, window_id: str) -> dict[str, Any]:
         """The window with its targets and results."""
-        window: dict[str, Any] = self._call("GET", f"/windows/{window_id}").json()
-        return window
+        return self.window_of(self._send(self.getting(window_id)))
 
     def report(self, window_id: str) -> str:
         """The AISBench console blocks."""
-        return self._call("GET", f"/windows/{window_id}/report").text
+        return self._send(self.reporting(window_id)).text
 
     def stop_and_report(self, window_id: str) -> str:
         """Stop the window and return its console blocks."""
@@ -124,28 +194,18 @@ class CollectorClient:
 
     def list(self, limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
         """The team's windows, newest first."""
-        params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
-        windows: list[dict[str, Any]] = self._call("GET", "/windows", params=params).json()[
-            "windows"
-        ]
-        return windows
+        return self.windows_of(self._send(self.listing(limit, state)))
 
 
-class AsyncCollectorClient:
+class AsyncCollectorClient(BaseClient):
     """The same calls for asyncio code."""
 
-    def __init__(
-        self,
-        server: str,
-        api_key: str | None = None,
-        *,
-        team: str | None = None,
-        timeout_s: float = 120,
-    ) -> None:
+    _http: httpx.AsyncClient
+
+    def _open(self) -> None:
         self._http = httpx.AsyncClient(
-            base_url=server.rstrip("/"), headers=_headers(api_key), timeout=timeout_s
+            base_url=self.base_url, headers=self.headers, timeout=self.timeout_s
         )
-        self._params = {"team": team} if team else {}
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -157,16 +217,11 @@ class AsyncCollectorClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _call(
-        self, method: str, path: str, params: dict[str, Any] | None = None, **kwargs: Any
-    ) -> httpx.Response:
+    async def _send(self, call: Call) -> httpx.Response:
         try:
-            query = {**self._params, **(params or {})}
-            return _checked(await self._http.request(method, path, params=query, **kwargs))
+            return _checked(await self._http.send(self._request(self._http, call)))
         except httpx.TransportError as exc:
-            raise CollectorUnavailable(
-                f"{self._http.base_url}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._unavailable(exc) from exc
 
     async def start(
         self,
@@ -176,25 +231,20 @@ class AsyncCollectorClient:
         sample_interval_s: float | None = None,
     ) -> dict[str, Any]:
         """Open a window (a retry of the same start is harmless)."""
-        body = _start_body(targets, labels, sample_interval_s)
-        window: dict[str, Any] = (
-            await self._call("POST", f"/windows/{window_id}/start", json=body)
-        ).json()
-        return window
+        call = self.starting(window_id, targets, labels, sample_interval_s)
+        return self.window_of(await self._send(call))
 
     async def stop(self, window_id: str) -> dict[str, Any]:
         """Close a window; its targets carry their results."""
-        window: dict[str, Any] = (await self._call("POST", f"/windows/{window_id}/stop")).json()
-        return window
+        return self.window_of(await self._send(self.stopping(window_id)))
 
     async def get(self, window_id: str) -> dict[str, Any]:
         """The window with its targets and results."""
-        window: dict[str, Any] = (await self._call("GET", f"/windows/{window_id}")).json()
-        return window
+        return self.window_of(await self._send(self.getting(window_id)))
 
     async def report(self, window_id: str) -> str:
         """The AISBench console blocks."""
-        return (await self._call("GET", f"/windows/{window_id}/report")).text
+        return (await self._send(self.reporting(window_id))).text
 
     async def stop_and_report(self, window_id: str) -> str:
         """Stop the window and return its console blocks."""
@@ -203,7 +253,4 @@ class AsyncCollectorClient:
 
     async def list(self, limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
         """The team's windows, newest first."""
-        params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
-        answer = await self._call("GET", "/windows", params=params)
-        windows: list[dict[str, Any]] = answer.json()["windows"]
-        return windows
+        return self.windows_of(await self._send(self.listing(limit, state)))
