@@ -25,30 +25,6 @@ SCRAPE_ERRORS = Counter(
     "specdec_scrape_errors_total", "Target scrapes that failed, by kind of reason.", ["reason"]
 )
 
-_KINDS = (
-    ("Metrics endpoint returned HTTP", "http_status"),
-    ("timed out", "timeout"),
-    ("refused:", "refused"),
-    ("cannot resolve", "dns"),
-    ("answer larger than", "too_large"),
-    ("not a Prometheus exposition", "not_prometheus"),
-    ("ConnectError", "connect"),
-    ("not UTF-8", "invalid_payload"),
-    ("cut off", "invalid_payload"),
-    ("counter value", "invalid_payload"),
-    ("series given twice", "invalid_payload"),
-    ("malformed", "invalid_payload"),
-    ("gzip", "invalid_payload"),
-)
-
-
-def error_kind(error: str) -> str:
-    """The kind of a scrape error text, for the `reason` label."""
-    for needle, kind in _KINDS:
-        if needle in error:
-            return kind
-    return "transport"
-
 
 class DatabaseMetrics(Collector):
     """Gauges read from the database each time `/metrics` is read.
@@ -120,4 +96,4 @@ class DatabaseMetrics(Collector):
         yield length
 
 
-__all__ = ["REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "DatabaseMetrics", "error_kind"]
+__all__ = ["REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "DatabaseMetrics"]

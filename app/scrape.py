@@ -16,13 +16,14 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from app.config import Settings
-from app.metrics import SCRAPE_ERRORS, SCRAPE_SECONDS, error_kind
+from app.metrics import SCRAPE_ERRORS, SCRAPE_SECONDS
 from app.models import utcnow
 from app.promtext import ExtractionError, Series, extract_spec_decode
 from app.targets import Target, TargetPolicy
@@ -147,14 +148,39 @@ ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.
 ACCEPT_ENCODING = "gzip, identity"
 
 
+class ScrapeErrorKind(StrEnum):
+    """Why a scrape failed; the value is the `reason` label of `specdec_scrape_errors_total`."""
+
+    HTTP_STATUS = "http_status"  # the endpoint answered, but not 200
+    TIMEOUT = "timeout"
+    REFUSED = "refused"  # the target policy does not allow the address
+    DNS = "dns"
+    TOO_LARGE = "too_large"
+    NOT_PROMETHEUS = "not_prometheus"  # an HTML page (a login page, a proxy's error page)
+    CONNECT = "connect"
+    INVALID_PAYLOAD = "invalid_payload"  # not UTF-8, bad gzip, cut off, malformed, not a count
+    TRANSPORT = "transport"  # any other network or protocol failure
+
+
 @dataclass(frozen=True, slots=True)
 class ScrapeOutcome:
-    """What one scrape produced: the series, or the error text; and when it finished."""
+    """What one scrape produced: the series, or the kind and AISBench text of its error; and
+    when it finished."""
 
     target: Target
     taken_at: datetime
     series: Series | None = None
     error: str | None = None
+    kind: ScrapeErrorKind | None = None
+
+
+def failure(target: Target, kind: ScrapeErrorKind, detail: str) -> ScrapeOutcome:
+    """A failed scrape, its error text as AISBench words it (`detail` says what happened)."""
+    if kind is ScrapeErrorKind.HTTP_STATUS:
+        error = f"Metrics endpoint returned HTTP {detail}"
+    else:
+        error = f"Failed to fetch metrics from {target.url}: {detail}"
+    return ScrapeOutcome(target, utcnow(), error=error, kind=kind)
 
 
 class _TooLarge(Exception):
@@ -260,18 +286,25 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _describe(exc: Exception, timeout_s: float) -> str:
+def _transport_failure(target: Target, exc: Exception, timeout_s: float) -> ScrapeOutcome:
     if isinstance(exc, httpx.TimeoutException):
-        return f"timed out after {timeout_s:g} s ({type(exc).__name__})"
+        detail = f"timed out after {timeout_s:g} s ({type(exc).__name__})"
+        return failure(target, ScrapeErrorKind.TIMEOUT, detail)
     text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    kind = (
+        ScrapeErrorKind.CONNECT
+        if isinstance(exc, httpx.ConnectError)
+        else ScrapeErrorKind.TRANSPORT
+    )
+    return failure(target, kind, detail)
 
 
 async def scrape_target(
     client: httpx.AsyncClient, target: Target, config: ScrapeConfig
 ) -> ScrapeOutcome:
     """Scrape `target` once and extract its spec-decode series."""
-    failed = f"Failed to fetch metrics from {target.url}: "
+    Kind = ScrapeErrorKind
     timeout_s, max_bytes = config.timeout_s, config.max_bytes
     try:
         # The client's timeout bounds each network step; this bounds the whole scrape, so a
@@ -282,43 +315,36 @@ async def scrape_target(
             response = await client.send(request, stream=True)
             try:
                 if response.status_code != 200:
-                    return ScrapeOutcome(
-                        target,
-                        utcnow(),
-                        error=f"Metrics endpoint returned HTTP {response.status_code}",
-                    )
+                    return failure(target, Kind.HTTP_STATUS, str(response.status_code))
                 content_type = response.headers.get("content-type", "")
                 if content_type.split(";")[0].strip().lower() == "text/html":
-                    return ScrapeOutcome(
-                        target, utcnow(), error=failed + "not a Prometheus exposition: text/html"
-                    )
+                    detail = "not a Prometheus exposition: text/html"
+                    return failure(target, Kind.NOT_PROMETHEUS, detail)
                 body = await _read_capped(response, max_bytes)
             finally:
                 await response.aclose()
     except Refused as exc:
-        return ScrapeOutcome(target, utcnow(), error=failed + f"refused: {exc}")
+        return failure(target, Kind.REFUSED, f"refused: {exc}")
     except _Unresolved as exc:
-        return ScrapeOutcome(target, utcnow(), error=failed + str(exc))
+        return failure(target, Kind.DNS, str(exc))
     except _TooLarge:
-        return ScrapeOutcome(
-            target, utcnow(), error=failed + f"answer larger than {max_bytes} bytes"
-        )
+        return failure(target, Kind.TOO_LARGE, f"answer larger than {max_bytes} bytes")
     except _BadPayload as exc:
-        return ScrapeOutcome(target, utcnow(), error=failed + str(exc))
+        return failure(target, Kind.INVALID_PAYLOAD, str(exc))
     except TimeoutError:
-        return ScrapeOutcome(target, utcnow(), error=failed + f"timed out after {timeout_s:g} s")
+        return failure(target, Kind.TIMEOUT, f"timed out after {timeout_s:g} s")
     except zlib.error as exc:
-        return ScrapeOutcome(target, utcnow(), error=failed + f"invalid gzip data: {exc}")
+        return failure(target, Kind.INVALID_PAYLOAD, f"invalid gzip data: {exc}")
     except (httpx.HTTPError, OSError) as exc:
-        return ScrapeOutcome(target, utcnow(), error=failed + _describe(exc, timeout_s))
+        return _transport_failure(target, exc, timeout_s)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return ScrapeOutcome(target, utcnow(), error=failed + f"answer is not UTF-8 ({exc.reason})")
+        return failure(target, Kind.INVALID_PAYLOAD, f"answer is not UTF-8 ({exc.reason})")
     try:
         series = extract_spec_decode(text)
     except ExtractionError as exc:
-        return ScrapeOutcome(target, utcnow(), error=failed + str(exc))
+        return failure(target, Kind.INVALID_PAYLOAD, str(exc))
     return ScrapeOutcome(target, utcnow(), series=series)
 
 
@@ -328,8 +354,8 @@ async def _measured(
     began = time.perf_counter()
     outcome = await scrape_target(client, target, config)
     SCRAPE_SECONDS.observe(time.perf_counter() - began)
-    if outcome.error is not None:
-        SCRAPE_ERRORS.labels(error_kind(outcome.error)).inc()
+    if outcome.kind is not None:
+        SCRAPE_ERRORS.labels(outcome.kind.value).inc()
     return outcome
 
 

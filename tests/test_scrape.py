@@ -18,6 +18,7 @@ from app.scrape import (
     OriginPools,
     Resolver,
     ScrapeConfig,
+    ScrapeErrorKind,
     ScrapeOutcome,
     new_client,
     refusals,
@@ -376,3 +377,36 @@ async def test_new_origins_share_one_tls_context(monkeypatch: pytest.MonkeyPatch
                 assert (await http.get(server.url)).status_code == 200
             assert len(pools._pools) == 3
     assert len(loads) == 1
+
+
+async def test_every_failure_has_a_kind_and_the_aisbench_text(client: httpx.AsyncClient) -> None:
+    """The kind labels `specdec_scrape_errors_total`; the text is what AISBench would write."""
+    nospec = fixture("vllm_v1_dp1_nospec.txt").encode()
+    with (
+        serve_metrics(status=503) as unavailable,
+        serve_metrics(body=b"<html></html>", content_type="text/html") as html,
+        serve_metrics(body=b"x" * 4096) as huge,
+        serve_metrics(body=nospec + b"vllm:spec_decode_num_drafts_total -1\n") as negative,
+    ):
+        closed = f"127.0.0.1:{free_port()}"
+        targets = {
+            ScrapeErrorKind.HTTP_STATUS: unavailable.target,
+            ScrapeErrorKind.NOT_PROMETHEUS: html.target,
+            ScrapeErrorKind.TOO_LARGE: huge.target,
+            ScrapeErrorKind.INVALID_PAYLOAD: negative.target,
+            ScrapeErrorKind.CONNECT: closed,
+        }
+        outcomes = {
+            kind: await scrape(client, target, 2048 if kind is ScrapeErrorKind.TOO_LARGE else MAX)
+            for kind, target in targets.items()
+        }
+    assert {kind: outcome.kind for kind, outcome in outcomes.items()} == {k: k for k in targets}
+    assert outcomes[ScrapeErrorKind.HTTP_STATUS].error == "Metrics endpoint returned HTTP 503"
+    for kind, outcome in outcomes.items():
+        assert outcome.series is None
+        if kind is not ScrapeErrorKind.HTTP_STATUS:
+            assert outcome.error is not None
+            assert outcome.error.startswith(
+                f"Failed to fetch metrics from http://{targets[kind]}/metrics: "
+            )
+    assert outcomes[ScrapeErrorKind.TOO_LARGE].error.endswith("answer larger than 2048 bytes")  # type: ignore[union-attr]
