@@ -15,6 +15,7 @@ from pydantic import field_validator, model_validator
 from sqlalchemy import JSON, Column, DateTime, Index, MetaData, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+from app.results import Counts, TargetResult
 from app.targets import WINDOW_ID_PATTERN, Target, parse_target
 
 # Alembic and the models name constraints alike (Polar's convention).
@@ -191,9 +192,9 @@ class TargetPublic(SQLModel):
     target: str
     url: str
     header_names: list[str] = Field(default_factory=list)
-    before: dict[str, Any] | None = None
+    before: Counts | None = None
     before_error: str | None = None
-    result: dict[str, Any] | None = None
+    result: TargetResult | None = None
 
 
 class WindowPublic(WindowBase):

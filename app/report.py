@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from app.results import TargetResult
 from app.specdecode import TIMELINE_FIELDS
 
 
@@ -18,31 +19,28 @@ def _per_position(rates: dict[str, float]) -> str:
     return "{" + ", ".join(f"{pos}: {rate:.4f}" for pos, rate in items) + "}"
 
 
-def render_block(target: str, result: dict[str, Any]) -> str:
+def render_block(target: str, result: TargetResult) -> str:
     """One target's block: a blank line, the framed title, then one row per value."""
     title = f"========== Speculative Decoding Metrics  [{target}] =========="
     separator = "=" * len(title)
-    data = result.get("data")
-    if result.get("status") == "ok" and data is not None:
-        accepted = data["accepted_tokens"]
+    data = result.data
+    if result.ok and data is not None:
         rows = [
-            # Formatted from the counts, not from the JSON's rounded values: no double rounding.
-            _row("Acceptance rate (%)", f"{accepted / data['draft_tokens'] * 100:.2f}"),
-            _row("Acceptance length", f"{1 + accepted / data['num_drafts']:.2f}"),
-            _row("Drafts", data["num_drafts"]),
-            _row("Draft tokens", data["draft_tokens"]),
-            _row("Accepted tokens", data["accepted_tokens"]),
+            _row("Acceptance rate (%)", f"{data.acceptance_rate:.2f}"),
+            _row("Acceptance length", f"{data.acceptance_length:.2f}"),
+            _row("Drafts", data.num_drafts),
+            _row("Draft tokens", data.draft_tokens),
+            _row("Accepted tokens", data.accepted_tokens),
             _row(
-                "Per-position acceptance rates",
-                _per_position(data["per_position_acceptance_rates"]),
+                "Per-position acceptance rates", _per_position(data.per_position_acceptance_rates)
             ),
         ]
     else:
-        rows = [_row("Status", "N/A"), _row("Reason", result.get("error"))]
+        rows = [_row("Status", "N/A"), _row("Reason", result.error)]
     return "\n".join(["", separator, title, separator, *rows]) + "\n"
 
 
-def render_report(results: Iterable[tuple[str, dict[str, Any]]]) -> str:
+def render_report(results: Iterable[tuple[str, TargetResult]]) -> str:
     """The blocks of every (`host:port`, result) pair, in the order given."""
     return "".join(render_block(target, result) for target, result in results)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from app.counters import POSITION_LABELS, Role
 from app.promtext import Series, SeriesKey, SeriesValue
+from app.results import Counts, Raw, ResultData, SampleCount, TargetResult
 
 NO_METRICS = "No spec decode metrics found on server"
 NO_ACTIVITY = "No spec decode activity detected during benchmark window"
@@ -50,16 +51,16 @@ class Totals:
             self.accepted_per_pos[position] = self.accepted_per_pos.get(position, 0.0) + amount
         self.counter_resets += other.counter_resets
 
-    def raw(self) -> dict[str, Any]:
+    def raw(self) -> Counts:
         """The AISBench `raw.before` / `raw.after` shape."""
-        return {
-            "num_drafts": as_number(self.num_drafts),
-            "num_draft_tokens": as_number(self.num_draft_tokens),
-            "num_accepted_tokens": as_number(self.num_accepted_tokens),
-            "accepted_per_pos": {
+        return Counts(
+            num_drafts=as_number(self.num_drafts),
+            num_draft_tokens=as_number(self.num_draft_tokens),
+            num_accepted_tokens=as_number(self.num_accepted_tokens),
+            accepted_per_pos={
                 str(pos): as_number(v) for pos, v in sorted(self.accepted_per_pos.items())
             },
-        }
+        )
 
 
 def _position(key: SeriesKey) -> int | None:
@@ -130,24 +131,24 @@ def window_increase(chain: Sequence[Series]) -> Totals:
     return totals
 
 
-def derived(totals: Totals) -> dict[str, Any]:
+def derived(totals: Totals) -> ResultData:
     """The AISBench `data` block of a window's increases (drafts must be positive).
 
     The acceptance rate and length are the full floats, as AISBench writes them; only
     displays (the console block, the dashboard) round them. Per-position rates have 4 decimals,
     as in AISBench's files.
     """
-    return {
-        "num_drafts": as_number(totals.num_drafts),
-        "draft_tokens": as_number(totals.num_draft_tokens),
-        "accepted_tokens": as_number(totals.num_accepted_tokens),
-        "acceptance_rate": totals.num_accepted_tokens / totals.num_draft_tokens * 100,
-        "acceptance_length": 1 + totals.num_accepted_tokens / totals.num_drafts,
-        "per_position_acceptance_rates": {
+    return ResultData(
+        num_drafts=as_number(totals.num_drafts),
+        draft_tokens=as_number(totals.num_draft_tokens),
+        accepted_tokens=as_number(totals.num_accepted_tokens),
+        acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
+        acceptance_length=1 + totals.num_accepted_tokens / totals.num_drafts,
+        per_position_acceptance_rates={
             str(pos): round(accepted / totals.num_drafts, 4)
             for pos, accepted in sorted(totals.accepted_per_pos.items())
         },
-    }
+    )
 
 
 def _phase_error(phase: Phase) -> str | None:
@@ -156,36 +157,37 @@ def _phase_error(phase: Phase) -> str | None:
     return NO_METRICS if not phase else None
 
 
+def _counts(phase: Phase) -> Counts | None:
+    """The `raw` counters of a phase; None where its scrape failed or found no series."""
+    return None if isinstance(phase, str) or not phase else absolute_totals(phase).raw()
+
+
 def build_result(
     url: str, before: Phase, after: Phase, samples: Sequence[Phase] = ()
-) -> dict[str, Any]:
-    """The AISBench `spec_decode_<host>_<port>.json` dict of one target over one window.
+) -> TargetResult:
+    """The AISBench `spec_decode_<host>_<port>.json` result of one target over one window.
 
     `samples` are the background scrapes between the two, in time order; failed ones are
     skipped, so the chain continues from the last good snapshot.
     """
     errors = {name: _phase_error(phase) for name, phase in (("before", before), ("after", after))}
-    raw = {
-        name: None if errors[name] or isinstance(phase, str) else absolute_totals(phase).raw()
-        for name, phase in (("before", before), ("after", after))
-    }
-    result: dict[str, Any] = {"status": "na", "url": url, "error": None, "data": None, "raw": raw}
-    failed_samples = sum(isinstance(sample, str) for sample in samples)
-    result["samples"] = {"taken": len(samples), "failed": failed_samples}
+    raw = Raw(before=_counts(before), after=_counts(after))
+    taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, str) for s in samples))
     failed = [f"[{name}] {error}" for name, error in errors.items() if error]
     if failed:
-        result["error"] = "; ".join(failed)
-        return result
+        return TargetResult(status="na", url=url, error="; ".join(failed), raw=raw, samples=taken)
     assert not isinstance(before, str) and not isinstance(after, str)
     good = [sample for sample in samples if not isinstance(sample, str)]
     totals = window_increase([before, *good, after])
-    result["counter_resets"] = totals.counter_resets
     if totals.num_draft_tokens <= 0 or totals.num_drafts <= 0:
-        result["error"] = NO_ACTIVITY
-        return result
-    result["status"] = "ok"
-    result["data"] = derived(totals)
-    return result
+        return TargetResult(
+            status="na", url=url, error=NO_ACTIVITY, raw=raw, samples=taken,
+            counter_resets=totals.counter_resets,
+        )  # fmt: skip
+    return TargetResult(
+        status="ok", url=url, data=derived(totals), raw=raw, samples=taken,
+        counter_resets=totals.counter_resets,
+    )  # fmt: skip
 
 
 TIMELINE_FIELDS = (
@@ -222,9 +224,9 @@ def timeline(points: Sequence[tuple[Any, str, Phase]]) -> list[dict[str, Any]]:
         row["counter_resets"] = step.counter_resets
         if step.num_drafts > 0 and step.num_draft_tokens > 0:
             rates = derived(step)
-            row["acceptance_rate"] = rates["acceptance_rate"]
-            row["acceptance_length"] = rates["acceptance_length"]
-            row["per_position_acceptance_rates"] = rates["per_position_acceptance_rates"]
+            row["acceptance_rate"] = rates.acceptance_rate
+            row["acceptance_length"] = rates.acceptance_length
+            row["per_position_acceptance_rates"] = rates.per_position_acceptance_rates
         if cumulative is not None:
             cumulative.absorb(step)
             _put_cumulative(row, cumulative)
@@ -240,7 +242,7 @@ def _put_cumulative(row: dict[str, Any], totals: Totals) -> None:
 
 
 def compare_results(
-    windows: Sequence[tuple[str, dict[str, dict[str, Any] | None]]],
+    windows: Sequence[tuple[str, dict[str, TargetResult | None]]],
 ) -> list[dict[str, Any]]:
     """Windows side by side per target (same `host:port`), with differences from the first.
 
@@ -255,36 +257,40 @@ def compare_results(
     rows = []
     for target in targets:
         entries: list[dict[str, Any] | None] = []
+        good: list[tuple[str, ResultData]] = []
         for window_id, results in windows:
             if target not in results:
                 entries.append(None)
                 continue
             result = results[target]
-            data = (result or {}).get("data") or {}
+            data = None if result is None else result.data
             entries.append(
                 {
                     "window": window_id,
-                    "status": "open" if result is None else result.get("status"),
-                    "error": None if result is None else result.get("error"),
-                    "acceptance_rate": data.get("acceptance_rate"),
-                    "acceptance_length": data.get("acceptance_length"),
-                    "num_drafts": data.get("num_drafts"),
-                    "per_position_acceptance_rates": data.get("per_position_acceptance_rates"),
+                    "status": "open" if result is None else result.status,
+                    "error": None if result is None else result.error,
+                    "acceptance_rate": None if data is None else data.acceptance_rate,
+                    "acceptance_length": None if data is None else data.acceptance_length,
+                    "num_drafts": None if data is None else data.num_drafts,
+                    "per_position_acceptance_rates": (
+                        None if data is None else data.per_position_acceptance_rates
+                    ),
                 }
             )
-        good = [entry for entry in entries if entry is not None and entry["status"] == "ok"]
+            if result is not None and result.ok and data is not None:
+                good.append((window_id, data))
         differences = []
         if good:
-            base = good[0]
-            for entry in good[1:]:
-                base_rates = base["per_position_acceptance_rates"] or {}
-                rates = entry["per_position_acceptance_rates"] or {}
+            base_id, base = good[0]
+            for window_id, data in good[1:]:
+                rates = data.per_position_acceptance_rates
+                base_rates = base.per_position_acceptance_rates
                 differences.append(
                     {
-                        "window": entry["window"],
-                        "versus": base["window"],
-                        "acceptance_rate": entry["acceptance_rate"] - base["acceptance_rate"],
-                        "acceptance_length": entry["acceptance_length"] - base["acceptance_length"],
+                        "window": window_id,
+                        "versus": base_id,
+                        "acceptance_rate": data.acceptance_rate - base.acceptance_rate,
+                        "acceptance_length": data.acceptance_length - base.acceptance_length,
                         "per_position_acceptance_rates": {
                             pos: round(rates[pos] - base_rates[pos], 4)
                             for pos in sorted(set(rates) & set(base_rates), key=int)

@@ -291,7 +291,7 @@ def test_a_new_engine_is_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
 
     before = extract_spec_decode(payload(10, [8, 4]))
     after = extract_spec_decode(payload(110, [88, 44]))
-    result = build_result("http://h:1/metrics", before, after)
+    result = build_result("http://h:1/metrics", before, after).as_json()
     assert result["data"]["num_drafts"] == 100
     assert result["data"]["accepted_tokens"] == 120
     assert result["data"]["acceptance_rate"] == 120 / 200 * 100

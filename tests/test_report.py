@@ -3,6 +3,7 @@
 from typing import Any
 
 from app.report import render_block, render_report
+from app.results import TargetResult
 
 SEED: dict[str, Any] = {
     "status": "ok",
@@ -38,11 +39,15 @@ Per-position acceptance rates                 {0: 0.9939, 1: 0.9939, 2: 0.9939, 
 
 
 def test_block_matches_the_design_byte_for_byte() -> None:
-    assert render_block("10.0.0.1:8080", SEED) == DESIGN_BLOCK
+    assert render_block("10.0.0.1:8080", TargetResult.model_validate(SEED)) == DESIGN_BLOCK
 
 
 def test_na_block() -> None:
-    result = {"status": "na", "error": "[before] Metrics endpoint returned HTTP 500", "data": None}
+    result = TargetResult(
+        status="na",
+        url="http://[::1]:9000/metrics",
+        error="[before] Metrics endpoint returned HTTP 500",
+    )
     title = "========== Speculative Decoding Metrics  [[::1]:9000] =========="
     assert render_block("[::1]:9000", result) == (
         f"\n{'=' * len(title)}\n{title}\n{'=' * len(title)}\n"
@@ -54,6 +59,7 @@ def test_na_block() -> None:
 def test_positions_sort_numerically_and_blocks_concatenate() -> None:
     data = dict(SEED["data"])
     data["per_position_acceptance_rates"] = {"10": 0.1, "2": 0.5, "0": 1.0}
-    report = render_report([("a:1", {**SEED, "data": data}), ("b:2", SEED)])
+    a, b = TargetResult.model_validate({**SEED, "data": data}), TargetResult.model_validate(SEED)
+    report = render_report([("a:1", a), ("b:2", b)])
     assert "{0: 1.0000, 2: 0.5000, 10: 0.1000}" in report
-    assert report == render_block("a:1", {**SEED, "data": data}) + render_block("b:2", SEED)
+    assert report == render_block("a:1", a) + render_block("b:2", b)

@@ -21,7 +21,7 @@ def test_seed_example_exactly() -> None:
     after = snap(
         EngineCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])
     )
-    result = build_result(URL, before, after)
+    result = build_result(URL, before, after).as_json()
     assert result == {
         "status": "ok",
         "url": URL,
@@ -59,7 +59,7 @@ def test_two_engines_and_two_models_are_summed() -> None:
             for i, (engine, model) in enumerate([("0", "m-a"), ("1", "m-a"), ("0", "m-b"), ("1", "m-b")])
         ]  # fmt: skip
 
-    result = build_result(URL, snap(*counters(1)), snap(*counters(4)))
+    result = build_result(URL, snap(*counters(1)), snap(*counters(4))).as_json()
     drafts = 3 * sum(10 + i for i in range(4))
     accepted = [
         3 * sum(7 + i for i in range(4)),
@@ -87,7 +87,7 @@ def test_one_engine_reset_while_the_other_keeps_counting() -> None:
         EngineCounters(drafts=40, draft_tokens=120, accepted_per_pos=[30, 20, 10], engine="1",
                        created=1_796_040_000.0),
     )  # fmt: skip
-    result = build_result(URL, before, after)
+    result = build_result(URL, before, after).as_json()
     assert result["data"]["num_drafts"] == 400 + 40
     assert result["data"]["draft_tokens"] == 1200 + 120
     assert result["data"]["accepted_tokens"] == (240 + 120 + 40) + (30 + 20 + 10)
@@ -101,7 +101,7 @@ def test_restarted_engine_that_outgrew_its_old_count_is_found_by_created() -> No
             drafts=150, draft_tokens=450, accepted_per_pos=[80, 40, 20], created=1_796_050_000.0
         )
     )
-    result = build_result(URL, before, after)
+    result = build_result(URL, before, after).as_json()
     # Without _created, the increase would look like 50 drafts; the engine counted 150 since it restarted.
     assert result["data"]["num_drafts"] == 150
     assert result["data"]["accepted_tokens"] == 140
@@ -113,7 +113,7 @@ def test_twelve_positions_come_in_numeric_order() -> None:
     accepted_after = [1200 - 90 * pos for pos in range(12)]
     before = snap(EngineCounters(drafts=0, draft_tokens=0, accepted_per_pos=accepted_before))
     after = snap(EngineCounters(drafts=1300, draft_tokens=15600, accepted_per_pos=accepted_after))
-    rates = build_result(URL, before, after)["data"]["per_position_acceptance_rates"]
+    rates = build_result(URL, before, after).as_json()["data"]["per_position_acceptance_rates"]
     assert list(rates) == [str(pos) for pos in range(12)]
     assert rates["10"] == round(300 / 1300, 4)
     assert rates["11"] == round(210 / 1300, 4)
@@ -127,25 +127,25 @@ def test_series_absent_before_starts_from_zero() -> None:
         EngineCounters(drafts=20, draft_tokens=60, accepted_per_pos=[10, 6, 2], engine="0"),
         EngineCounters(drafts=7, draft_tokens=21, accepted_per_pos=[4, 2, 1], engine="1"),
     )
-    assert build_result(URL, before, after)["data"]["num_drafts"] == 10 + 7
+    assert build_result(URL, before, after).as_json()["data"]["num_drafts"] == 10 + 7
 
 
 def test_no_spec_families_is_an_error_of_that_phase() -> None:
     nospec: Series = {}
     fine = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
-    result = build_result(URL, nospec, fine)
+    result = build_result(URL, nospec, fine).as_json()
     assert result["status"] == "na"
     assert result["data"] is None
     assert result["error"] == f"[before] {NO_METRICS}"
     assert result["raw"]["before"] is None
     assert result["raw"]["after"]["num_drafts"] == 10
-    both = build_result(URL, nospec, nospec)
+    both = build_result(URL, nospec, nospec).as_json()
     assert both["error"] == f"[before] {NO_METRICS}; [after] {NO_METRICS}"
 
 
 def test_no_drafts_in_the_window() -> None:
     same = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
-    result = build_result(URL, same, same)
+    result = build_result(URL, same, same).as_json()
     assert result["status"] == "na"
     assert result["error"] == NO_ACTIVITY
     assert result["data"] is None
@@ -154,7 +154,7 @@ def test_no_drafts_in_the_window() -> None:
 
 def test_failed_phases_are_prefixed() -> None:
     fine = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
-    result = build_result(URL, fine, "Metrics endpoint returned HTTP 500")
+    result = build_result(URL, fine, "Metrics endpoint returned HTTP 500").as_json()
     assert result["error"] == "[after] Metrics endpoint returned HTTP 500"
     assert result["raw"]["after"] is None
     assert result["raw"]["before"]["num_draft_tokens"] == 30
@@ -237,7 +237,7 @@ def test_samples_join_the_chain_and_are_counted() -> None:
     after = snap(
         EngineCounters(drafts=600, draft_tokens=1800, accepted_per_pos=[300, 180, 60], created=None)
     )
-    result = build_result(URL, before, after, [middle, "timed out", restarted])
+    result = build_result(URL, before, after, [middle, "timed out", restarted]).as_json()
     assert result["data"]["num_drafts"] == 400 + 10 + 590
     assert result["samples"] == {"taken": 3, "failed": 1}
-    assert build_result(URL, before, after)["data"]["num_drafts"] == 500
+    assert build_result(URL, before, after).as_json()["data"]["num_drafts"] == 500

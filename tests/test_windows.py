@@ -13,6 +13,7 @@ from sqlmodel import Session, select
 from app.db import create_db_engine, upgrade_database
 from app.models import TABLES, Snapshot, WindowCreate
 from app.promtext import extract_spec_decode, labels_to_text
+from app.results import TargetResult
 from app.scrape import ScrapeOutcome
 from app.targets import parse_target
 from app.windows.cache import ResultsCache
@@ -57,7 +58,8 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
         event.remove(reader, "after_cursor_execute", commit_baseline_once)
     assert committed == [True]
     # Read before the baseline landed, or after: either is right; a half-seen baseline is not.
-    assert window.targets[0].before in (None, {"num_drafts": 5, "num_draft_tokens": 15, "num_accepted_tokens": 6,
+    before = window.targets[0].before
+    assert (None if before is None else before.model_dump()) in (None, {"num_drafts": 5, "num_draft_tokens": 15, "num_accepted_tokens": 6,
                                                "accepted_per_pos": {"0": 3, "1": 2, "2": 1}})  # fmt: skip
     assert read_window(reader, "default", "w").targets[0].before is not None
 
@@ -67,9 +69,10 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
 
 def test_results_cache_keeps_the_most_recently_read_windows_encoded() -> None:
     cache = ResultsCache(max_windows=2)
-    one = [("h:1", {"status": "ok", "data": {"acceptance_rate": 0.5, "label": "é"}})]
+    result = TargetResult(status="na", url="http://h:1/metrics", error="réponse: é")
+    one = [("h:1", result)]
     stored = cache.put("team-a", "w1", one)
-    assert json.loads(stored.encoded["h:1"]) == one[0][1]
+    assert json.loads(stored.encoded["h:1"]) == result.as_json()
     assert "é".encode() in stored.encoded["h:1"]  # UTF-8, as Starlette's JSONResponse sends it
     assert cache.get("team-a", "w1") is stored
     assert cache.get("team-b", "w1") is None  # per team: another team's id is another window
@@ -82,7 +85,10 @@ def test_results_cache_keeps_the_most_recently_read_windows_encoded() -> None:
 
 def test_results_cache_of_size_zero_keeps_nothing() -> None:
     cache = ResultsCache(max_windows=0)
-    assert cache.put("t", "w", [("h:1", {})]).encoded == {"h:1": b"{}"}
+    result = TargetResult(status="na", url="u")
+    assert cache.put("t", "w", [("h:1", result)]).encoded == {
+        "h:1": result.model_dump_json().encode()
+    }
     assert cache.get("t", "w") is None
 
 
@@ -131,7 +137,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     assert raced  # the race happened
     window = read_window(engine, "default", "w")
     before = window.targets[0].before
-    assert before is not None and before["num_drafts"] == 5 and before["num_accepted_tokens"] == 6
+    assert before is not None and before.num_drafts == 5 and before.num_accepted_tokens == 6
     with Session(engine) as session:
         counters = session.exec(select(Snapshot)).one().counters
     assert counters is not None and raced[0] in {int(row[0]) for row in counters if row[0]}

@@ -2,7 +2,7 @@
 
 from datetime import datetime
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
@@ -13,6 +13,7 @@ from app.deps import ActorDep, ReadTeamDep, WindowsDep
 from app.exceptions import InvalidInput, TargetNotInWindow
 from app.models import WindowCreate, WindowPage, WindowPublic
 from app.report import render_report, timeline_csv, windows_csv
+from app.results import TargetResult
 from app.routes import error_responses
 from app.targets import WINDOW_ID_PATTERN, parse_target_key
 from app.windows.lifecycle import closed_results, start_window, stop_window
@@ -143,7 +144,7 @@ async def get_window(window_id: WindowId, windows: WindowsDep, scope: ReadTeamDe
 
 @router.get(
     "/{window_id}/results/{target}",
-    response_model=dict[str, Any],
+    response_model=TargetResult,
     responses=error_responses(404, 409),
 )
 async def get_result(

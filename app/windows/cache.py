@@ -1,16 +1,16 @@
 """Results of closed windows, kept per replica (they never change once stopped)."""
 
-import json
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+
+from app.results import TargetResult
 
 
 @dataclass(frozen=True, slots=True)
 class ClosedResults:
     """Every target's result of a closed window, in order, and each one JSON-encoded."""
 
-    results: list[tuple[str, dict[str, Any]]]
+    results: list[tuple[str, TargetResult]]
     encoded: dict[str, bytes]
 
 
@@ -34,15 +34,10 @@ class ResultsCache:
         return found
 
     def put(
-        self, team: str, window_id: str, results: list[tuple[str, dict[str, Any]]]
+        self, team: str, window_id: str, results: list[tuple[str, TargetResult]]
     ) -> ClosedResults:
-        # Encoded as Starlette's JSONResponse encodes: compact, UTF-8, no NaN.
-        encoded = {
-            key: json.dumps(
-                result, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-            ).encode()
-            for key, result in results
-        }
+        # Compact UTF-8 JSON, as Starlette's JSONResponse encodes (finite floats only).
+        encoded = {key: result.model_dump_json().encode() for key, result in results}
         closed = ClosedResults(results, encoded)
         if self._max_windows > 0:
             self._windows[(team, window_id)] = closed

@@ -153,7 +153,7 @@ async def stop_window(service: WindowService, actor: Actor, window_id: str) -> W
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
     window = await run_in_threadpool(view_of, engine, stored, closed.baselines, closed.results)
-    ok = sum(t.result is not None and t.result["status"] == "ok" for t in window.targets)
+    ok = sum(t.result is not None and t.result.ok for t in window.targets)
     logger.info(
         "window %s/%s stopped by %s: %d of %d targets ok",
         actor.team, window_id, actor.key, ok, len(window.targets),

@@ -1,7 +1,6 @@
 """The other windows open on a target while a window was: named, or counted."""
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
@@ -12,12 +11,13 @@ from app.models import (
     as_utc,
     utcnow,
 )
+from app.results import OverlappingWindow, Overlaps, TargetResult
 from app.windows.stored import StoredWindow
 
 
 def overlaps_of(
     session: Session, stored: StoredWindow, end: datetime | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Overlaps]:
     """Per target: the other windows open on the same host:port during this one (until `end`).
 
     The counters are server-wide, so their benchmarks are in this window's numbers. Windows of
@@ -28,10 +28,7 @@ def overlaps_of(
     start = as_utc(window.started_at)
     if end is None:
         end = as_utc(window.stopped_at) if window.stopped_at else utcnow()
-    found: dict[str, dict[str, Any]] = {
-        t.key: {"windows": [], "other_teams": {"windows": 0, "seconds": 0.0}}
-        for t in stored.targets
-    }
+    found = {t.key: Overlaps() for t in stored.targets}
     # Two reads, each along an index: the windows open at some moment since `start` (open now,
     # or stopped after it), then which of them used these targets. A join driven by the target
     # would read every window that ever used it, and that grows with the stored history.
@@ -74,25 +71,24 @@ def overlaps_of(
             if (other_pk, key) not in pairs:
                 continue
             if team == window.team:
-                found[key]["windows"].append({"id": other_id, "seconds": seconds})
+                found[key].windows.append(OverlappingWindow(id=other_id, seconds=seconds))
             else:
-                found[key]["other_teams"]["windows"] += 1
-                found[key]["other_teams"]["seconds"] = round(
-                    found[key]["other_teams"]["seconds"] + seconds, 3
-                )
+                others = found[key].other_teams
+                others.windows += 1
+                others.seconds = round(others.seconds + seconds, 3)
     return found
 
 
 def with_overlaps(
-    session: Session, stored: StoredWindow, results: dict[int, dict[str, Any] | None]
-) -> dict[int, dict[str, Any] | None]:
+    session: Session, stored: StoredWindow, results: dict[int, TargetResult | None]
+) -> dict[int, TargetResult | None]:
     """The results (by target id) with their overlaps: stored with them since a stop keeps
     them; computed now for a window still open or a result stored before that."""
-    if all(result is not None and "overlaps" in result for result in results.values()):
+    if all(result is not None and result.overlaps is not None for result in results.values()):
         return results
     overlaps = overlaps_of(session, stored)
     return {
-        target.id: None if result is None else {**result, "overlaps": overlaps[target.key]}
+        target.id: None if result is None else result.with_overlaps(overlaps[target.key])
         for target in stored.targets
         for result in [results.get(target.id)]
     }

@@ -14,6 +14,7 @@ from app.exceptions import (
 from app.models import (
     as_utc,
 )
+from app.results import TargetResult
 from app.specdecode import (
     compare_results,
     timeline,
@@ -39,7 +40,7 @@ def read_comparison(engine: Engine, team: str, window_ids: Sequence[str]) -> dic
     }
 
 
-def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, dict[str, Any]]]:
+def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, TargetResult]]:
     """(`host:port`, result with overlaps) of every target of a closed window, in order."""
     with Session(engine) as session:
         stored = find_window(session, team, window_id)
@@ -48,7 +49,11 @@ def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, d
         if stored.window.state != "closed":
             raise WindowOpen(window_id)
         results = with_overlaps(session, stored, {t.id: t.result for t in stored.targets})
-    return [(t.key, results[t.id] or {}) for t in stored.targets]
+    missing = "no result was stored for this target"
+    return [
+        (t.key, results[t.id] or TargetResult(status="na", url=t.url, error=missing))
+        for t in stored.targets
+    ]
 
 
 def read_timeline(

@@ -30,6 +30,7 @@ from app.models import (
     utcnow,
 )
 from app.promtext import Series, SeriesKey, SeriesValue, labels_from_text, labels_to_text
+from app.results import TargetResult
 from app.scrape import ScrapeOutcome
 from app.specdecode import (
     Phase,
@@ -116,14 +117,14 @@ def phase_of(snapshot: Snapshot | None, catalog: dict[int, SeriesKey]) -> Phase:
     return series
 
 
-def summary_columns(result: dict[str, Any]) -> dict[str, Any]:
+def summary_columns(result: TargetResult) -> dict[str, Any]:
     """The columns a stored result is summarised into, for lists and filters."""
-    data = result.get("data") or {}
+    data = result.data
     return {
-        "status": result.get("status"),
-        "acceptance_rate": data.get("acceptance_rate"),
-        "acceptance_length": data.get("acceptance_length"),
-        "num_drafts": data.get("num_drafts"),
+        "status": result.status,
+        "acceptance_rate": None if data is None else data.acceptance_rate,
+        "acceptance_length": None if data is None else data.acceptance_length,
+        "num_drafts": None if data is None else data.num_drafts,
     }
 
 
@@ -285,7 +286,7 @@ class ClosedWindow:
     """What a stop stored: the baselines it read and the results it computed, by target id."""
 
     baselines: dict[int, Phase]
-    results: dict[int, dict[str, Any] | None]
+    results: dict[int, TargetResult | None]
 
 
 def close_window(
@@ -311,7 +312,7 @@ def close_window(
         catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
         overlaps = overlaps_of(session, stored, end=stopped_at)
         baselines: dict[int, Phase] = {}
-        results: dict[int, dict[str, Any]] = {}
+        results: dict[int, TargetResult] = {}
         for target in stored.targets:
             chain = chains.get(target.id, [])
             before = next((s for s in chain if s.phase == "before"), None)
@@ -329,12 +330,12 @@ def close_window(
                 phase_of(after, catalog),
                 [phase_of(sample, catalog) for sample in samples],
             )
-            results[target.id] = {**result, "overlaps": overlaps[target.key]}
+            results[target.id] = result.with_overlaps(overlaps[target.key])
         # One executemany for all targets (an ORM bulk update by primary key).
         session.execute(
             update(WindowTarget),
             [
-                {"id": target_id, "result": result, **summary_columns(result)}
+                {"id": target_id, "result": result.as_json(), **summary_columns(result)}
                 for target_id, result in results.items()
             ],
         )

@@ -2,12 +2,13 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from app.models import (
     Window,
     WindowTarget,
 )
+from app.results import TargetResult
 from app.targets import Target, parse_target
 
 NO_BASELINE = "baseline was never stored (the collector stopped before the start scrape finished)"
@@ -40,14 +41,15 @@ class StoredTarget:
     id: int
     key: str
     url: str
-    result: dict[str, Any] | None
+    result: TargetResult | None
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def of(cls, row: WindowTarget) -> "StoredTarget":
         """From its row."""
         headers = tuple((row.headers or {}).items())
-        return cls(row.id or 0, row.target, row.url, row.result, headers)
+        result = None if row.result is None else TargetResult.model_validate(row.result)
+        return cls(row.id or 0, row.target, row.url, result, headers)
 
     def parsed(self) -> Target:
         """The `Target` to scrape, with its headers."""

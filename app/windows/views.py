@@ -14,6 +14,7 @@ from app.models import (
     WindowPublic,
     as_utc,
 )
+from app.results import TargetResult
 from app.specdecode import (
     Phase,
     absolute_totals,
@@ -39,7 +40,7 @@ def public_view(
     session: Session,
     stored: StoredWindow,
     baselines: dict[int, Phase] | None = None,
-    results: dict[int, dict[str, Any] | None] | None = None,
+    results: dict[int, TargetResult | None] | None = None,
 ) -> WindowPublic:
     """The public view; `baselines` and `results` (by target id) when the caller holds them.
 
@@ -99,7 +100,7 @@ def view_of(
     engine: Engine,
     stored: StoredWindow,
     baselines: dict[int, Phase],
-    results: dict[int, dict[str, Any] | None] | None = None,
+    results: dict[int, TargetResult | None] | None = None,
 ) -> WindowPublic:
     with Session(engine) as session:
         return public_view(session, stored, baselines, results)

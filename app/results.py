@@ -1,0 +1,110 @@
+"""The result of one target over one window, typed: what the arithmetic returns, storage keeps,
+the API serves and the report renders.
+
+Its JSON is AISBench's `spec_decode_<host>_<port>.json`, keys in AISBench's order (`status`,
+`url`, `error`, `data`, `raw`), then what the collector adds (`samples`, `counter_resets`,
+`overlaps`). `counter_resets` is left out when a scrape failed (nothing was compared), and
+`overlaps` until a window's overlaps are known, as the service has always answered.
+"""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+Count = int | float
+"""A counter: an integer, or a float where a server exposed a fractional value."""
+
+
+class Counts(BaseModel):
+    """Counters summed over the series of one scrape (`raw.before`, `raw.after`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_drafts: Count
+    num_draft_tokens: Count
+    num_accepted_tokens: Count
+    accepted_per_pos: dict[str, Count]
+
+
+class Raw(BaseModel):
+    """The counters at the window's two ends; null where that scrape failed."""
+
+    before: Counts | None
+    after: Counts | None
+
+
+class ResultData(BaseModel):
+    """AISBench's `data`: the window's increases and what follows from them."""
+
+    num_drafts: Count
+    draft_tokens: Count
+    accepted_tokens: Count
+    acceptance_rate: float = Field(description="accepted / draft tokens x 100, full float")
+    acceptance_length: float = Field(description="1 + accepted / drafts, full float")
+    per_position_acceptance_rates: dict[str, float] = Field(
+        description="accepted at position N / drafts, 4 decimals, keys in numeric order"
+    )
+
+
+class SampleCount(BaseModel):
+    """Background samples taken between the window's two ends, and how many failed."""
+
+    taken: int = 0
+    failed: int = 0
+
+
+class OverlappingWindow(BaseModel):
+    """A window of the same team open on the same target at the same time."""
+
+    id: str
+    seconds: float
+
+
+class OtherTeams(BaseModel):
+    """Other teams' windows on the same target at the same time: counted, never named."""
+
+    windows: int = 0
+    seconds: float = 0.0
+
+
+class Overlaps(BaseModel):
+    """Benchmarks of other windows whose traffic is in this window's counters."""
+
+    windows: list[OverlappingWindow] = Field(default_factory=list)
+    other_teams: OtherTeams = Field(default_factory=OtherTeams)
+
+
+_LEFT_OUT_WHEN_NONE = ("counter_resets", "overlaps")
+
+
+class TargetResult(BaseModel):
+    """One target's result over one window (see the module docstring)."""
+
+    status: Literal["ok", "na"]
+    url: str
+    error: str | None = None
+    data: ResultData | None = None
+    raw: Raw = Field(default_factory=lambda: Raw(before=None, after=None))
+    samples: SampleCount = Field(default_factory=SampleCount)
+    counter_resets: int | None = None
+    overlaps: Overlaps | None = None
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unknowns(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        for name in _LEFT_OUT_WHEN_NONE:
+            if dumped.get(name, 0) is None:
+                del dumped[name]
+        return dumped
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.data is not None
+
+    def with_overlaps(self, overlaps: Overlaps) -> "TargetResult":
+        """This result with `overlaps` (a stop stores them; reads of older results add them)."""
+        return self.model_copy(update={"overlaps": overlaps})
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object, as stored and served."""
+        return self.model_dump(mode="json")
