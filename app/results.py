@@ -9,7 +9,7 @@ Its JSON is AISBench's `spec_decode_<host>_<port>.json`, keys in AISBench's orde
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 Count = int | float
 """A counter: an integer, or a float where a server exposed a fractional value."""
@@ -74,9 +74,6 @@ class Overlaps(BaseModel):
     other_teams: OtherTeams = Field(default_factory=OtherTeams)
 
 
-_LEFT_OUT_WHEN_NONE = ("counter_resets", "overlaps")
-
-
 class TargetResult(BaseModel):
     """One target's result over one window (see the module docstring)."""
 
@@ -86,16 +83,9 @@ class TargetResult(BaseModel):
     data: ResultData | None = None
     raw: Raw = Field(default_factory=lambda: Raw(before=None, after=None))
     samples: SampleCount = Field(default_factory=SampleCount)
-    counter_resets: int | None = None
-    overlaps: Overlaps | None = None
-
-    @model_serializer(mode="wrap")
-    def _leave_out_unknowns(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        dumped: dict[str, Any] = handler(self)
-        for name in _LEFT_OUT_WHEN_NONE:
-            if dumped.get(name, 0) is None:
-                del dumped[name]
-        return dumped
+    # Left out of the JSON while unknown (see the module docstring).
+    counter_resets: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    overlaps: Overlaps | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @property
     def ok(self) -> bool:

@@ -84,3 +84,29 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(base_url:
         )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     assert "Tested: 10" in run.stdout  # every operation of the schema
+
+
+def test_the_schema_describes_a_result_field_by_field(tmp_path: Path) -> None:
+    schema = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'db'}")).openapi()
+    models = schema["components"]["schemas"]
+    assert list(models["TargetResult"]["properties"]) == [
+        "status",
+        "url",
+        "error",
+        "data",
+        "raw",
+        "samples",
+        "counter_resets",
+        "overlaps",
+    ]  # fmt: skip  (AISBench's keys first, in its order)
+    assert list(models["ResultData"]["properties"]) == [
+        "num_drafts", "draft_tokens", "accepted_tokens", "acceptance_rate", "acceptance_length",
+        "per_position_acceptance_rates",
+    ]  # fmt: skip
+    result = schema["paths"]["/windows/{window_id}/results/{target}"]["get"]["responses"]["200"]
+    assert result["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/TargetResult"
+    }
+    target = models["TargetPublic"]["properties"]
+    assert {"$ref": "#/components/schemas/TargetResult"} in target["result"]["anyOf"]
+    assert {"$ref": "#/components/schemas/Counts"} in target["before"]["anyOf"]
