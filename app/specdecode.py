@@ -1,7 +1,7 @@
-"""Pure spec-decode arithmetic: per-series increases with resets, sums, the result dict.
+"""Pure spec-decode arithmetic: per-series increases with resets, sums, the typed result.
 
-Nothing here does I/O. A phase of a window (the `before` or `after` scrape) is given either
-as the extracted `Series` or as the error text of a scrape that failed.
+Nothing here does I/O. Each scrape of a window (`before`, samples, `after`) is given as its
+`Reading`: the extracted `Series`, or the error text of a scrape that failed.
 """
 
 from collections.abc import Sequence
@@ -15,8 +15,9 @@ from app.results import Counts, Raw, ResultData, SampleCount, TargetResult
 NO_METRICS = "No spec decode metrics found on server"
 NO_ACTIVITY = "No spec decode activity detected during benchmark window"
 
-Phase = Series | str
-"""A phase's outcome: the series read, or the error text of a failed scrape."""
+Reading = Series | str
+"""What one scrape of a target read: its series, or the error text of the failed scrape.
+(A snapshot's `phase` is another thing: when it was taken, `before`, `sample` or `after`.)"""
 
 
 @dataclass(slots=True)
@@ -151,26 +152,26 @@ def derived(totals: Totals) -> ResultData:
     )
 
 
-def _phase_error(phase: Phase) -> str | None:
+def _reading_error(phase: Reading) -> str | None:
     if isinstance(phase, str):
         return phase
     return NO_METRICS if not phase else None
 
 
-def _counts(phase: Phase) -> Counts | None:
+def _counts(phase: Reading) -> Counts | None:
     """The `raw` counters of a phase; None where its scrape failed or found no series."""
     return None if isinstance(phase, str) or not phase else absolute_totals(phase).raw()
 
 
 def build_result(
-    url: str, before: Phase, after: Phase, samples: Sequence[Phase] = ()
+    url: str, before: Reading, after: Reading, samples: Sequence[Reading] = ()
 ) -> TargetResult:
     """The AISBench `spec_decode_<host>_<port>.json` result of one target over one window.
 
     `samples` are the background scrapes between the two, in time order; failed ones are
     skipped, so the chain continues from the last good snapshot.
     """
-    errors = {name: _phase_error(phase) for name, phase in (("before", before), ("after", after))}
+    errors = {name: _reading_error(phase) for name, phase in (("before", before), ("after", after))}
     raw = Raw(before=_counts(before), after=_counts(after))
     taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, str) for s in samples))
     failed = [f"[{name}] {error}" for name, error in errors.items() if error]
@@ -196,7 +197,7 @@ TIMELINE_FIELDS = (
 )  # fmt: skip
 
 
-def timeline(points: Sequence[tuple[Any, str, Phase]]) -> list[dict[str, Any]]:
+def timeline(points: Sequence[tuple[Any, str, Reading]]) -> list[dict[str, Any]]:
     """One row per snapshot of a target, in the order given (`before`, samples, `after`).
 
     `num_drafts`, `draft_tokens` and `accepted_tokens` are cumulative since `before` (null when
@@ -207,7 +208,7 @@ def timeline(points: Sequence[tuple[Any, str, Phase]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for taken_at, phase, outcome in points:
         row: dict[str, Any] = dict.fromkeys(TIMELINE_FIELDS)
-        error = _phase_error(outcome)
+        error = _reading_error(outcome)
         row.update(taken_at=taken_at, phase=phase, status="error" if error else "ok", error=error)
         rows.append(row)
     good = [

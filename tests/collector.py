@@ -24,7 +24,7 @@ def specdec_command() -> list[str]:
 
 
 @dataclass
-class Collector:
+class CollectorProcess:
     """A `specdec serve` process that a test can kill and start again on the same database."""
 
     database_url: str
@@ -97,7 +97,7 @@ class Collector:
 class Team:
     """A test's own team on a shared collector: its name and write key, and where to send them."""
 
-    collector: Collector
+    collector: CollectorProcess
     name: str
     key: str
 
@@ -119,9 +119,9 @@ NewTeam = Callable[[], Team]
 
 
 @contextmanager
-def run_collector(database_url: str, log_dir: Path, **env: str) -> Iterator[Collector]:
+def run_collector(database_url: str, log_dir: Path, **env: str) -> Iterator[CollectorProcess]:
     """A collector on `database_url`, logging into `log_dir`, with `SPECDEC_*` settings `env`."""
-    collector = Collector(database_url, env=env, log_path=log_dir / "collector.log")
+    collector = CollectorProcess(database_url, env=env, log_path=log_dir / "collector.log")
     collector.start()
     try:
         yield collector

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from app.auth import create_key
 from app.db import create_db_engine, upgrade_database
-from tests.collector import Collector, NewTeam, Team, run_collector
+from tests.collector import CollectorProcess, NewTeam, Team, run_collector
 from tests.postgres import fresh_schema, postgres_server
 
 DATABASE_KINDS = ["sqlite", "postgresql"]
@@ -52,7 +52,7 @@ class SessionServices:
         self._stack = stack
         self._folder = folder
         self._postgres_url: str | None = None
-        self._collectors: dict[str, tuple[Collector, Engine]] = {}
+        self._collectors: dict[str, tuple[CollectorProcess, Engine]] = {}
 
     def postgres_url(self) -> str:
         if self._postgres_url is None:
@@ -68,7 +68,7 @@ class SessionServices:
         with fresh_schema(self.postgres_url()) as url:
             yield url
 
-    def shared_collector(self, kind: str) -> tuple[Collector, Engine]:
+    def shared_collector(self, kind: str) -> tuple[CollectorProcess, Engine]:
         if kind not in self._collectors:
             folder = self._folder / kind
             folder.mkdir()
@@ -147,7 +147,7 @@ def api(team: Team) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture
-def collector(database_url: str, tmp_path: Path) -> Iterator[Collector]:
+def collector(database_url: str, tmp_path: Path) -> Iterator[CollectorProcess]:
     """`specdec serve` of the test's own, on a free port with a fresh database."""
     with run_collector(database_url, tmp_path) as running:
         yield running

@@ -4,7 +4,7 @@ from fractions import Fraction
 
 from app.counters import Role
 from app.promtext import Series, SeriesKey, SeriesValue, extract_spec_decode
-from app.specdecode import NO_ACTIVITY, NO_METRICS, Phase, build_result, timeline, window_increase
+from app.specdecode import NO_ACTIVITY, NO_METRICS, Reading, build_result, timeline, window_increase
 from tests.payloads import EngineCounters, spec_block, vllm_payload
 
 URL = "http://10.0.0.1:8080/metrics"
@@ -189,7 +189,7 @@ def test_timeline_rows_cumulative_and_interval_values() -> None:
             )
         )
 
-    points: list[tuple[str, str, Phase]] = [
+    points: list[tuple[str, str, Reading]] = [
         ("t0", "before", at(100)),
         ("t1", "sample", at(300)),
         ("t2", "sample", "Metrics endpoint returned HTTP 503"),

@@ -20,7 +20,7 @@ from app.models import (
 )
 from app.scrape import ScrapeConfig, refusals, scrape_all
 from app.specdecode import (
-    Phase,
+    Reading,
 )
 from app.targets import Target
 from app.windows.cache import ClosedResults, ResultsCache
@@ -114,7 +114,7 @@ async def start_window(
     stored = inserted
     outcomes = await scrape_all(service.client, targets, service.scrape)
     await run_in_threadpool(store_baseline, engine, stored, outcomes)
-    baselines: dict[int, Phase] = {
+    baselines: dict[int, Reading] = {
         target.id: outcome.series if outcome.series is not None else outcome.error or ""
         for target, outcome in zip(stored.targets, outcomes, strict=True)
     }

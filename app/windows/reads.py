@@ -20,7 +20,7 @@ from app.specdecode import (
     timeline,
 )
 from app.windows.overlaps import with_overlaps
-from app.windows.storage import catalogue, find_window, in_chain_order, phase_of, snapshots_of
+from app.windows.storage import catalogue, find_window, in_chain_order, reading_of, snapshots_of
 from app.windows.views import window_fields
 
 
@@ -75,7 +75,7 @@ def read_timeline(
             target.key,
             timeline(
                 [
-                    (as_utc(s.taken_at), s.phase, phase_of(s, catalog))
+                    (as_utc(s.taken_at), s.phase, reading_of(s, catalog))
                     for s in in_chain_order(chains.get(target.id, []))
                 ]
             ),

@@ -33,7 +33,7 @@ from app.promtext import Series, SeriesKey, SeriesValue, labels_from_text, label
 from app.results import TargetResult
 from app.scrape import ScrapeOutcome
 from app.specdecode import (
-    Phase,
+    Reading,
     build_result,
 )
 from app.targets import Target
@@ -105,7 +105,8 @@ def snapshots_of(
     return by_target
 
 
-def phase_of(snapshot: Snapshot | None, catalog: dict[int, SeriesKey]) -> Phase:
+def reading_of(snapshot: Snapshot | None, catalog: dict[int, SeriesKey]) -> Reading:
+    """What a stored snapshot read (`NO_BASELINE` for a `before` that was never stored)."""
     if snapshot is None:
         return NO_BASELINE
     if snapshot.counters is None:
@@ -285,7 +286,7 @@ def store_baseline(engine: Engine, stored: StoredWindow, outcomes: Sequence[Scra
 class ClosedWindow:
     """What a stop stored: the baselines it read and the results it computed, by target id."""
 
-    baselines: dict[int, Phase]
+    baselines: dict[int, Reading]
     results: dict[int, TargetResult | None]
 
 
@@ -311,7 +312,7 @@ def close_window(
         chains = snapshots_of(session, ids)
         catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
         overlaps = overlaps_of(session, stored, end=stopped_at)
-        baselines: dict[int, Phase] = {}
+        baselines: dict[int, Reading] = {}
         results: dict[int, TargetResult] = {}
         for target in stored.targets:
             chain = chains.get(target.id, [])
@@ -323,12 +324,12 @@ def close_window(
                 if s.phase == "sample" and as_utc(s.taken_at) <= as_utc(after.taken_at)
             ]  # fmt: skip
             if before is not None:
-                baselines[target.id] = phase_of(before, catalog)
+                baselines[target.id] = reading_of(before, catalog)
             result = build_result(
                 target.url,
-                phase_of(before, catalog),
-                phase_of(after, catalog),
-                [phase_of(sample, catalog) for sample in samples],
+                reading_of(before, catalog),
+                reading_of(after, catalog),
+                [reading_of(sample, catalog) for sample in samples],
             )
             results[target.id] = result.with_overlaps(overlaps[target.key])
         # One executemany for all targets (an ORM bulk update by primary key).

@@ -16,21 +16,21 @@ from app.models import (
 )
 from app.results import TargetResult
 from app.specdecode import (
-    Phase,
+    Reading,
     absolute_totals,
 )
 from app.windows.overlaps import with_overlaps
-from app.windows.storage import catalogue, find_window, phase_of, snapshots_of
+from app.windows.storage import catalogue, find_window, reading_of, snapshots_of
 from app.windows.stored import StoredWindow
 
 
-def baselines_of(session: Session, stored: StoredWindow) -> dict[int, Phase]:
+def baselines_of(session: Session, stored: StoredWindow) -> dict[int, Reading]:
     """Per target id: the series of its `before` scrape, or that scrape's error."""
     ids = [t.id for t in stored.targets]
     befores = snapshots_of(session, ids, ["before"])
     catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
     return {
-        target_id: phase_of(snapshots[0], catalog)
+        target_id: reading_of(snapshots[0], catalog)
         for target_id, snapshots in befores.items()
         if snapshots
     }
@@ -39,7 +39,7 @@ def baselines_of(session: Session, stored: StoredWindow) -> dict[int, Phase]:
 def public_view(
     session: Session,
     stored: StoredWindow,
-    baselines: dict[int, Phase] | None = None,
+    baselines: dict[int, Reading] | None = None,
     results: dict[int, TargetResult | None] | None = None,
 ) -> WindowPublic:
     """The public view; `baselines` and `results` (by target id) when the caller holds them.
@@ -99,7 +99,7 @@ def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
 def view_of(
     engine: Engine,
     stored: StoredWindow,
-    baselines: dict[int, Phase],
+    baselines: dict[int, Reading],
     results: dict[int, TargetResult | None] | None = None,
 ) -> WindowPublic:
     with Session(engine) as session:

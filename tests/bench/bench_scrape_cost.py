@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import Collector, run_collector
+from tests.collector import CollectorProcess, run_collector
 from tests.payloads import fixture
 
 TARGETS, WINDOWS = 16, 40
@@ -30,7 +30,7 @@ def parse_seconds(payload: str) -> float:
 
 
 def run_windows(
-    collector: Collector, targets: list[str], rounds: int, label: str
+    collector: CollectorProcess, targets: list[str], rounds: int, label: str
 ) -> tuple[float, float]:
     """Median start (s) and collector CPU per target scrape (s) over `rounds` start/stop pairs.
 

@@ -15,12 +15,14 @@ import httpx
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import Collector, run_collector
+from tests.collector import CollectorProcess, run_collector
 
 TARGETS, DELAY_S, ROUNDS = 64, 0.2, 15
 
 
-def timed_start(collector: Collector, targets: list[str], window_id: str) -> tuple[float, float]:
+def timed_start(
+    collector: CollectorProcess, targets: list[str], window_id: str
+) -> tuple[float, float]:
     """Seconds a start of a window of `targets` took, and the collector's CPU seconds in it.
 
     The window is stopped afterwards (untimed).

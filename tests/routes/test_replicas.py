@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import make_url, text
 
 from app.db import create_db_engine
-from tests.collector import Collector, run_collector
+from tests.collector import CollectorProcess, run_collector
 from tests.metrics_server import serve_metrics
 from tests.payloads import drafts_payload
 from tests.tcp_proxy import tcp_proxy
@@ -85,8 +85,12 @@ def test_one_replica_samples_each_window_and_another_takes_over(
     interval = 0.5
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    a = Collector(postgres_url, env={"SPECDEC_REPLICA_ID": "a"}, log_path=tmp_path / "a" / "log")
-    b = Collector(postgres_url, env={"SPECDEC_REPLICA_ID": "b"}, log_path=tmp_path / "b" / "log")
+    a = CollectorProcess(
+        postgres_url, env={"SPECDEC_REPLICA_ID": "a"}, log_path=tmp_path / "a" / "log"
+    )
+    b = CollectorProcess(
+        postgres_url, env={"SPECDEC_REPLICA_ID": "b"}, log_path=tmp_path / "b" / "log"
+    )
     a.start()
     b.start()
     try:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import sqlalchemy
 
-from tests.collector import Collector, NewTeam, Team, run_collector, watching_health
+from tests.collector import CollectorProcess, NewTeam, Team, run_collector, watching_health
 from tests.metrics_server import serve_metrics
 from tests.payloads import drafts_payload
 
@@ -166,7 +166,7 @@ def _peak_rss_kib(pid: int) -> int:
 
 
 @pytest.mark.slow
-def test_huge_answer_and_gzip_bomb_stay_bounded(collector: Collector) -> None:
+def test_huge_answer_and_gzip_bomb_stay_bounded(collector: CollectorProcess) -> None:
     """On a collector of its own: its peak memory is measured from a fresh process."""
     api = httpx.Client(base_url=collector.base_url, timeout=30)
     huge = b"# padding line of a metrics answer\n" * (64 * 1024 * 1024 // 35)  # 64 MB

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.collector import Collector, run_collector, specdec_command
+from tests.collector import CollectorProcess, run_collector, specdec_command
 from tests.metrics_server import MetricsServer, free_port, serve_metrics
 from tests.payloads import EngineCounters, vllm_payload
 
@@ -25,7 +25,7 @@ def auth(key: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def shared(database_url: str, tmp_path: Path) -> Iterator[Collector]:
+def shared(database_url: str, tmp_path: Path) -> Iterator[CollectorProcess]:
     with run_collector(database_url, tmp_path, SPECDEC_API_KEYS=KEYS) as collector:
         yield collector
 
@@ -37,7 +37,7 @@ def server() -> Iterator[MetricsServer]:
         yield running
 
 
-def test_missing_wrong_and_read_only_keys(shared: Collector, server: MetricsServer) -> None:
+def test_missing_wrong_and_read_only_keys(shared: CollectorProcess, server: MetricsServer) -> None:
     api = httpx.Client(base_url=shared.base_url, timeout=30)
     body = {"targets": [server.target]}
     missing = api.post("/windows/w/start", json=body)
@@ -58,7 +58,7 @@ def test_missing_wrong_and_read_only_keys(shared: Collector, server: MetricsServ
     assert api.get("/healthz").status_code == 200  # health needs no key
 
 
-def test_teams_are_isolated_and_admins_name_the_team(shared: Collector) -> None:
+def test_teams_are_isolated_and_admins_name_the_team(shared: CollectorProcess) -> None:
     api = httpx.Client(base_url=shared.base_url, timeout=30)
     payload = vllm_payload([EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])])
     with serve_metrics(body=payload.encode()) as one, serve_metrics(body=payload.encode()) as two:
@@ -158,7 +158,7 @@ def test_serving_beyond_loopback_without_keys_is_refused(database_url: str) -> N
 
 
 def test_anonymous_beyond_loopback_when_allowed(database_url: str, tmp_path: Path) -> None:
-    collector = Collector(
+    collector = CollectorProcess(
         database_url, env={"SPECDEC_ALLOW_ANONYMOUS": "true"}, log_path=tmp_path / "log"
     )
     collector.start(host="0.0.0.0")
