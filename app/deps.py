@@ -14,43 +14,54 @@ from app.auth import (
     team_scope,
     writer,
 )
+from app.state import Services
 from app.windows.lifecycle import WindowService
 from app.windows.stored import Actor
 
 
-async def get_engine(request: Request) -> Engine:
+async def get_services(request: Request) -> Services:
+    """What the lifespan built (see `app.state`)."""
+    services: Services = request.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def get_engine(services: ServicesDep) -> Engine:
     """The engine the lifespan created."""
-    engine: Engine = request.app.state.engine
-    return engine
+    return services.engine
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
-async def get_windows(request: Request) -> WindowService:
+async def get_windows(services: ServicesDep) -> WindowService:
     """The engine, client, scrape config, sampler and limits the window calls need."""
-    windows: WindowService = request.app.state.windows
-    return windows
+    return services.windows
 
 
 WindowsDep = Annotated[WindowService, Depends(get_windows)]
 
 
-async def get_principal(request: Request, engine: EngineDep) -> Principal:
+async def get_principal(request: Request, services: ServicesDep) -> Principal:
     """The authenticated caller.
 
     A key from SPECDEC_API_KEYS is checked here on the event loop; only what needs the
     database (stored keys, open mode) goes to the thread pool: that hop cost more than the
     rest of a cached read.
     """
-    state = request.app.state
     authorization = request.headers.get("authorization")
     if authorization is not None:
-        found = principal_from_env_keys(authorization, state.env_keys)
+        found = principal_from_env_keys(authorization, services.env_keys)
         if found is not None:
             return found
     return await run_in_threadpool(
-        authenticate, authorization, state.env_keys, engine, state.anonymous_allowed
+        authenticate,
+        authorization,
+        services.env_keys,
+        services.engine,
+        services.anonymous_allowed,
     )
 
 

@@ -23,6 +23,7 @@ from app.metrics import REGISTRY, DatabaseMetrics
 from app.routes import compare, health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
+from app.state import Services, State
 from app.windows.cache import ResultsCache
 from app.windows.lifecycle import WindowService
 
@@ -122,7 +123,7 @@ def create_app(
         scrape = replace(scrape, resolve=resolve)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         # Migrations run before the first request is accepted.
         await run_in_threadpool(upgrade_database, settings.database_url)
         engine = create_db_engine(
@@ -140,18 +141,15 @@ def create_app(
             replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
             scan_interval_s=settings.sampler_scan_s,
         )
-        app.state.settings = settings
-        app.state.engine = engine
-        app.state.env_keys = env_keys
-        app.state.anonymous_allowed = anonymous_allowed
-        app.state.windows = WindowService(
+        windows = WindowService(
             engine, client, scrape, sampler, settings, ResultsCache(settings.results_cache_windows)
         )
+        services = Services(engine, env_keys, anonymous_allowed, windows)
         database_metrics = DatabaseMetrics(engine, settings.metrics_latest_windows)
         REGISTRY.register(database_metrics)
         await sampler.start()
         try:
-            yield
+            yield {"services": services}
         finally:
             REGISTRY.unregister(database_metrics)
             sampler.shutdown()
