@@ -1,0 +1,153 @@
+"""The `specdec` command.
+
+Service side: `serve` the collector, `simulate` a vLLM server, manage `keys`.
+Client side (of a running collector): `start`, `stop`, `get`, `report`, `ls`, `run`; and `load`.
+"""
+
+import argparse
+import os
+from collections.abc import Sequence
+
+from app.cli import remote, service
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of rates"
+        ) from None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="apply migrations, then serve the collector")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(handler=service.serve)
+
+    simulate = commands.add_parser(
+        "simulate", help="serve a simulated vLLM server (OpenAI API and /metrics)"
+    )
+    simulate.add_argument("--host", default="127.0.0.1")
+    simulate.add_argument("--port", type=int, default=9000)
+    simulate.add_argument("--engines", type=_positive_int, default=1, help="data-parallel engines")
+    simulate.add_argument("--k", type=_positive_int, default=5, help="speculative tokens per draft")
+    simulate.add_argument(
+        "--drafts-per-s", type=float, default=50.0, help="drafts a second per engine (0: off)"
+    )
+    simulate.add_argument(
+        "--acceptance", type=_rates, help="per-position acceptance, e.g. 0.8,0.6,0.4 (sets k)"
+    )
+    simulate.add_argument("--model-name", default="meta-llama/Llama-3.1-8B-Instruct")
+    simulate.add_argument(
+        "--reset-after", type=_positive_int, help="restart engine 0 every N requests"
+    )
+    simulate.add_argument("--seed", type=int, help="random seed of the acceptance draws")
+    simulate.set_defaults(handler=service.simulate)
+
+    def client_command(name: str, help_text: str) -> argparse.ArgumentParser:
+        command = commands.add_parser(name, help=help_text)
+        command.add_argument(
+            "--server",
+            default=os.environ.get("SPECDEC_SERVER", "http://127.0.0.1:8000"),
+            help="the collector (default: $SPECDEC_SERVER or http://127.0.0.1:8000)",
+        )
+        command.add_argument(
+            "--api-key",
+            default=os.environ.get("SPECDEC_API_KEY"),
+            help="a key of your team (default: $SPECDEC_API_KEY)",
+        )
+        command.add_argument("--team", help="admin keys: the team to act in")
+        return command
+
+    def target_options(command: argparse.ArgumentParser) -> None:
+        command.add_argument(
+            "--target", action="append", help="host:port or URL of /metrics (repeatable)"
+        )
+        command.add_argument(
+            "--targets-from",
+            action="append",
+            metavar="FILE",
+            help="an AISBench model config: its host_ip/host_port entries",
+        )
+        command.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+        command.add_argument(
+            "--sample-interval", type=float, metavar="S", help="sample every S seconds"
+        )
+
+    start = client_command("start", "open a window on a collector")
+    start.add_argument("id")
+    target_options(start)
+    start.set_defaults(handler=remote.start)
+    stop = client_command("stop", "close a window and print its report")
+    stop.add_argument("id")
+    stop.set_defaults(handler=remote.stop)
+    get = client_command("get", "show a window and its results")
+    get.add_argument("id")
+    get.add_argument("--json", action="store_true", help="the window as JSON")
+    get.set_defaults(handler=remote.get)
+    report = client_command("report", "print a window's AISBench console report")
+    report.add_argument("id")
+    report.set_defaults(handler=remote.report)
+    ls = client_command("ls", "list your team's windows, newest first")
+    ls.add_argument("--limit", type=_positive_int, default=50)
+    ls.set_defaults(handler=remote.ls)
+
+    run = client_command("run", "run a benchmark command inside a window")
+    target_options(run)
+    run.add_argument("--id", help="window id (default: run-<time>-<random>)")
+    run.add_argument(
+        "--output-dir",
+        help="where to write spec_decode_<host>_<port>.json "
+        "(default: the newest outputs/**/performances the command made, else .)",
+    )
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    run.set_defaults(handler=remote.run)
+
+    load = commands.add_parser("load", help="send OpenAI completion requests (to the simulator)")
+    load.add_argument("--url", default="http://127.0.0.1:9000")
+    load.add_argument("--requests", type=_positive_int, default=100)
+    load.add_argument("--concurrency", type=_positive_int, default=8)
+    load.add_argument("--max-tokens", type=_positive_int, default=64)
+    load.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
+    load.add_argument("--stream", action="store_true")
+    load.add_argument("--model")
+    load.set_defaults(handler=remote.load)
+
+    wait = commands.add_parser("wait-ready", help="wait until every URL answers 2xx (for scripts)")
+    wait.add_argument("urls", nargs="+", metavar="URL")
+    wait.add_argument("--timeout", type=float, default=60.0)
+    wait.set_defaults(handler=remote.wait_ready)
+
+    keys = commands.add_parser("keys", help="manage API keys stored (hashed) in the database")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = key_commands.add_parser("create", help="create a key; it is printed once")
+    create.add_argument("--team", required=True)
+    create.add_argument("--role", required=True, choices=["read", "write", "admin"])
+    create.set_defaults(handler=service.keys_create)
+    key_commands.add_parser("list", help="list keys (never the keys themselves)").set_defaults(
+        handler=service.keys_list
+    )
+    revoke = key_commands.add_parser("revoke", help="revoke a key by its id")
+    revoke.add_argument("id", type=int)
+    revoke.set_defaults(handler=service.keys_revoke)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `specdec` console script."""
+    args = build_parser().parse_args(argv)
+    result: int = args.handler(args)
+    return result

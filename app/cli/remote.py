@@ -1,0 +1,198 @@
+"""Commands that talk to a running collector (`start`, `stop`, `get`, `report`, `ls`, `run`) or
+to a server (`load`, `wait-ready`)."""
+
+import argparse
+import asyncio
+import json
+import secrets
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from app.client import CollectorClient
+
+
+def _client(args: argparse.Namespace) -> "CollectorClient":
+    from app.client import CollectorClient
+
+    return CollectorClient(args.server, args.api_key, team=args.team)
+
+
+def _labels(pairs: Sequence[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"specdec: --label {pair!r} is not key=value")
+        labels[key] = value
+    return labels
+
+
+def _targets(args: argparse.Namespace) -> list[Any]:
+    from app.aisbench import ConfigError, targets_from_config
+
+    targets: list[Any] = list(args.target or [])
+    for path in args.targets_from or []:
+        try:
+            targets += targets_from_config(Path(path).read_text(), filename=path)
+        except (OSError, ConfigError) as exc:
+            raise SystemExit(f"specdec: --targets-from {path}: {exc}") from None
+    if not targets:
+        raise SystemExit("specdec: give at least one --target host:port or --targets-from FILE")
+    return targets
+
+
+def _client_call(args: argparse.Namespace, call: "Callable[[CollectorClient], int]") -> int:
+    from app.client import CollectorError, CollectorUnavailable
+
+    with _client(args) as client:
+        try:
+            return call(client)
+        except CollectorError as exc:
+            print(f"specdec: {exc.detail} (HTTP {exc.status})", file=sys.stderr)
+            return 1
+        except CollectorUnavailable as exc:
+            print(f"specdec: collector unreachable: {exc}", file=sys.stderr)
+            return 2
+
+
+def start(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        window = client.start(args.id, _targets(args), _labels(args.label), args.sample_interval)
+        print(f"window {window['id']} open on {', '.join(t['target'] for t in window['targets'])}")
+        return 0
+
+    return _client_call(args, call)
+
+
+def stop(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        print(client.stop_and_report(args.id), end="")
+        return 0
+
+    return _client_call(args, call)
+
+
+def get(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        window = client.get(args.id)
+        if args.json:
+            print(json.dumps(window, indent=2))
+            return 0
+        print(f"window {window['id']} ({window['state']}), started {window['started_at']}")
+        for target in window["targets"]:
+            result = target["result"]
+            if result is None:
+                print(f"  {target['target']:<28} open")
+            elif result["status"] == "ok":
+                data = result["data"]
+                print(
+                    f"  {target['target']:<28} acceptance {data['acceptance_rate']:.2f} %, "
+                    f"length {data['acceptance_length']:.2f}, {data['num_drafts']} drafts"
+                )
+            else:
+                print(f"  {target['target']:<28} N/A: {result['error']}")
+        return 0
+
+    return _client_call(args, call)
+
+
+def report(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        print(client.report(args.id), end="")
+        return 0
+
+    return _client_call(args, call)
+
+
+def ls(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        windows = client.list(limit=args.limit)
+        print(f"{'id':<32} {'state':<7} {'started':<20} {'targets':>7}  acceptance (%)")
+        for window in windows:
+            rates = [
+                f"{t['acceptance_rate']:.2f}"
+                for t in window["targets"]
+                if t["acceptance_rate"] is not None
+            ]
+            started = window["started_at"][:19].replace("T", " ")
+            count = len(window["targets"])
+            print(
+                f"{window['id']:<32} {window['state']:<7} {started:<20} {count:>7}  "
+                f"{', '.join(rates) or '-'}"
+            )
+        return 0
+
+    return _client_call(args, call)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.runner import RunOptions, run_wrapped
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise SystemExit(
+            "specdec run: give the command after --, e.g. specdec run --target h:p -- ais_bench ..."
+        )
+    window_id = args.id or time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    options = RunOptions(
+        window_id=window_id,
+        targets=_targets(args),
+        command=command,
+        sample_interval_s=args.sample_interval,
+        labels=_labels(args.label),
+        output_dir=Path(args.output_dir) if args.output_dir else None,
+    )
+    with _client(args) as client:
+        return run_wrapped(client, options)
+
+
+def load(args: argparse.Namespace) -> int:
+    from app.runner import generate_load
+
+    summary = asyncio.run(
+        generate_load(
+            args.url,
+            args.requests,
+            args.concurrency,
+            args.max_tokens,
+            chat=args.chat,
+            stream=args.stream,
+            model=args.model,
+        )
+    )
+    print(
+        f"{summary.requests} requests ({summary.failed} failed), "
+        f"{summary.completion_tokens} tokens in {summary.seconds:.1f} s"
+    )
+    return 1 if summary.failed else 0
+
+
+def wait_ready(args: argparse.Namespace) -> int:
+    import httpx
+
+    deadline = time.monotonic() + args.timeout
+    # One client for every try: each new one would build a TLS context (~40 ms of CPU).
+    with httpx.Client(timeout=2) as http:
+        for url in args.urls:
+            while True:
+                try:
+                    if http.get(url).is_success:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    print(
+                        f"specdec wait-ready: {url} did not answer in {args.timeout:g} s",
+                        file=sys.stderr,
+                    )
+                    return 1
+                time.sleep(0.1)
+    return 0

@@ -1,0 +1,138 @@
+"""Service-side commands: `serve` the collector, `simulate` a vLLM server, manage `keys`."""
+
+import argparse
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from app.targets import TargetPolicy
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+def serve(args: argparse.Namespace) -> int:
+    from app.auth import active_db_keys, is_loopback, parse_env_keys
+    from app.config import get_settings
+    from app.db import create_db_engine, upgrade_database
+    from app.main import create_app
+
+    settings = get_settings()
+    try:
+        env_keys = parse_env_keys(settings.api_keys)
+        TargetPolicy.parse(settings.allowed_targets)
+    except ValueError as exc:
+        print(f"specdec serve: {exc}", file=sys.stderr)
+        return 2
+    upgrade_database(settings.database_url)
+    engine = create_db_engine(settings.database_url)
+    has_keys = bool(env_keys) or active_db_keys(engine) > 0
+    engine.dispose()
+    anonymous_allowed = is_loopback(args.host) or settings.allow_anonymous
+    if not has_keys and not anonymous_allowed:
+        print(
+            f"specdec serve: refusing to serve on {args.host} without API keys: anyone who can "
+            "reach it could use it. Set SPECDEC_API_KEYS, create a key with `specdec keys create`, "
+            "bind to 127.0.0.1, or set SPECDEC_ALLOW_ANONYMOUS=true to accept this.",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per scrape and per Alembic plugin is noise at INFO; keep their warnings.
+    for noisy in ("httpx", "alembic.runtime.plugins"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The lifespan applies the migrations before uvicorn accepts the first connection.
+    uvicorn.run(
+        create_app(settings, anonymous_allowed=anonymous_allowed),
+        host=args.host,
+        port=args.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def simulate(args: argparse.Namespace) -> int:
+    from app.simulator import SimulatedServer, create_simulator_app
+
+    try:
+        server = SimulatedServer(
+            engines=args.engines,
+            k=len(args.acceptance) if args.acceptance else args.k,
+            drafts_per_s=args.drafts_per_s,
+            acceptance=args.acceptance or (),
+            model_name=args.model_name,
+            reset_after=args.reset_after,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"specdec simulate: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"simulating a vLLM server: {args.engines} engine(s), k={server.k}, "
+        f"per-position acceptance {list(server.acceptance)}, model {server.model_name}\n"
+        f"  OpenAI API at http://{args.host}:{args.port}/v1, metrics at /metrics",
+        flush=True,
+    )
+    uvicorn.run(create_simulator_app(server), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+# --- the client commands -------------------------------------------------------------------
+
+
+def keys_engine() -> "Engine":
+    from app.config import get_settings
+    from app.db import create_db_engine, upgrade_database
+
+    settings = get_settings()
+    upgrade_database(settings.database_url)
+    return create_db_engine(settings.database_url)
+
+
+def keys_create(args: argparse.Namespace) -> int:
+    from app.auth import check_role, check_team, create_key
+
+    try:
+        check_team(args.team)
+        check_role(args.role)
+    except ValueError as exc:
+        print(f"specdec keys create: {exc}", file=sys.stderr)
+        return 2
+    engine = keys_engine()
+    row, key = create_key(engine, args.team, args.role)
+    engine.dispose()
+    print(f"key {row.id} for team {row.team}, role {row.role}. It is shown only this once:")
+    print(key)
+    return 0
+
+
+def keys_list(args: argparse.Namespace) -> int:
+    from app.auth import list_keys
+
+    engine = keys_engine()
+    rows = list_keys(engine)
+    engine.dispose()
+    print(f"{'id':>5}  {'team':<24} {'role':<6} {'prefix':<9} {'created':<20} revoked")
+    for row in rows:
+        revoked = row.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if row.revoked_at else "-"
+        created = row.created_at.strftime("%Y-%m-%d %H:%M:%S")
+        print(f"{row.id:>5}  {row.team:<24} {row.role:<6} {row.prefix:<9} {created:<20} {revoked}")
+    return 0
+
+
+def keys_revoke(args: argparse.Namespace) -> int:
+    from app.auth import revoke_key
+
+    engine = keys_engine()
+    revoked = revoke_key(engine, args.id)
+    engine.dispose()
+    if not revoked:
+        print(f"specdec keys revoke: no active key {args.id}", file=sys.stderr)
+        return 1
+    print(f"key {args.id} revoked")
+    return 0
