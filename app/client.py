@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from app.models import WindowPublic, WindowSummary
+
 Target = str | Mapping[str, Any]
 
 
@@ -127,14 +129,12 @@ class BaseClient:
         )
 
     @staticmethod
-    def window_of(response: httpx.Response) -> dict[str, Any]:
-        window: dict[str, Any] = response.json()
-        return window
+    def window_of(response: httpx.Response) -> WindowPublic:
+        return WindowPublic.model_validate(response.json())
 
     @staticmethod
-    def windows_of(response: httpx.Response) -> list[dict[str, Any]]:
-        windows: list[dict[str, Any]] = response.json()["windows"]
-        return windows
+    def windows_of(response: httpx.Response) -> list[WindowSummary]:
+        return [WindowSummary.model_validate(w) for w in response.json()["windows"]]
 
 
 class CollectorClient(BaseClient):
@@ -169,17 +169,17 @@ class CollectorClient(BaseClient):
         targets: Sequence[Target],
         labels: Mapping[str, str] | None = None,
         sample_interval_s: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> WindowPublic:
         """Open a window (a retry of the same start is harmless)."""
         return self.window_of(
             self._send(self.starting(window_id, targets, labels, sample_interval_s))
         )
 
-    def stop(self, window_id: str) -> dict[str, Any]:
+    def stop(self, window_id: str) -> WindowPublic:
         """Close a window; its targets carry their results."""
         return self.window_of(self._send(self.stopping(window_id)))
 
-    def get(self, window_id: str) -> dict[str, Any]:
+    def get(self, window_id: str) -> WindowPublic:
         """The window with its targets and results."""
         return self.window_of(self._send(self.getting(window_id)))
 
@@ -192,7 +192,7 @@ class CollectorClient(BaseClient):
         self.stop(window_id)
         return self.report(window_id)
 
-    def list(self, limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
+    def list(self, limit: int = 50, state: str | None = None) -> list[WindowSummary]:
         """The team's windows, newest first."""
         return self.windows_of(self._send(self.listing(limit, state)))
 
@@ -229,16 +229,16 @@ class AsyncCollectorClient(BaseClient):
         targets: Sequence[Target],
         labels: Mapping[str, str] | None = None,
         sample_interval_s: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> WindowPublic:
         """Open a window (a retry of the same start is harmless)."""
         call = self.starting(window_id, targets, labels, sample_interval_s)
         return self.window_of(await self._send(call))
 
-    async def stop(self, window_id: str) -> dict[str, Any]:
+    async def stop(self, window_id: str) -> WindowPublic:
         """Close a window; its targets carry their results."""
         return self.window_of(await self._send(self.stopping(window_id)))
 
-    async def get(self, window_id: str) -> dict[str, Any]:
+    async def get(self, window_id: str) -> WindowPublic:
         """The window with its targets and results."""
         return self.window_of(await self._send(self.getting(window_id)))
 
@@ -251,6 +251,6 @@ class AsyncCollectorClient(BaseClient):
         await self.stop(window_id)
         return await self.report(window_id)
 
-    async def list(self, limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
+    async def list(self, limit: int = 50, state: str | None = None) -> list[WindowSummary]:
         """The team's windows, newest first."""
         return self.windows_of(await self._send(self.listing(limit, state)))

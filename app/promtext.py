@@ -162,6 +162,11 @@ def _eof_offset(text: str) -> int:
     return len(text)
 
 
+def forget_parsed_labels() -> None:
+    """Empty the cache of parsed label sets (a cold start, for measuring extraction)."""
+    _parse_labels.cache_clear()
+
+
 def labels_to_text(labels: tuple[tuple[str, str], ...]) -> str:
     """Canonical text of a sorted label set, for storage and comparison."""
     return json.dumps(labels, ensure_ascii=False, separators=(",", ":"))

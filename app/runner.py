@@ -85,7 +85,7 @@ def run_wrapped(
             options.window_id, options.targets, options.labels, options.sample_interval_s
         )
         started = True
-        say(f"specdec: window {options.window_id} started on {len(window['targets'])} target(s)")
+        say(f"specdec: window {options.window_id} started on {len(window.targets)} target(s)")
     except (CollectorError, CollectorUnavailable) as exc:
         say(f"specdec: could not start window {options.window_id} ({exc})")
         say("specdec: running the command anyway, without measuring")
@@ -103,9 +103,11 @@ def run_wrapped(
     print(report, file=out, end="", flush=True)
     folder = options.output_dir or newest_output_dir(Path.cwd(), began - 1) or Path.cwd()
     folder.mkdir(parents=True, exist_ok=True)
-    for target in stopped["targets"]:
-        path = folder / result_filename(target["target"])
-        path.write_text(json.dumps(target["result"], indent=2) + "\n")
+    for target in stopped.targets:
+        if target.result is None:
+            continue  # a window is closed with every result: nothing to write otherwise
+        path = folder / result_filename(target.target)
+        path.write_text(json.dumps(target.result.as_json(), indent=2) + "\n")
         say(f"specdec: wrote {path}")
     return code
 

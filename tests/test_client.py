@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from app.client import AsyncCollectorClient, CollectorClient, CollectorError, CollectorUnavailable
+from app.models import WindowPublic, WindowSummary
 from tests.collector import Team
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import drafts_payload
@@ -17,19 +18,20 @@ def test_sync_client_round_trip(team: Team) -> None:
         CollectorClient(team.base_url, api_key=team.key) as client,
     ):
         window = client.start("c-1", [server.target], labels={"model": "m"}, sample_interval_s=1)
-        assert window["labels"] == {"model": "m"} and window["sample_interval_s"] == 1
+        assert window.labels == {"model": "m"} and window.sample_interval_s == 1
         server.replace(drafts_payload(300))
         report = client.stop_and_report("c-1")
         got = client.get("c-1")
         listed = client.list()
     assert "Drafts                                        200" in report
-    assert got["targets"][0]["result"]["data"]["num_drafts"] == 200
-    assert [w["id"] for w in listed] == ["c-1"]
-    assert listed[0]["targets"][0]["num_drafts"] == 200
+    result = got.targets[0].result
+    assert result is not None and result.data is not None and result.data.num_drafts == 200
+    assert [w.id for w in listed] == ["c-1"]
+    assert listed[0].targets[0].num_drafts == 200
 
 
 def test_async_client_round_trip(team: Team) -> None:
-    async def run() -> tuple[dict[str, object], str, list[dict[str, object]]]:
+    async def run() -> tuple[WindowPublic, str, list[WindowSummary]]:
         async with AsyncCollectorClient(team.base_url, api_key=team.key) as client:
             await client.start("c-2", [server.target])
             server.replace(drafts_payload(250))
@@ -38,9 +40,9 @@ def test_async_client_round_trip(team: Team) -> None:
 
     with serve_metrics(body=drafts_payload(50)) as server:
         window, report, listed = asyncio.run(run())
-    assert window["state"] == "closed"
+    assert window.state == "closed"
     assert "Drafts                                        200" in report
-    assert [w["id"] for w in listed] == ["c-2"]
+    assert [w.id for w in listed] == ["c-2"]
 
 
 def test_errors_say_what_happened(team: Team) -> None:

@@ -64,7 +64,7 @@ def _client_call(args: argparse.Namespace, call: "Callable[[CollectorClient], in
 def start(args: argparse.Namespace) -> int:
     def call(client: "CollectorClient") -> int:
         window = client.start(args.id, _targets(args), _labels(args.label), args.sample_interval)
-        print(f"window {window['id']} open on {', '.join(t['target'] for t in window['targets'])}")
+        print(f"window {window.id} open on {', '.join(t.target for t in window.targets)}")
         return 0
 
     return _client_call(args, call)
@@ -82,21 +82,22 @@ def get(args: argparse.Namespace) -> int:
     def call(client: "CollectorClient") -> int:
         window = client.get(args.id)
         if args.json:
-            print(json.dumps(window, indent=2))
+            print(json.dumps(window.model_dump(mode="json"), indent=2))
             return 0
-        print(f"window {window['id']} ({window['state']}), started {window['started_at']}")
-        for target in window["targets"]:
-            result = target["result"]
+        started = window.started_at.isoformat().replace("+00:00", "Z")
+        print(f"window {window.id} ({window.state}), started {started}")
+        for target in window.targets:
+            result = target.result
             if result is None:
-                print(f"  {target['target']:<28} open")
-            elif result["status"] == "ok":
-                data = result["data"]
+                print(f"  {target.target:<28} open")
+            elif result.ok and result.data is not None:
+                data = result.data
                 print(
-                    f"  {target['target']:<28} acceptance {data['acceptance_rate']:.2f} %, "
-                    f"length {data['acceptance_length']:.2f}, {data['num_drafts']} drafts"
+                    f"  {target.target:<28} acceptance {data.acceptance_rate:.2f} %, "
+                    f"length {data.acceptance_length:.2f}, {data.num_drafts} drafts"
                 )
             else:
-                print(f"  {target['target']:<28} N/A: {result['error']}")
+                print(f"  {target.target:<28} N/A: {result.error}")
         return 0
 
     return _client_call(args, call)
@@ -116,14 +117,12 @@ def ls(args: argparse.Namespace) -> int:
         print(f"{'id':<32} {'state':<7} {'started':<20} {'targets':>7}  acceptance (%)")
         for window in windows:
             rates = [
-                f"{t['acceptance_rate']:.2f}"
-                for t in window["targets"]
-                if t["acceptance_rate"] is not None
+                f"{t.acceptance_rate:.2f}" for t in window.targets if t.acceptance_rate is not None
             ]
-            started = window["started_at"][:19].replace("T", " ")
-            count = len(window["targets"])
+            started = window.started_at.strftime("%Y-%m-%d %H:%M:%S")
+            count = len(window.targets)
             print(
-                f"{window['id']:<32} {window['state']:<7} {started:<20} {count:>7}  "
+                f"{window.id:<32} {window.state:<7} {started:<20} {count:>7}  "
                 f"{', '.join(rates) or '-'}"
             )
         return 0

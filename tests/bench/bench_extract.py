@@ -7,7 +7,7 @@ process, interleaved, so the ratio holds on a noisy machine even when the absolu
 import timeit
 from collections.abc import Callable
 
-from app.promtext import _parse_labels, extract_spec_decode
+from app.promtext import extract_spec_decode, forget_parsed_labels
 from tests.bench.figures import Figure, show
 from tests.payloads import fixture
 from tests.test_promtext import oracle
@@ -19,7 +19,7 @@ def full_parse(text: str) -> object:
 
 def cold_extract(text: str) -> object:
     """The fast path with its label cache emptied: a server seen for the first time."""
-    _parse_labels.cache_clear()
+    forget_parsed_labels()
     return extract_spec_decode(text)
 
 
