@@ -16,10 +16,10 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from fastapi import HTTPException, status
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
+from app.exceptions import NotAllowed, NotAuthenticated
 from app.models import ApiKey, utcnow
 
 ROLES = ("read", "write", "admin")
@@ -147,12 +147,6 @@ def _lookup(engine: Engine, key: str) -> Principal | None:
     return None if row is None else Principal(row.team, row.role, f"key:{row.id}")
 
 
-def _unauthorized(message: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"}
-    )
-
-
 def _env_principal(key: str, env_keys: list[EnvKey]) -> Principal | None:
     digest = hashlib.sha256(key.encode()).digest()
     found: Principal | None = None
@@ -165,7 +159,7 @@ def _env_principal(key: str, env_keys: list[EnvKey]) -> Principal | None:
 
 def _bearer(authorization: str) -> str:
     if not authorization.lower().startswith(_BEARER):
-        raise _unauthorized("use Authorization: Bearer <key>")
+        raise NotAuthenticated("use Authorization: Bearer <key>")
     return authorization[len(_BEARER) :].strip()
 
 
@@ -176,11 +170,11 @@ def authenticate(
     if authorization is None:
         if not env_keys and anonymous_allowed and active_db_keys(engine) == 0:
             return Principal(DEFAULT_TEAM, "write", "anonymous")
-        raise _unauthorized("an API key is required: Authorization: Bearer <key>")
+        raise NotAuthenticated("an API key is required: Authorization: Bearer <key>")
     key = _bearer(authorization)
     found = _env_principal(key, env_keys) or _lookup(engine, key)
     if found is None:
-        raise _unauthorized("unknown or revoked API key")
+        raise NotAuthenticated("unknown or revoked API key")
     return found
 
 
@@ -192,7 +186,7 @@ def principal_from_env_keys(authorization: str, env_keys: list[EnvKey]) -> Princ
 def writer(principal: Principal) -> Principal:
     """`principal` if it may start and stop windows (a write or admin key), else 403."""
     if principal.role == "read":
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "a read key cannot start or stop windows")
+        raise NotAllowed("a read key cannot start or stop windows")
     return principal
 
 
@@ -201,5 +195,5 @@ def team_scope(principal: Principal, team: str | None) -> str:
     if team is None or team == principal.team:
         return principal.team
     if principal.role != "admin":
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "only admin keys may name another team")
+        raise NotAllowed("only admin keys may name another team")
     return team

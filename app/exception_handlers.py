@@ -5,6 +5,8 @@ from fastapi.responses import JSONResponse
 
 from app.exceptions import (
     InvalidInput,
+    NotAllowed,
+    NotAuthenticated,
     SpecdecError,
     TargetNotInWindow,
     TooManyWindows,
@@ -14,6 +16,8 @@ from app.exceptions import (
 )
 
 STATUS: dict[type[SpecdecError], int] = {
+    NotAuthenticated: status.HTTP_401_UNAUTHORIZED,
+    NotAllowed: status.HTTP_403_FORBIDDEN,
     WindowNotFound: status.HTTP_404_NOT_FOUND,
     TargetNotInWindow: status.HTTP_404_NOT_FOUND,
     WindowOpen: status.HTTP_409_CONFLICT,
@@ -31,7 +35,9 @@ async def _specdec_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, InvalidInput):
         return JSONResponse(invalid_input_body(exc), status_code=422)
     code = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
-    return JSONResponse({"detail": str(exc)}, status_code=code)
+    # RFC 9110: a 401 names the scheme the client should use.
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, NotAuthenticated) else None
+    return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
 
 
 def add_exception_handlers(app: FastAPI) -> None:

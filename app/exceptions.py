@@ -2,6 +2,8 @@
 `app.exception_handlers` turns them into HTTP answers, so no route catches to translate.
 
     SpecdecError
+    ├── NotAuthenticated    401  no key, or an unknown or revoked one (says: Bearer)
+    ├── NotAllowed          403  the key's role does not allow the call
     ├── InvalidInput        422  a field breaks a rule; `loc` names it as FastAPI's own 422 does
     ├── WindowNotFound      404  no window of this id in the team (another team's looks the same)
     ├── TargetNotInWindow   404  the window exists but has no such target
@@ -15,6 +17,14 @@ from collections.abc import Sequence
 
 class SpecdecError(Exception):
     """Every domain error; its text is the answer's `detail` and never holds a secret."""
+
+
+class NotAuthenticated(SpecdecError):
+    """The call has no key, or one the service does not know (or that was revoked)."""
+
+
+class NotAllowed(SpecdecError):
+    """The key's role does not allow the call."""
 
 
 class InvalidInput(SpecdecError):

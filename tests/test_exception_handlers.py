@@ -8,6 +8,8 @@ from fastapi import FastAPI
 from app.exception_handlers import STATUS, add_exception_handlers
 from app.exceptions import (
     InvalidInput,
+    NotAllowed,
+    NotAuthenticated,
     SpecdecError,
     TargetNotInWindow,
     TooManyWindows,
@@ -28,6 +30,8 @@ def test_every_domain_error_has_a_status() -> None:
 def test_answers_carry_the_error_text_as_detail() -> None:
     errors: dict[str, SpecdecError] = {
         "target": TargetNotInWindow("w", "h:1"),
+        "anonymous": NotAuthenticated("an API key is required: Authorization: Bearer <key>"),
+        "reader": NotAllowed("a read key cannot start or stop windows"),
         "missing": WindowNotFound("w"),
         "open": WindowOpen("w"),
         "full": TooManyWindows("team t has 2 open windows"),
@@ -47,9 +51,11 @@ def test_answers_carry_the_error_text_as_detail() -> None:
 
     answers = asyncio.run(ask_all())
     assert {name: answer.status_code for name, answer in answers.items()} == {
-        "target": 404, "missing": 404, "open": 409, "full": 429, "invalid": 422,
+        "target": 404, "anonymous": 401, "reader": 403, "missing": 404, "open": 409, "full": 429, "invalid": 422,
     }  # fmt: skip
     assert answers["target"].json() == {"detail": "window w has no target h:1"}
+    assert answers["anonymous"].headers["www-authenticate"] == "Bearer"  # RFC 9110: the scheme
+    assert "www-authenticate" not in answers["reader"].headers
     assert answers["missing"].json() == {"detail": "window w not found"}
     assert answers["open"].json() == {
         "detail": "window w is still open; results come with its stop"
