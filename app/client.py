@@ -17,6 +17,7 @@ import httpx
 from app.models import WindowPublic, WindowSummary
 
 Target = str | Mapping[str, Any]
+Labels = Mapping[str, str] | None
 
 
 class CollectorError(Exception):
@@ -101,7 +102,7 @@ class BaseClient:
     def starting(
         window_id: str,
         targets: Sequence[Target],
-        labels: Mapping[str, str] | None,
+        labels: Labels,
         sample_interval_s: float | None,
     ) -> Call:
         return Call(
@@ -163,13 +164,8 @@ class CollectorClient(BaseClient):
         except httpx.TransportError as exc:
             raise self._unavailable(exc) from exc
 
-    def start(
-        self,
-        window_id: str,
-        targets: Sequence[Target],
-        labels: Mapping[str, str] | None = None,
-        sample_interval_s: float | None = None,
-    ) -> WindowPublic:
+    def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
+              sample_interval_s: float | None = None) -> WindowPublic:  # fmt: skip
         """Open a window (a retry of the same start is harmless)."""
         return self.window_of(
             self._send(self.starting(window_id, targets, labels, sample_interval_s))
@@ -223,13 +219,8 @@ class AsyncCollectorClient(BaseClient):
         except httpx.TransportError as exc:
             raise self._unavailable(exc) from exc
 
-    async def start(
-        self,
-        window_id: str,
-        targets: Sequence[Target],
-        labels: Mapping[str, str] | None = None,
-        sample_interval_s: float | None = None,
-    ) -> WindowPublic:
+    async def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
+                    sample_interval_s: float | None = None) -> WindowPublic:  # fmt: skip
         """Open a window (a retry of the same start is harmless)."""
         call = self.starting(window_id, targets, labels, sample_interval_s)
         return self.window_of(await self._send(call))
