@@ -70,12 +70,18 @@ def start(args: argparse.Namespace) -> int:
     return _client_call(args, call)
 
 
-def stop(args: argparse.Namespace) -> int:
+def _print_text(args: argparse.Namespace, text_of: "Callable[[CollectorClient], str]") -> int:
+    """Print the text `text_of` reads from the collector (a console report)."""
+
     def call(client: "CollectorClient") -> int:
-        print(client.stop_and_report(args.id), end="")
+        print(text_of(client), end="")
         return 0
 
     return _client_call(args, call)
+
+
+def stop(args: argparse.Namespace) -> int:
+    return _print_text(args, lambda client: client.stop_and_report(args.id))
 
 
 def get(args: argparse.Namespace) -> int:
@@ -104,11 +110,7 @@ def get(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    def call(client: "CollectorClient") -> int:
-        print(client.report(args.id), end="")
-        return 0
-
-    return _client_call(args, call)
+    return _print_text(args, lambda client: client.report(args.id))
 
 
 def ls(args: argparse.Namespace) -> int:
