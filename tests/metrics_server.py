@@ -1,6 +1,8 @@
 """A real HTTP server that serves `/metrics`, whose answer a test sets and whose requests it sees."""
 
 import gzip
+import os
+import random
 import socket
 import struct
 import threading
@@ -10,13 +12,35 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+# Below Linux's ephemeral range (32768-60999): ports the kernel picks by itself, for a bind to
+# port 0 or an outgoing connection, never fall in here.
+_PORTS = range(10_000, 32_000)
+_handed_out: set[int] = set()
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on, never handed out before in this process.
+
+    Each pytest-xdist worker draws from its own slice of `_PORTS`, so no other worker, and no
+    port the kernel numbers itself, can take it between this check and the bind; and a port is
+    never reused, so no collector still scraping an old target reaches a later test's server.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = len(_PORTS) // workers
+    mine = range(_PORTS.start + worker * size, _PORTS.start + (worker + 1) * size)
+    for _ in range(10_000):
+        port = random.choice(mine)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise RuntimeError(f"no free port left in {mine}")
 
 
 @dataclass
@@ -124,7 +148,7 @@ class _Server(ThreadingHTTPServer):
 def serve_metrics(**settings: object) -> Iterator[MetricsServer]:
     """Run a `MetricsServer` on a free loopback port for the duration of the block."""
     state = MetricsServer(**settings)  # type: ignore[arg-type]
-    server = _Server((state.host, 0), _handler(state))
+    server = _Server((state.host, free_port()), _handler(state))
     state.port = server.server_address[1]
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -140,7 +164,7 @@ def serve_metrics(**settings: object) -> Iterator[MetricsServer]:
 @contextmanager
 def serve_reset_mid_body() -> Iterator[str]:
     """A server that sends headers and part of a body, then resets the connection (RST)."""
-    listener = socket.create_server(("127.0.0.1", 0))
+    listener = socket.create_server(("127.0.0.1", free_port()))
     stopping = threading.Event()
 
     def run() -> None:

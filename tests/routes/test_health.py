@@ -9,7 +9,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.collector import run_collector
+from tests.collector import CollectorProcess, run_collector
 from tests.metrics_server import serve_metrics
 from tests.payloads import EngineCounters, drafts_payload, vllm_payload
 
@@ -22,7 +22,9 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def test_own_metrics_count_scrapes_errors_and_open_windows(api: httpx.Client) -> None:
+def test_own_metrics_count_scrapes_errors_and_open_windows(collector: CollectorProcess) -> None:
+    """On a collector of its own: its counters count every team's scrapes."""
+    api = httpx.Client(base_url=collector.base_url, timeout=30)
     with serve_metrics(body=drafts_payload(10)) as good, serve_metrics(status=500) as bad:
         api.post("/windows/m/start", json={"targets": [good.target, bad.target]})
         during = _samples(api.get("/metrics").text)
