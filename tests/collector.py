@@ -23,6 +23,23 @@ def specdec_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
 
 
+def wait_answering(url: str, process: "subprocess.Popen[bytes]", timeout_s: float = 30) -> None:
+    """Return once `url` answers 200; `RuntimeError` if `process` exits first or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    # One client for the whole wait: a new one costs ~40 ms of CPU (its TLS context).
+    with httpx.Client(timeout=1) as poll:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"exited with {process.returncode}")
+            try:
+                if poll.get(url).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+    raise RuntimeError(f"did not answer in {timeout_s:g} s")
+
+
 @dataclass
 class CollectorProcess:
     """A `specdec serve` process that a test can kill and start again on the same database."""
@@ -54,21 +71,10 @@ class CollectorProcess:
             stderr=log,
         )
         log.close()
-        deadline = time.monotonic() + 30
-        # One client for the whole wait: a new one costs ~40 ms of CPU (its TLS context).
-        with httpx.Client(timeout=1) as poll:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError(
-                        f"specdec serve exited with {self.process.returncode}: {self.stderr_text}"
-                    )
-                try:
-                    if poll.get(f"{self.base_url}/healthz").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.05)
-        raise RuntimeError("specdec serve did not become healthy in 30 s")
+        try:
+            wait_answering(f"{self.base_url}/healthz", self.process)
+        except RuntimeError as exc:
+            raise RuntimeError(f"specdec serve {exc}: {self.stderr_text}") from None
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the process has used so far (Linux /proc)."""
@@ -165,17 +171,10 @@ def run_server(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        with httpx.Client(timeout=1) as poll:
-            while True:
-                try:
-                    if poll.get(f"{url}{ready_path}").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"{' '.join(command)} did not start")
-                time.sleep(0.05)
+        try:
+            wait_answering(f"{url}{ready_path}", process)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{' '.join(command)} {exc}") from None
         yield url
     finally:
         process.terminate()

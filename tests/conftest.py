@@ -38,13 +38,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-@pytest.fixture(scope="session")
-def session_resources() -> Iterator[ExitStack]:
-    """What lives as long as the test process: the PostgreSQL server, the shared collectors."""
-    with ExitStack() as stack:
-        yield stack
-
-
 class SessionServices:
     """Started on first use, so a run that touches no PostgreSQL test starts no server."""
 
@@ -85,10 +78,10 @@ class SessionServices:
 
 
 @pytest.fixture(scope="session")
-def services(
-    session_resources: ExitStack, tmp_path_factory: pytest.TempPathFactory
-) -> SessionServices:
-    return SessionServices(session_resources, tmp_path_factory.mktemp("shared"))
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionServices]:
+    """What lives as long as the test process: the PostgreSQL server, the shared collectors."""
+    with ExitStack() as stack:
+        yield SessionServices(stack, tmp_path_factory.mktemp("shared"))
 
 
 @pytest.fixture(params=DATABASE_KINDS)

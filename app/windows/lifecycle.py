@@ -9,19 +9,11 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
-from app.exceptions import (
-    InvalidInput,
-    WindowConflict,
-)
+from app.exceptions import InvalidInput, WindowConflict
 from app.leases import first_lease_seconds
-from app.models import (
-    WindowCreate,
-    WindowPublic,
-)
+from app.models import WindowCreate, WindowPublic
 from app.scrape import ScrapeConfig, refusals, scrape_all
-from app.specdecode import (
-    Reading,
-)
+from app.specdecode import Reading
 from app.targets import Target
 from app.windows.cache import ClosedResults, ResultsCache
 from app.windows.reads import read_results
@@ -32,7 +24,7 @@ from app.windows.views import read_window, view_of
 logger = logging.getLogger(__name__)
 
 
-def same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
+def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
     return {(t.key, t.url) for t in stored.targets} == {(t.key, t.url) for t in targets}
 
 
@@ -48,7 +40,10 @@ class WindowService:
     results: ResultsCache
 
 
-async def check_body(service: WindowService, body: WindowCreate, targets: Sequence[Target]) -> None:
+async def _check_body(
+    service: WindowService, body: WindowCreate, targets: Sequence[Target]
+) -> None:
+    """`InvalidInput` naming the field if the body breaks a limit or names a refused target."""
     settings = service.settings
     if len(targets) > settings.max_targets_per_window:
         raise InvalidInput(
@@ -89,7 +84,7 @@ async def start_window(
     """
     engine = service.engine
     targets = body.parsed_targets()
-    await check_body(service, body, targets)
+    await _check_body(service, body, targets)
     max_open = service.settings.max_open_windows_per_team
     inserted = await run_in_threadpool(
         insert_window,
@@ -107,7 +102,7 @@ async def start_window(
         stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
         if stored.window.state != "open":
             raise WindowConflict(f"window {window_id} is already stopped")
-        if not same_targets(stored, targets):
+        if not _same_targets(stored, targets):
             known = ", ".join(t.key for t in stored.targets)
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
         return False, await run_in_threadpool(read_window, engine, actor.team, window_id)

@@ -13,19 +13,9 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from app.exceptions import (
-    InvalidInput,
-)
-from app.models import (
-    TargetSummary,
-    Window,
-    WindowSummary,
-    WindowTarget,
-    as_utc,
-)
-from app.specdecode import (
-    as_number,
-)
+from app.exceptions import InvalidInput
+from app.models import TargetSummary, Window, WindowSummary, WindowTarget, as_utc
+from app.specdecode import as_number
 from app.windows.views import window_fields
 
 
@@ -42,14 +32,14 @@ class WindowFilter:
     max_acceptance_rate: float | None = None
 
 
-def encode_cursor(started_at: datetime, pk: int) -> str:
+def _encode_cursor(started_at: datetime, pk: int) -> str:
     """An opaque cursor: the (start time, row id) of the last window of a page."""
     raw = json.dumps([as_utc(started_at).isoformat(), pk]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, int]:
-    """The inverse of `encode_cursor`; `InvalidInput` for anything else."""
+def _decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """The inverse of `_encode_cursor`; `InvalidInput` for anything else."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         started, pk = json.loads(raw)
@@ -58,7 +48,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
         raise InvalidInput(["query", "cursor"], "cursor is not one this service gave") from exc
 
 
-def filtered(query: Any, team: str, where: WindowFilter) -> Any:
+def _filtered(query: Any, team: str, where: WindowFilter) -> Any:
     query = query.where(Window.team == team)
     if where.state is not None:
         query = query.where(Window.state == where.state)
@@ -96,10 +86,10 @@ def list_windows(
 
     Two queries whatever the page size: the windows, then all their targets' summaries.
     """
-    query = filtered(select(Window), team, where or WindowFilter())
+    query = _filtered(select(Window), team, where or WindowFilter())
     started, pk = col(Window.started_at), col(Window.id)
     if cursor is not None:
-        after_started, after_pk = decode_cursor(cursor)
+        after_started, after_pk = _decode_cursor(cursor)
         if oldest_first:
             query = query.where(
                 (started > after_started) | ((started == after_started) & (pk > after_pk))
@@ -138,5 +128,5 @@ def list_windows(
             )
         )
     page = [WindowSummary(**window_fields(w), targets=by_window[w.id or 0]) for w in windows]
-    next_cursor = encode_cursor(windows[-1].started_at, windows[-1].id or 0) if more else None
+    next_cursor = _encode_cursor(windows[-1].started_at, windows[-1].id or 0) if more else None
     return page, next_cursor

@@ -5,12 +5,7 @@ from datetime import datetime
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
-from app.models import (
-    Window,
-    WindowTarget,
-    as_utc,
-    utcnow,
-)
+from app.models import Window, WindowTarget, as_utc, utcnow
 from app.results import OverlappingWindow, Overlaps, TargetResult
 from app.windows.stored import StoredWindow
 

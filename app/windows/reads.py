@@ -6,19 +6,10 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.exceptions import (
-    TargetNotInWindow,
-    WindowNotFound,
-    WindowOpen,
-)
-from app.models import (
-    as_utc,
-)
+from app.exceptions import TargetNotInWindow, WindowNotFound, WindowOpen
+from app.models import as_utc
 from app.results import TargetResult
-from app.specdecode import (
-    compare_results,
-    timeline,
-)
+from app.specdecode import compare_results, timeline
 from app.windows.overlaps import with_overlaps
 from app.windows.storage import catalogue, find_window, in_chain_order, reading_of, snapshots_of
 from app.windows.views import window_fields

@@ -15,10 +15,7 @@ from sqlmodel import Session, col, select
 
 from app.counters import Role
 from app.db import upsert_insert, write_session
-from app.exceptions import (
-    TooManyWindows,
-    WindowNotFound,
-)
+from app.exceptions import TooManyWindows, WindowNotFound
 from app.models import (
     TABLES,
     Snapshot,
@@ -32,10 +29,7 @@ from app.models import (
 from app.promtext import Series, SeriesKey, SeriesValue, labels_from_text, labels_to_text
 from app.results import TargetResult
 from app.scrape import ScrapeOutcome
-from app.specdecode import (
-    Reading,
-    build_result,
-)
+from app.specdecode import Reading, build_result
 from app.targets import Target
 from app.windows.overlaps import overlaps_of
 from app.windows.stored import NO_BASELINE, Actor, StoredTarget, StoredWindow
@@ -64,7 +58,7 @@ def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
     return stored
 
 
-def catalogue_rows(session: Session, target_ids: Iterable[int]) -> list[tuple[int, int, str, str]]:
+def _catalogue_rows(session: Session, target_ids: Iterable[int]) -> list[tuple[int, int, str, str]]:
     """(id, target id, family, labels text) of every series of these targets.
 
     Plain rows, not ORM objects: a window of many targets has thousands of series.
@@ -89,7 +83,7 @@ def catalogue(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKe
     """
     return {
         series_id: SeriesKey(Role(family), labels_from_text(labels))
-        for series_id, _, family, labels in catalogue_rows(session, target_ids)
+        for series_id, _, family, labels in _catalogue_rows(session, target_ids)
     }
 
 
@@ -135,7 +129,7 @@ def in_chain_order(snapshots: list[Snapshot]) -> list[Snapshot]:
     return sorted(snapshots, key=lambda s: rank.get(s.phase, 1))
 
 
-def catalogue_ids(
+def _catalogue_ids(
     session: Session, wanted: dict[int, dict[SeriesKey, str]]
 ) -> dict[tuple[int, str, str], int]:
     """Ids of (target, family, labels text) for every series in `wanted`, adding new ones.
@@ -147,7 +141,7 @@ def catalogue_ids(
     def read() -> dict[tuple[int, str, str], int]:
         return {
             (target_id, family, labels): series_id
-            for series_id, target_id, family, labels in catalogue_rows(session, wanted)
+            for series_id, target_id, family, labels in _catalogue_rows(session, wanted)
         }
 
     known = read()
@@ -190,7 +184,7 @@ def store_snapshots(
         for outcome in outcomes
         if outcome.series is not None
     }
-    known = catalogue_ids(session, wanted) if wanted else {}
+    known = _catalogue_ids(session, wanted) if wanted else {}
     rows = []
     for outcome in outcomes:
         target_id = ids[outcome.target.key]

@@ -4,10 +4,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from app.models import (
-    Window,
-    WindowTarget,
-)
+from app.models import Window, WindowTarget
 from app.results import TargetResult
 from app.targets import Target, parse_target
 

@@ -5,26 +5,16 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.exceptions import (
-    WindowNotFound,
-)
-from app.models import (
-    TargetPublic,
-    Window,
-    WindowPublic,
-    as_utc,
-)
+from app.exceptions import WindowNotFound
+from app.models import TargetPublic, Window, WindowPublic, as_utc
 from app.results import TargetResult
-from app.specdecode import (
-    Reading,
-    absolute_totals,
-)
+from app.specdecode import Reading, absolute_totals
 from app.windows.overlaps import with_overlaps
 from app.windows.storage import catalogue, find_window, reading_of, snapshots_of
 from app.windows.stored import StoredWindow
 
 
-def baselines_of(session: Session, stored: StoredWindow) -> dict[int, Reading]:
+def _baselines_of(session: Session, stored: StoredWindow) -> dict[int, Reading]:
     """Per target id: the series of its `before` scrape, or that scrape's error."""
     ids = [t.id for t in stored.targets]
     befores = snapshots_of(session, ids, ["before"])
@@ -48,7 +38,7 @@ def public_view(
     snapshot and the series catalogue of the window.
     """
     if baselines is None:
-        baselines = baselines_of(session, stored)
+        baselines = _baselines_of(session, stored)
     if results is None:
         results = {target.id: target.result for target in stored.targets}
     shown = with_overlaps(session, stored, results)
