@@ -28,6 +28,18 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest /metrics answer read, counted after gzip decoding.",
     )
+    max_series_per_target: int = Field(
+        default=4096,
+        ge=1,
+        le=1_000_000,
+        description="Most spec-decode series read from one answer; more make the scrape `na`.",
+    )
+    max_series_label_chars: int = Field(
+        default=2048,
+        ge=64,
+        le=1_000_000,
+        description="Longest label set of one spec-decode series; longer make the scrape `na`.",
+    )
     sample_retention_days: float = Field(
         default=30,
         gt=0,

@@ -14,6 +14,7 @@ from app.auth import (
     team_scope,
     writer,
 )
+from app.exceptions import NotAllowed
 from app.state import Services
 from app.windows.lifecycle import WindowService
 from app.windows.stored import Actor
@@ -95,3 +96,13 @@ async def get_actor(principal: WriterDep, team: TeamQuery = None) -> Actor:
 
 
 ActorDep = Annotated[Actor, Depends(get_actor)]
+
+
+async def get_admin_actor(principal: WriterDep, team: TeamQuery = None) -> Actor:
+    """An admin acting in a team (see `get_actor`); 403 for any other key."""
+    if principal.role != "admin":
+        raise NotAllowed("only admin keys may do this")
+    return Actor(team_scope(principal, team), principal.key)
+
+
+AdminActorDep = Annotated[Actor, Depends(get_admin_actor)]

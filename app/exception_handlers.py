@@ -1,6 +1,7 @@
 """HTTP answers of the domain errors in `app.exceptions`: a status each, one body shape."""
 
 from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from app.exceptions import (
@@ -40,6 +41,21 @@ async def _specdec_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
 
 
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422, without the `input` and `ctx` it echoes.
+
+    The input of a bad target holds its headers (secrets), and an input of `NaN` or `1e999`
+    could not even be written as JSON (the answer was a 500). `loc` and `msg` say what is wrong.
+    """
+    assert isinstance(exc, RequestValidationError)
+    detail = [
+        {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
+        for error in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
 def add_exception_handlers(app: FastAPI) -> None:
-    """Register the answer of every domain error on `app`."""
+    """Register the answer of every domain error, and of FastAPI's validation, on `app`."""
     app.add_exception_handler(SpecdecError, _specdec_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)

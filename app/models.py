@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import field_validator, model_validator
-from sqlalchemy import JSON, Column, DateTime, Index, MetaData, UniqueConstraint
+from sqlalchemy import JSON, Column, DateTime, Index, MetaData, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from app.results import Counts, TargetResult
@@ -139,15 +139,17 @@ class WindowTarget(SQLModel, table=True):
 
 class TargetSeries(SQLModel, table=True):
     """A series one target has shown: the role of its family (`app.counters.Role`; the column
-    keeps its first name) and canonical label text (`labels`)."""
+    keeps its first name) and canonical label text (`labels`, of any length; unique through
+    its SHA-256, `labels_digest`, which a B-tree index holds whatever the length)."""
 
     __tablename__ = "target_series"
-    __table_args__ = (UniqueConstraint("target_id", "family", "labels"),)
+    __table_args__ = (UniqueConstraint("target_id", "family", "labels_digest"),)
 
     id: int | None = Field(default=None, primary_key=True)
     target_id: int = Field(foreign_key="window_target.id", ondelete="CASCADE", index=True)
     family: str = Field(max_length=32)
-    labels: str = Field(max_length=4096)
+    labels: str = Field(sa_column=Column(Text, nullable=False))
+    labels_digest: str = Field(max_length=64)
 
 
 class Snapshot(SQLModel, table=True):

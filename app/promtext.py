@@ -10,6 +10,7 @@ only the family bookkeeping (which we skip) differs.
 Correctness is pinned by a differential test against prometheus_client's parsers.
 """
 
+import hashlib
 import json
 import math
 import re
@@ -38,6 +39,19 @@ _ESCAPE = re.compile(r'\\([\\"n])')
 
 class ExtractionError(ValueError):
     """The payload holds a spec-decode sample that cannot be read as a counter."""
+
+
+#: The largest counter value read: above 2**53 a float no longer holds every integer, so an
+#: increase would be inexact and a sum of a few could overflow to infinity.
+MAX_COUNTER = float(2**53)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionLimits:
+    """Bounds on what one payload may hold: a hostile target cannot grow the work or the store."""
+
+    max_series: int = 4096
+    max_label_chars: int = 2048
 
 
 class SeriesKey(NamedTuple):
@@ -81,7 +95,7 @@ def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 
-def _parse_line(line: str, series: Series) -> None:
+def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
     match = _SAMPLE.fullmatch(line)
     if match is None:
         raise ExtractionError(f"malformed sample line: {line[:200]}")
@@ -98,10 +112,28 @@ def _parse_line(line: str, series: Series) -> None:
         value = float(match["value"])
     except ValueError:
         raise ExtractionError(f"value is not a number in line: {line[:200]}") from None
-    if not is_created and (not math.isfinite(value) or value < 0):
+    if is_created:
+        if not math.isfinite(value):
+            return  # a start time of +Inf or NaN says nothing: the series is read without it
+    elif not math.isfinite(value) or value < 0:
         raise ExtractionError(f"counter value {match['value']} is not a finite count: {name}")
-    labels = _parse_labels(match["labels"] or "")
-    slot = series.setdefault(SeriesKey(role, labels), SeriesValue())
+    elif value > MAX_COUNTER:
+        raise ExtractionError(f"counter value {match['value']} is above 2^53, not exact: {name}")
+    label_text = match["labels"] or ""
+    if len(label_text) > limits.max_label_chars:
+        raise ExtractionError(
+            f"a series of {name} has labels of {len(label_text)} characters, more than "
+            f"{limits.max_label_chars} (SPECDEC_MAX_SERIES_LABEL_CHARS)"
+        )
+    labels = _parse_labels(label_text)
+    key = SeriesKey(role, labels)
+    slot = series.get(key)
+    if slot is None:
+        if len(series) >= limits.max_series:
+            raise ExtractionError(
+                f"more than {limits.max_series} spec-decode series (SPECDEC_MAX_SERIES_PER_TARGET)"
+            )
+        slot = series[key] = SeriesValue()
     if (slot.created if is_created else slot.value) is not None:
         raise ExtractionError(f"series given twice: {name}{{{match['labels'] or ''}}}")
     if is_created:
@@ -110,14 +142,16 @@ def _parse_line(line: str, series: Series) -> None:
         slot.value = value
 
 
-def extract_spec_decode(text: str) -> Series:
+def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()) -> Series:
     """Return the spec-decode series of an exposition payload, keyed by role and labels.
 
     Only lines that start with a schema's prefix are looked at; the rest of the payload is
     skipped by substring search. A `_created` sample fills `SeriesValue.created` and is
     never counted. A series that has only a `_created` sample is dropped. Reading stops at an
     OpenMetrics ``# EOF`` line. Raises `ExtractionError` on a payload cut off mid-line, a
-    malformed spec-decode line, a negative or non-finite counter, or a series given twice.
+    malformed spec-decode line, a negative, non-finite or inexact (above 2**53) counter, a
+    series given twice, or more series or longer label sets than `limits` allow. A non-finite
+    `_created` is ignored.
     """
     series: Series = {}
     limit = _eof_offset(text)
@@ -125,11 +159,13 @@ def extract_spec_decode(text: str) -> Series:
         # Every exposition line ends with a newline: an answer without one was cut off.
         raise ExtractionError("payload cut off mid-line (no final newline)")
     for schema in SCHEMAS:
-        _extract_prefixed(text, limit, schema.prefix, series)
+        _extract_prefixed(text, limit, schema.prefix, series, limits)
     return {key: value for key, value in series.items() if value.value is not None}
 
 
-def _extract_prefixed(text: str, limit: int, prefix: str, series: Series) -> None:
+def _extract_prefixed(
+    text: str, limit: int, prefix: str, series: Series, limits: ExtractionLimits
+) -> None:
     """Parse every line of `text[:limit]` that starts with `prefix` into `series`."""
     needle = "\n" + prefix
     if text.startswith(prefix) and limit > 0:
@@ -144,7 +180,7 @@ def _extract_prefixed(text: str, limit: int, prefix: str, series: Series) -> Non
         line = text[start:end]
         if line.endswith("\r"):
             line = line[:-1]
-        _parse_line(line, series)
+        _parse_line(line, series, limits)
         found = text.find(needle, end, limit)
         start = found + 1 if found != -1 else -1
 
@@ -170,6 +206,11 @@ def forget_parsed_labels() -> None:
 def labels_to_text(labels: tuple[tuple[str, str], ...]) -> str:
     """Canonical text of a sorted label set, for storage and comparison."""
     return json.dumps(labels, ensure_ascii=False, separators=(",", ":"))
+
+
+def labels_digest(text: str) -> str:
+    """SHA-256 (hex) of a label set's canonical text: its unique key in the store."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @lru_cache(maxsize=8192)

@@ -7,6 +7,7 @@ Its JSON is AISBench's `spec_decode_<host>_<port>.json`, keys in AISBench's orde
 `overlaps` until a window's overlaps are known, as the service has always answered.
 """
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +45,14 @@ class ResultData(BaseModel):
     per_position_acceptance_rates: dict[str, float] = Field(
         description="accepted at position N / drafts, 4 decimals, keys in numeric order"
     )
+
+    def is_finite(self) -> bool:
+        """Whether every figure is a finite number (JSON and the stores hold no others)."""
+        figures = [
+            self.num_drafts, self.draft_tokens, self.accepted_tokens, self.acceptance_rate,
+            self.acceptance_length, *self.per_position_acceptance_rates.values(),
+        ]  # fmt: skip
+        return all(math.isfinite(figure) for figure in figures)
 
 
 class SampleCount(BaseModel):

@@ -5,11 +5,12 @@
 """
 
 import asyncio
-import functools
-import ipaddress
+import logging
+import re
 import socket
 import ssl
 import time
+import traceback
 import urllib.request
 import zlib
 from collections import OrderedDict
@@ -25,8 +26,10 @@ import httpx
 from app.config import Settings
 from app.metrics import SCRAPE_ERRORS, SCRAPE_SECONDS
 from app.models import utcnow
-from app.promtext import ExtractionError, Series, extract_spec_decode
-from app.targets import Target, TargetPolicy
+from app.promtext import ExtractionError, ExtractionLimits, Series, extract_spec_decode
+from app.targets import Target, TargetPolicy, is_ip
+
+logger = logging.getLogger(__name__)
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -48,6 +51,7 @@ class ScrapeConfig:
     # Read once, as httpx reads them when the client is made: urllib reads the whole
     # environment on every call, which was a tenth of a fan-out's CPU.
     proxies: dict[str, str] = field(default_factory=urllib.request.getproxies)
+    limits: ExtractionLimits = field(default_factory=ExtractionLimits)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ScrapeConfig":
@@ -56,6 +60,10 @@ class ScrapeConfig:
             timeout_s=settings.scrape_timeout_s,
             max_bytes=settings.max_metrics_bytes,
             policy=TargetPolicy.parse(settings.allowed_targets),
+            limits=ExtractionLimits(
+                max_series=settings.max_series_per_target,
+                max_label_chars=settings.max_series_label_chars,
+            ),
         )
 
 
@@ -65,15 +73,6 @@ class Refused(Exception):
 
 class _Unresolved(Exception):
     pass
-
-
-@functools.lru_cache(maxsize=8192)
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _proxy_route(target: Target, proxies: dict[str, str]) -> str:
@@ -97,11 +96,12 @@ async def pin(target: Target, config: ScrapeConfig) -> tuple[str, dict[str, str]
     """
     headers = dict(target.headers)
     route = _proxy_route(target, config.proxies)
-    if _is_ip(target.host):
+    if is_ip(target.host):
         addresses = [target.host]
     elif route == "proxied":
-        if config.policy.restricted and not config.policy.name_allowed(target.host):
-            raise Refused(f"{target.host} is not in SPECDEC_ALLOWED_TARGETS")
+        reason = config.policy.name_refusal(target.host)
+        if reason is not None:
+            raise Refused(reason)
         return target.url, headers, {}
     else:
         try:
@@ -114,7 +114,7 @@ async def pin(target: Target, config: ScrapeConfig) -> tuple[str, dict[str, str]
         reason = config.policy.refusal(target.host, address)
         if reason is not None:
             raise Refused(reason)
-    if _is_ip(target.host) or route == "bypassed":
+    if is_ip(target.host) or route == "bypassed":
         return target.url, headers, {}
     parts = urlsplit(target.url)
     address = addresses[0]
@@ -131,10 +131,12 @@ async def refusals(targets: Sequence[Target], config: ScrapeConfig) -> list[str 
 
     async def check(target: Target) -> str | None:
         try:
-            await pin(target, config)
+            async with asyncio.timeout(config.timeout_s):
+                await pin(target, config)
         except Refused as exc:
             return str(exc)
-        except _Unresolved:
+        except Exception:
+            # Unresolved, slow to resolve, or anything else: not refused; its scrape says why.
             return None
         return None
 
@@ -160,6 +162,7 @@ class ScrapeErrorKind(StrEnum):
     CONNECT = "connect"
     INVALID_PAYLOAD = "invalid_payload"  # not UTF-8, bad gzip, cut off, malformed, not a count
     TRANSPORT = "transport"  # any other network or protocol failure
+    INTERNAL = "internal"  # a fault of the collector's own: the scrape is `na`, the stop closes
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,13 +177,39 @@ class ScrapeOutcome:
     kind: ScrapeErrorKind | None = None
 
 
+MAX_ERROR_CHARS = 500
+_REDACTED = "[redacted]"
+# Control characters (NUL among them: PostgreSQL's text refuses it) never reach the store.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def redact(text: str, headers: Sequence[tuple[str, str]]) -> str:
+    """`text` without any configured header value, nor any word of one (a bearer's token)."""
+    secrets = {value.strip() for _, value in headers}
+    secrets |= {word for _, value in headers for word in value.split() if len(word) >= 4}
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 4:
+            text = text.replace(secret, _REDACTED)
+    return text
+
+
+def safe_error_text(text: str, headers: Sequence[tuple[str, str]] = ()) -> str:
+    """An error text fit to store, log and show: secrets redacted, one line, bounded."""
+    text = _CONTROL.sub(" ", redact(text, headers))
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
 def failure(target: Target, kind: ScrapeErrorKind, detail: str) -> ScrapeOutcome:
-    """A failed scrape, its error text as AISBench words it (`detail` says what happened)."""
+    """A failed scrape, its error text as AISBench words it (`detail` says what happened).
+
+    Every error text passes through here: a configured header value never appears in it, and
+    it is one bounded line without control characters, whatever the target answered.
+    """
     if kind is ScrapeErrorKind.HTTP_STATUS:
         error = f"Metrics endpoint returned HTTP {detail}"
     else:
         error = f"Failed to fetch metrics from {target.url}: {detail}"
-    return ScrapeOutcome(target, utcnow(), error=error, kind=kind)
+    return ScrapeOutcome(target, utcnow(), error=safe_error_text(error, target.headers), kind=kind)
 
 
 class _TooLarge(Exception):
@@ -290,6 +319,12 @@ def _transport_failure(target: Target, exc: Exception, timeout_s: float) -> Scra
     if isinstance(exc, httpx.TimeoutException):
         detail = f"timed out after {timeout_s:g} s ({type(exc).__name__})"
         return failure(target, ScrapeErrorKind.TIMEOUT, detail)
+    if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol | httpx.InvalidURL):
+        # Our own request was refused by the HTTP library: its text quotes the request (a
+        # header value among it), so only the kind of the fault is told.
+        return failure(
+            target, ScrapeErrorKind.TRANSPORT, f"request not sent ({type(exc).__name__})"
+        )
     text = str(exc)
     detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     kind = (
@@ -303,7 +338,25 @@ def _transport_failure(target: Target, exc: Exception, timeout_s: float) -> Scra
 async def scrape_target(
     client: httpx.AsyncClient, target: Target, config: ScrapeConfig
 ) -> ScrapeOutcome:
-    """Scrape `target` once and extract its spec-decode series."""
+    """Scrape `target` once and extract its spec-decode series; never raises.
+
+    Any fault of the collector's own is an `INTERNAL` failure with a fixed text (its type
+    only: an exception's text may quote a header), so a stop always closes its window.
+    """
+    try:
+        return await _scrape(client, target, config)
+    except Exception as exc:
+        # The frames, not the message: an exception's text may quote a header value.
+        frames = "".join(traceback.format_tb(exc.__traceback__))
+        logger.error(
+            "scrape of %s failed inside the collector: %s\n%s",
+            target.key, type(exc).__name__, frames,
+        )  # fmt: skip
+        detail = f"internal error of the collector ({type(exc).__name__})"
+        return failure(target, ScrapeErrorKind.INTERNAL, detail)
+
+
+async def _scrape(client: httpx.AsyncClient, target: Target, config: ScrapeConfig) -> ScrapeOutcome:
     Kind = ScrapeErrorKind
     timeout_s, max_bytes = config.timeout_s, config.max_bytes
     try:
@@ -337,12 +390,27 @@ async def scrape_target(
         return failure(target, Kind.INVALID_PAYLOAD, f"invalid gzip data: {exc}")
     except (httpx.HTTPError, OSError) as exc:
         return _transport_failure(target, exc, timeout_s)
+    if len(body) > OFF_LOOP_BYTES:
+        # A large answer is decoded and read in a worker thread: the event loop keeps
+        # answering every other team meanwhile.
+        return await asyncio.to_thread(_extracted, target, body, config.limits)
+    return _extracted(target, body, config.limits)
+
+
+# Above this size an answer is read off the event loop (a thread hop costs ~50 µs; reading
+# 1 MiB costs milliseconds). Real vLLM answers are 60-700 KB.
+OFF_LOOP_BYTES = 1024 * 1024
+
+
+def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> ScrapeOutcome:
+    """The outcome of reading an answer's body: its spec-decode series, or why not."""
+    Kind = ScrapeErrorKind
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return failure(target, Kind.INVALID_PAYLOAD, f"answer is not UTF-8 ({exc.reason})")
     try:
-        series = extract_spec_decode(text)
+        series = extract_spec_decode(text, limits)
     except ExtractionError as exc:
         return failure(target, Kind.INVALID_PAYLOAD, str(exc))
     return ScrapeOutcome(target, utcnow(), series=series)

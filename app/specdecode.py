@@ -14,6 +14,7 @@ from app.results import Counts, Raw, ResultData, SampleCount, TargetResult
 
 NO_METRICS = "No spec decode metrics found on server"
 NO_ACTIVITY = "No spec decode activity detected during benchmark window"
+INVALID_COUNTERS = "Invalid counters: a figure of the window is not a finite number"
 
 Reading = Series | str
 """What one scrape of a target read: its series, or the error text of the failed scrape.
@@ -185,8 +186,16 @@ def build_result(
             status="na", url=url, error=NO_ACTIVITY, raw=raw, samples=taken,
             counter_resets=totals.counter_resets,
         )  # fmt: skip
+    data = derived(totals)
+    if not data.is_finite():
+        # Counters are read only up to 2**53, so this is a backstop: nothing stored may hold
+        # a figure that JSON, PostgreSQL or a later read cannot.
+        return TargetResult(
+            status="na", url=url, error=INVALID_COUNTERS, raw=raw, samples=taken,
+            counter_resets=totals.counter_resets,
+        )  # fmt: skip
     return TargetResult(
-        status="ok", url=url, data=derived(totals), raw=raw, samples=taken,
+        status="ok", url=url, data=data, raw=raw, samples=taken,
         counter_resets=totals.counter_resets,
     )  # fmt: skip
 

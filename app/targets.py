@@ -8,6 +8,7 @@ and the `host:port` key that names it within a window (IPv6 hosts bracketed).
 import functools
 import ipaddress
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -40,6 +41,11 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+# Characters a numeric IPv4 host in any of its legacy forms is written with (`2852039166`,
+# `0xa9fea9fe`, `169.254.43518`, `0251.0376.0251.0376`).
+_NUMERIC_HOST = re.compile(r"^[0-9A-Fa-fXx.]+$")
+
+
 def _check_host(host: str) -> str:
     if not host:
         raise ValueError("host is empty")
@@ -47,6 +53,13 @@ def _check_host(host: str) -> str:
         return str(ipaddress.ip_address(host))
     except ValueError:
         pass
+    if _NUMERIC_HOST.match(host) and host.rstrip(".").rsplit(".", 1)[-1][:1].isdigit():
+        # Resolvers, proxies and browsers read these as IPv4 addresses (inet_aton's rules): so
+        # does the policy, or `http://2852039166/` would reach 169.254.169.254 unchecked.
+        try:
+            return socket.inet_ntoa(socket.inet_aton(host.rstrip(".")))
+        except OSError:
+            raise ValueError(f"{host!r} is neither an IPv4 address nor a host name") from None
     if not _HOSTNAME.match(host):
         raise ValueError(f"{host!r} is not a valid host name or IP address")
     return host.lower().rstrip(".")
@@ -86,7 +99,17 @@ def _split_host_port(text: str) -> tuple[str, str]:
     return host, port
 
 
+# Printable ASCII without the space: what a URL may hold unencoded (RFC 3986).
+_URL_TEXT = re.compile(r"^[\x21-\x7e]*$")
+
+
 def _from_url(text: str) -> Target:
+    if not _URL_TEXT.match(text):
+        position = next(i for i, c in enumerate(text) if not "\x21" <= c <= "\x7e")
+        raise ValueError(
+            f"the URL holds {text[position]!r} at position {position}: "
+            "only printable ASCII; percent-encode other characters"
+        )
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
@@ -107,6 +130,10 @@ def _from_url(text: str) -> Target:
 
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
+# RFC 9110 field-value, visible ASCII only (obs-text is not sent): no leading or trailing
+# space or tab, no control characters. h11 refuses anything else, with the value in its error.
+_HEADER_VALUE = re.compile(r"^(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?$")
+MAX_HEADER_VALUE_CHARS = 8192
 _RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
 MAX_HEADERS = 16
 
@@ -124,9 +151,16 @@ def _parse_headers(value: Any) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"header name {str(name)[:64]!r} is not a valid HTTP header name")
         if name.lower() in _RESERVED_HEADERS:
             raise ValueError(f"header {name} is set by the collector")
-        if not isinstance(text, str) or len(text) > 8192 or any(c in text for c in "\r\n\0"):
+        if (
+            not isinstance(text, str)
+            or len(text) > MAX_HEADER_VALUE_CHARS
+            or not _HEADER_VALUE.match(text)
+        ):
             # The value is a secret: the message names the header only.
-            raise ValueError(f"header {name} needs a string value of one line, at most 8192 chars")
+            raise ValueError(
+                f"header {name} needs a string value of visible ASCII characters (spaces and "
+                f"tabs only between them), at most {MAX_HEADER_VALUE_CHARS} characters"
+            )
         headers.append((name, text))
     return tuple(headers)
 
@@ -169,12 +203,34 @@ def parse_target_key(text: str) -> str:
 
 # --- where the collector may connect ------------------------------------------------------
 
+_METADATA = "cloud metadata"
 _ALWAYS_DENIED = (
-    (ipaddress.ip_network("169.254.0.0/16"), "link-local (cloud metadata)"),
-    (ipaddress.ip_network("fe80::/10"), "link-local (cloud metadata)"),
+    (ipaddress.ip_network("169.254.0.0/16"), f"link-local ({_METADATA})"),
+    (ipaddress.ip_network("fe80::/10"), f"link-local ({_METADATA})"),
+    (ipaddress.ip_network("fd00:ec2::254/128"), f"AWS instance metadata ({_METADATA})"),
+    (ipaddress.ip_network("100.100.100.200/32"), f"Alibaba Cloud metadata ({_METADATA})"),
+    (ipaddress.ip_network("168.63.129.16/32"), f"Azure wire server ({_METADATA})"),
     (ipaddress.ip_network("0.0.0.0/8"), "in 0.0.0.0/8"),
+    (ipaddress.ip_network("::/128"), "unspecified (as 0.0.0.0)"),
     (ipaddress.ip_network("224.0.0.0/4"), "multicast"),
     (ipaddress.ip_network("ff00::/8"), "multicast"),
+)
+
+#: Host names of cloud metadata services, refused by name (through a proxy too) unless listed.
+METADATA_NAMES = frozenset(
+    {"metadata", "metadata.google.internal", "metadata.goog", "instance-data",
+     "instance-data.ec2.internal", "metadata.azure.internal", "metadata.tencentyun.com",
+     "metadata.platformequinix.com", "metadata.oraclecloud.com"}
+)  # fmt: skip
+
+# IPv6 ranges that carry an IPv4 address in their last 32 bits: IPv4-compatible (::a.b.c.d),
+# IPv4-translated (::ffff:0:a.b.c.d, RFC 2765) and NAT64 (RFC 6052's well-known prefix and
+# RFC 8215's local-use one). A NAT64 gateway forwards `64:ff9b::a9fe:a9fe` to 169.254.169.254.
+_EMBEDDING_V4 = (
+    ipaddress.ip_network("::/96"),
+    ipaddress.ip_network("::ffff:0:0:0/96"),
+    ipaddress.ip_network("64:ff9b::/96"),
+    ipaddress.ip_network("64:ff9b:1::/48"),
 )
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -185,8 +241,11 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 class TargetPolicy:
     """`SPECDEC_ALLOWED_TARGETS`: networks, exact host names and `*.suffix` patterns.
 
-    Empty means anywhere except the always-denied ranges (link-local, 0.0.0.0/8, multicast);
-    an always-denied address is allowed only by a listed network that contains it.
+    Empty means anywhere except the always-denied ranges (link-local, known cloud metadata
+    addresses, 0.0.0.0/8 and `::`, multicast) and metadata host names; an always-denied
+    address is allowed only by a listed network that contains it, a metadata name only by name.
+    An IPv6 address that embeds an IPv4 one (mapped, compatible, translated, NAT64, 6to4,
+    Teredo) is refused if either is.
     """
 
     networks: tuple[IPNetwork, ...] = ()
@@ -227,6 +286,20 @@ class TargetPolicy:
         """Whether `host` is listed by name or suffix."""
         return host in self.names or any(host.endswith(suffix) for suffix in self.suffixes)
 
+    def name_refusal(self, host: str) -> str | None:
+        """Why the collector may not connect to `host` by name (before any resolution), or None.
+
+        Asked for every target, a proxied one too (the proxy resolves the name).
+        """
+        if host in METADATA_NAMES and host not in self.names:
+            return (
+                f"{host} is a cloud metadata service; "
+                "list it in SPECDEC_ALLOWED_TARGETS to allow it"
+            )
+        if self.restricted and not is_ip(host) and not self.name_allowed(host):
+            return f"{host} is not in SPECDEC_ALLOWED_TARGETS"
+        return None
+
     def refusal(self, host: str, address: str) -> str | None:
         """Why the collector may not connect to `address` (resolved from `host`), or None."""
         return _refusal(self, host, address)
@@ -236,13 +309,40 @@ class TargetPolicy:
 # each network was a tenth of a scrape's CPU. The policy is immutable, so it is part of the key.
 @functools.lru_cache(maxsize=8192)
 def _refusal(policy: TargetPolicy, host: str, address: str) -> str | None:
+    named = policy.name_refusal(host) if host in METADATA_NAMES else None
+    if named is not None:
+        return named
     ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    listed = any(ip in network for network in policy.networks)
-    for network, what in _ALWAYS_DENIED:
-        if ip in network and not listed:
-            return f"address {ip} is {what}; list it in SPECDEC_ALLOWED_TARGETS to allow it"
+    forms = [ip, *_embedded_v4(ip)]
+    listed = any(form in network for form in forms for network in policy.networks)
+    for form in forms:
+        for network, what in _ALWAYS_DENIED:
+            if form.version == network.version and form in network and not listed:
+                shown = form if form == ip else f"{form} (in {ip})"
+                return f"address {shown} is {what}; list it in SPECDEC_ALLOWED_TARGETS to allow it"
     if policy.restricted and not listed and not policy.name_allowed(host):
         return f"{host} ({ip}) is not in SPECDEC_ALLOWED_TARGETS"
     return None
+
+
+def _embedded_v4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (a gateway or the stack may reach them)."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return []
+    found = [v4 for v4 in (ip.ipv4_mapped, ip.sixtofour) if v4 is not None]
+    if ip.teredo is not None:
+        found += list(ip.teredo)
+    # `::` and `::1` are in ::/96 too, but are themselves, not 0.0.0.0 and 0.0.0.1.
+    if int(ip) > 1 and any(ip in network for network in _EMBEDDING_V4):
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return found
+
+
+@functools.lru_cache(maxsize=8192)
+def is_ip(host: str) -> bool:
+    """Whether `host` is an IP address literal (cached: asked for every scrape)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

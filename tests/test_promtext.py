@@ -296,3 +296,17 @@ def test_a_new_engine_is_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result["data"]["accepted_tokens"] == 120
     assert result["data"]["acceptance_rate"] == 120 / 200 * 100
     assert result["data"]["per_position_acceptance_rates"] == {"0": 0.8, "1": 0.4}
+
+
+def test_counters_above_two_to_the_53_are_refused_and_a_non_finite_created_is_ignored() -> None:
+    name = "vllm:spec_decode_num_drafts"
+    exact = f'{name}_total{{engine="0"}} 9007199254740992.0\n'  # 2**53: still exact
+    assert next(iter(extract_spec_decode(exact).values())).value == 2**53
+    with pytest.raises(ExtractionError, match="above 2\\^53, not exact"):
+        extract_spec_decode(f'{name}_total{{engine="0"}} 9007199254740994.0\n')
+    with pytest.raises(ExtractionError, match="above 2\\^53"):
+        extract_spec_decode(f'{name}_total{{engine="0"}} 1.7e308\n')
+    for created in ("+Inf", "-Inf", "NaN"):
+        text = f'{name}_total{{engine="0"}} 5.0\n{name}_created{{engine="0"}} {created}\n'
+        (value,) = extract_spec_decode(text).values()
+        assert (value.value, value.created) == (5.0, None)

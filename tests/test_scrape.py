@@ -3,9 +3,11 @@
 import asyncio
 import gzip
 import os
+import socket
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,8 +15,9 @@ import httpx
 import pytest
 import respx
 
-from app.promtext import extract_spec_decode
+from app.promtext import ExtractionLimits, extract_spec_decode
 from app.scrape import (
+    MAX_ERROR_CHARS,
     OriginPools,
     Resolver,
     ScrapeConfig,
@@ -22,12 +25,13 @@ from app.scrape import (
     ScrapeOutcome,
     new_client,
     refusals,
+    safe_error_text,
     scrape_all,
     scrape_target,
 )
 from app.targets import TargetPolicy, parse_target
 from tests.metrics_server import free_port, serve_metrics
-from tests.payloads import fixture
+from tests.payloads import EngineCounters, fixture, vllm_payload
 
 MAX = 1 << 20
 pytestmark = pytest.mark.anyio
@@ -410,3 +414,80 @@ async def test_every_failure_has_a_kind_and_the_aisbench_text(client: httpx.Asyn
                 f"Failed to fetch metrics from http://{targets[kind]}/metrics: "
             )
     assert outcomes[ScrapeErrorKind.TOO_LARGE].error.endswith("answer larger than 2048 bytes")  # type: ignore[union-attr]
+
+
+# --- hostile targets and the collector's own faults (issue 15) -------------------------------
+
+SECRET = "tok-s3cret-never-shown"
+
+
+def test_error_texts_are_redacted_one_line_and_bounded() -> None:
+    headers = [("Authorization", f"Bearer {SECRET}"), ("X-Short", "ab")]
+    text = f"h11 said: Illegal header value b'Bearer {SECRET}'\x00\nand {SECRET} again " + "x" * 900
+    safe = safe_error_text(text, headers)
+    assert SECRET not in safe and "[redacted]" in safe
+    assert "\x00" not in safe and "\n" not in safe
+    assert len(safe) == MAX_ERROR_CHARS and safe.endswith("…")
+    assert safe_error_text("ab cd", headers) == "ab cd"  # values under 4 characters are kept
+
+
+async def test_a_target_that_echoes_a_header_into_a_broken_answer_never_stores_it() -> None:
+    """h11 quotes the malformed status line it read: here, the target's copy of our header."""
+    listener = socket.create_server(("127.0.0.1", free_port()))
+
+    def answer_once() -> None:
+        client, _ = listener.accept()
+        with client:
+            request = client.recv(65536)
+            echoed = next(line for line in request.split(b"\r\n") if b"Bearer" in line)
+            client.sendall(b"HTTP/1.1 2OO " + echoed + b"\r\n\r\n")
+
+    thread = threading.Thread(target=answer_once, daemon=True)
+    thread.start()
+    target = parse_target(
+        {"url": f"http://127.0.0.1:{listener.getsockname()[1]}/metrics",
+         "headers": {"Authorization": f"Bearer {SECRET}"}}
+    )  # fmt: skip
+    async with new_client(2.0) as client:
+        outcome = await scrape_target(client, target, ScrapeConfig(2.0, MAX))
+    listener.close()
+    assert outcome.kind is ScrapeErrorKind.TRANSPORT
+    assert outcome.error is not None and "RemoteProtocolError" in outcome.error
+    assert SECRET not in outcome.error and "[redacted]" in outcome.error
+
+
+async def test_a_fault_inside_the_collector_is_an_internal_failure_never_an_exception() -> None:
+    async def broken(host: str, port: int) -> list[str]:
+        raise RuntimeError(f"a bug that quotes {SECRET}")
+
+    config = ScrapeConfig(2.0, MAX, TargetPolicy(), broken)
+    target = parse_target({"url": "http://name.test:80/", "headers": {"A": SECRET}})
+    async with new_client(2.0) as client:
+        outcome = await scrape_target(client, target, config)
+        assert await refusals([target], config) == [None]  # its scrape says why, not the start
+    assert outcome.kind is ScrapeErrorKind.INTERNAL
+    assert outcome.error == (
+        "Failed to fetch metrics from http://name.test:80/: "
+        "internal error of the collector (RuntimeError)"
+    )
+
+
+async def test_limits_on_series_and_label_sets_make_the_scrape_na(
+    client: httpx.AsyncClient,
+) -> None:
+    many = vllm_payload([EngineCounters(1, 3, [1], engine=str(i)) for i in range(20)])
+    long = vllm_payload([EngineCounters(1, 3, [1], extra_labels={"pod": "p" * 300})])
+    limits = ExtractionLimits(max_series=50, max_label_chars=256)
+    config = ScrapeConfig(2.0, MAX, limits=limits)
+    with serve_metrics(body=many.encode()) as server, serve_metrics(body=long.encode()) as other:
+        too_many = await scrape_target(client, parse_target(server.target), config)
+        too_long = await scrape_target(client, parse_target(other.target), config)
+        fine = await scrape_target(client, parse_target(server.target), ScrapeConfig(2.0, MAX))
+    assert too_many.kind is too_long.kind is ScrapeErrorKind.INVALID_PAYLOAD
+    assert too_many.error is not None and too_many.error.endswith(
+        "more than 50 spec-decode series (SPECDEC_MAX_SERIES_PER_TARGET)"
+    )
+    assert too_long.error is not None and "more than 256 (SPECDEC_MAX_SERIES_LABEL_CHARS)" in (
+        too_long.error
+    )
+    assert fine.series is not None and len(fine.series) == 20 * 4

@@ -4,7 +4,15 @@ from fractions import Fraction
 
 from app.counters import Role
 from app.promtext import Series, SeriesKey, SeriesValue, extract_spec_decode
-from app.specdecode import NO_ACTIVITY, NO_METRICS, Reading, build_result, timeline, window_increase
+from app.specdecode import (
+    INVALID_COUNTERS,
+    NO_ACTIVITY,
+    NO_METRICS,
+    Reading,
+    build_result,
+    timeline,
+    window_increase,
+)
 from tests.payloads import EngineCounters, spec_block, vllm_payload
 
 URL = "http://10.0.0.1:8080/metrics"
@@ -241,3 +249,19 @@ def test_samples_join_the_chain_and_are_counted() -> None:
     assert result["data"]["num_drafts"] == 400 + 10 + 590
     assert result["samples"] == {"taken": 3, "failed": 1}
     assert build_result(URL, before, after).as_json()["data"]["num_drafts"] == 500
+
+
+def test_figures_that_are_not_finite_make_the_result_na_never_ok_with_nulls() -> None:
+    """A backstop behind extraction's 2**53 bound: two engines at 1.7e308 sum to inf."""
+    huge = 1.7e308
+
+    def reading(value: float) -> Series:
+        return {
+            SeriesKey(role, (("engine", engine),)): SeriesValue(value)
+            for role in (Role.DRAFTS, Role.DRAFT_TOKENS, Role.ACCEPTED)
+            for engine in "01"
+        }
+
+    result = build_result("http://h:1/metrics", reading(0.0), reading(huge))
+    assert result.status == "na" and result.error == INVALID_COUNTERS and result.data is None
+    assert result.model_dump_json()  # and it can be written

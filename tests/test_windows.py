@@ -11,8 +11,14 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from app.db import create_db_engine, upgrade_database
-from app.models import TABLES, Snapshot, WindowCreate
-from app.promtext import extract_spec_decode, labels_to_text
+from app.models import TABLES, Snapshot, TargetSeries, WindowCreate
+from app.promtext import (
+    ExtractionLimits,
+    extract_spec_decode,
+    labels_digest,
+    labels_from_text,
+    labels_to_text,
+)
 from app.results import TargetResult
 from app.scrape import ScrapeOutcome
 from app.targets import parse_target
@@ -120,7 +126,8 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
                     connection.execute(
                         TABLES["target_series"].insert().returning(TABLES["target_series"].c.id),
                         {"target_id": target_id, "family": first.role.value,
-                         "labels": labels_to_text(first.labels)},
+                         "labels": labels_to_text(first.labels),
+                         "labels_digest": labels_digest(labels_to_text(first.labels))},
                     ).scalar_one()
                 )  # fmt: skip
 
@@ -143,3 +150,27 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     assert counters is not None and raced[0] in {int(row[0]) for row in counters if row[0]}
     engine.dispose()
     other.dispose()
+
+
+def test_label_sets_of_any_length_are_stored_and_read_back(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """PostgreSQL held label text in VARCHAR(4096) under a B-tree unique index (~2700 bytes)."""
+    engine, _ = engines
+    target = parse_target("127.0.0.1:9100")
+    assert insert_window(engine, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
+                         [target], 10, "r", 0)  # fmt: skip
+    stored = load_window(engine, "default", "w")
+    long = {"pod": "p" * 20_000, "note": "é\x00" * 3000}
+    payload = vllm_payload([EngineCounters(5, 15, [3, 2, 1], extra_labels=long)])
+    limits = ExtractionLimits(max_label_chars=100_000)
+    outcome = ScrapeOutcome(target, datetime.now(UTC), series=extract_spec_decode(payload, limits))
+    store_baseline(engine, stored, [outcome])
+    store_baseline(engine, stored, [outcome])  # the same series again: found, not added twice
+    with Session(engine) as session:
+        catalogue = session.exec(select(TargetSeries)).all()
+    assert len(catalogue) == len(outcome.series or {}) == 6
+    assert {labels_from_text(row.labels) for row in catalogue} == {
+        key.labels for key in outcome.series or {}
+    }
+    assert read_window(engine, "default", "w").targets[0].before is not None

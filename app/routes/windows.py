@@ -9,7 +9,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
-from app.deps import ActorDep, ReadTeamDep, WindowsDep
+from app.deps import ActorDep, AdminActorDep, ReadTeamDep, WindowsDep
 from app.exceptions import InvalidInput, TargetNotInWindow
 from app.models import WindowCreate, WindowPage, WindowPublic
 from app.report import render_report, timeline_csv, windows_csv
@@ -134,6 +134,14 @@ async def start(
 async def stop(window_id: WindowId, windows: WindowsDep, actor: ActorDep) -> WindowPublic:
     """Take the final scrapes, store every target's result and close the window."""
     return await stop_window(windows, actor, window_id)
+
+
+@router.post("/{window_id}/force-close", responses=error_responses(403, 404))
+async def force_close(
+    window_id: WindowId, windows: WindowsDep, actor: AdminActorDep
+) -> WindowPublic:
+    """Admin only: close an open window at once, without a final scrape (every result `na`)."""
+    return await stop_window(windows, actor, window_id, force=True)
 
 
 @router.get("/{window_id}", responses=error_responses(404))

@@ -11,8 +11,8 @@ from starlette.concurrency import run_in_threadpool
 from app.config import Settings
 from app.exceptions import InvalidInput, WindowConflict
 from app.leases import first_lease_seconds
-from app.models import WindowCreate, WindowPublic
-from app.scrape import ScrapeConfig, refusals, scrape_all
+from app.models import WindowCreate, WindowPublic, utcnow
+from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Reading
 from app.targets import Target
 from app.windows.cache import ClosedResults, ResultsCache
@@ -132,10 +132,16 @@ async def closed_results(service: WindowService, team: str, window_id: str) -> C
     return cached
 
 
-async def stop_window(service: WindowService, actor: Actor, window_id: str) -> WindowPublic:
+FORCE_CLOSED = "Window force-closed by an admin: no final scrape was taken"
+
+
+async def stop_window(
+    service: WindowService, actor: Actor, window_id: str, *, force: bool = False
+) -> WindowPublic:
     """Stop sampling, take the final scrape, store every target's result, close the window.
 
-    A stop of a closed window returns the stored results and scrapes nothing.
+    A stop of a closed window returns the stored results and scrapes nothing. `force` (an
+    admin's force-close) closes without scraping: every target's result is `na`, saying so.
     """
     engine = service.engine
     stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
@@ -143,14 +149,18 @@ async def stop_window(service: WindowService, actor: Actor, window_id: str) -> W
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
     service.sampler.unwatch(stored.pk)
     targets = [t.parsed() for t in stored.targets]
-    outcomes = await scrape_all(service.client, targets, service.scrape)
+    if force:
+        outcomes = [ScrapeOutcome(target, utcnow(), error=FORCE_CLOSED) for target in targets]
+    else:
+        outcomes = await scrape_all(service.client, targets, service.scrape)
     closed = await run_in_threadpool(close_window, engine, stored, actor, outcomes)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
     window = await run_in_threadpool(view_of, engine, stored, closed.baselines, closed.results)
     ok = sum(t.result is not None and t.result.ok for t in window.targets)
     logger.info(
-        "window %s/%s stopped by %s: %d of %d targets ok",
-        actor.team, window_id, actor.key, ok, len(window.targets),
+        "window %s/%s %s by %s: %d of %d targets ok",
+        actor.team, window_id, "force-closed" if force else "stopped", actor.key, ok,
+        len(window.targets),
     )  # fmt: skip
     return window

@@ -26,7 +26,14 @@ from app.models import (
     as_utc,
     utcnow,
 )
-from app.promtext import Series, SeriesKey, SeriesValue, labels_from_text, labels_to_text
+from app.promtext import (
+    Series,
+    SeriesKey,
+    SeriesValue,
+    labels_digest,
+    labels_from_text,
+    labels_to_text,
+)
 from app.results import TargetResult
 from app.scrape import ScrapeOutcome
 from app.specdecode import Reading, build_result
@@ -146,7 +153,12 @@ def _catalogue_ids(
 
     known = read()
     missing = [
-        {"target_id": target_id, "family": key.role.value, "labels": text}
+        {
+            "target_id": target_id,
+            "family": key.role.value,
+            "labels": text,
+            "labels_digest": labels_digest(text),
+        }
         for target_id, keys in wanted.items()
         for key, text in keys.items()
         if (target_id, key.role, text) not in known
@@ -158,7 +170,7 @@ def _catalogue_ids(
         # cached, where one of N rows was compiled anew for every window.
         added = session.execute(
             insert(table)
-            .on_conflict_do_nothing(index_elements=["target_id", "family", "labels"])
+            .on_conflict_do_nothing(index_elements=["target_id", "family", "labels_digest"])
             .returning(table.c.id, table.c.target_id, table.c.family, table.c.labels),
             missing,
         )

@@ -1,0 +1,134 @@
+"""A hostile user or target of a shared deployment, against the real service (issue 15).
+
+Each test reproduces one way a team or a target could break the deployment for itself or for
+others: secrets echoed back, windows that can never be stopped, stored values that break reads.
+"""
+
+import json
+
+import httpx
+import pytest
+
+from tests.collector import Team
+from tests.conftest import ADMIN_KEY
+from tests.metrics_server import serve_metrics
+from tests.payloads import EngineCounters, drafts_payload, fixture, vllm_payload
+
+SECRET = "tok-s3cret-never-shown"
+SPEC = "vllm:spec_decode_num_drafts_total"
+
+
+def _every_read(api: httpx.Client, window: str, target: str) -> list[httpx.Response]:
+    paths = (f"/windows/{window}", f"/windows/{window}/results/{target}",
+             f"/windows/{window}/report", f"/windows/{window}/samples",
+             f"/windows/{window}/samples?format=csv", "/windows", "/metrics")  # fmt: skip
+    return [api.get(path) for path in paths]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [f" Bearer {SECRET}", f"Bearer {SECRET} ", f"Bearer {SECRET}\t", f"\x0bBearer {SECRET}",
+     f"Bearer {SECRET}\x0c", f"Bearer {SECRET}-€", f"Bearer {SECRET}\x7f", f"Bearer\x01{SECRET}"],
+)  # fmt: skip
+def test_a_header_value_outside_the_http_grammar_is_a_422_that_never_shows_it(
+    api: httpx.Client, value: str
+) -> None:
+    with serve_metrics(body=drafts_payload(10)) as server:
+        target = {"url": server.url, "headers": {"Authorization": value}}
+        answer = api.post("/windows/hdr/start", json={"targets": [target]})
+        assert server.count() == 0
+    assert answer.status_code == 422, answer.text
+    assert SECRET not in answer.text
+    error = answer.json()["detail"][0]
+    assert error["loc"] == ["body", "targets"]
+    assert "target 0: header Authorization needs" in error["msg"]
+    assert api.get("/windows/hdr").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://{target}/metrics\u0001", "http://{target}/metrics?a=\u007f",
+     "http://{target}/met rics", "http://{target}/met\u00a0rics", "http://{target}/caf\u00e9"],
+)  # fmt: skip
+def test_a_url_with_control_characters_is_a_422(api: httpx.Client, url: str) -> None:
+    with serve_metrics(body=drafts_payload(10)) as server:
+        answer = api.post(
+            "/windows/url/start", json={"targets": [url.format(target=server.target)]}
+        )
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"][:2] == ["body", "targets"]
+    assert api.get("/windows/url").status_code == 404
+
+
+def _hostile_payloads() -> dict[str, str]:
+    nospec = fixture("vllm_v1_dp1_nospec.txt")
+    created = vllm_payload([EngineCounters(100, 300, [80, 60, 40])])
+    return {
+        "long_label": vllm_payload(
+            [EngineCounters(100, 300, [80, 60, 40], extra_labels={"pod": "p" * 5000})]
+        ),
+        "nul_in_line": nospec + f'{SPEC}{{engine="0\x00"}} 4 5 6 7\n',
+        "inf_created": created.replace("1796032661.25", "+Inf"),
+        "nan_created": created.replace("1796032661.25", "NaN"),
+        "huge_counters": vllm_payload(
+            [EngineCounters(17 * 10**307, 17 * 10**307, [17 * 10**307], engine=e) for e in "01"]
+        ),
+    }
+
+
+def _before(kind: str) -> str:
+    """What the target serves at start: the hostile payload, or for huge counters none yet."""
+    if kind == "huge_counters":
+        return vllm_payload([EngineCounters(0, 0, [0], engine=e) for e in "01"])
+    return _hostile_payloads()[kind]
+
+
+@pytest.mark.parametrize("kind", sorted(_hostile_payloads()))
+def test_a_hostile_target_cannot_make_a_window_unstoppable_or_unreadable(
+    api: httpx.Client, team: Team, kind: str
+) -> None:
+    """On PostgreSQL these broke the store (index row size, NUL, JSON Infinity); on both
+    backends huge counters summed to inf and every later read of the team answered 500."""
+    with serve_metrics(body=_before(kind).encode()) as server:
+        started = api.post(
+            f"/windows/{kind}/start", json={"targets": [server.target], "sample_interval_s": 0.5}
+        )
+        assert started.status_code == 201, started.text
+        server.replace(_hostile_payloads()[kind].encode())
+        server.wait_served()
+        stopped = api.post(f"/windows/{kind}/stop")
+    assert stopped.status_code == 200, stopped.text
+    assert stopped.json()["state"] == "closed"
+    result = stopped.json()["targets"][0]["result"]
+    if kind in ("inf_created", "nan_created"):
+        assert result["error"] == "No spec decode activity detected during benchmark window"
+    else:
+        assert result["status"] == "na"
+        assert "\x00" not in json.dumps(result)
+    for answer in _every_read(api, kind, server.target):
+        assert answer.status_code == 200, (answer.request.url, answer.text)
+
+
+def test_an_admin_force_closes_a_window_without_a_final_scrape(
+    api: httpx.Client, team: Team
+) -> None:
+    with serve_metrics(body=drafts_payload(10)) as server:
+        assert api.post("/windows/stuck/start", json={"targets": [server.target]}).is_success
+        scraped = server.count()
+        refused = api.post("/windows/stuck/force-close")
+        assert refused.status_code == 403
+        assert refused.json() == {"detail": "only admin keys may do this"}
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        closed = httpx.post(
+            f"{team.base_url}/windows/stuck/force-close",
+            params={"team": team.name}, headers=admin, timeout=30,
+        )  # fmt: skip
+        assert server.count() == scraped  # no final scrape
+    assert closed.status_code == 200, closed.text
+    window = closed.json()
+    assert (window["state"], window["stopped_by"]) == ("closed", "env:1")
+    assert window["targets"][0]["result"]["status"] == "na"
+    assert window["targets"][0]["result"]["error"] == (
+        "[after] Window force-closed by an admin: no final scrape was taken"
+    )
+    assert api.post("/windows/stuck/stop").json() == window  # closed for good
