@@ -103,6 +103,45 @@ def write_session(engine: Engine) -> Iterator[Session]:
         yield session
 
 
+class DatabaseBusy(Exception):
+    """Another writer held the database's write lock for longer than the caller would wait."""
+
+
+@contextmanager
+def short_write(engine: Engine, wait_s: float) -> Iterator[Connection]:
+    """A write transaction that waits at most `wait_s` for SQLite's write lock, else
+    `DatabaseBusy` (a health check must answer while a long write runs).
+
+    The wait is bounded twice: for this process's writers' lock, and, on a connection whose
+    busy timeout is lowered for the transaction and restored before it goes back to the pool,
+    for other processes' writes. PostgreSQL writers do not share one lock: nothing to bound.
+    """
+    lock = _WRITE_LOCKS.get(engine)
+    if lock is None:
+        with engine.begin() as connection:
+            yield connection
+        return
+    if not lock.acquire(timeout=wait_s):
+        raise DatabaseBusy(f"a write of this service held the database over {wait_s:g} s")
+    try:
+        with engine.connect() as connection:
+            busy_ms = connection.exec_driver_sql("PRAGMA busy_timeout").scalar_one()
+            connection.exec_driver_sql(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
+            connection.commit()
+            try:
+                with connection.begin():
+                    yield connection
+            except OperationalError as exc:
+                if "locked" in str(exc.orig) or "busy" in str(exc.orig):
+                    raise DatabaseBusy(f"another process held the database: {exc.orig}") from None
+                raise
+            finally:
+                connection.exec_driver_sql(f"PRAGMA busy_timeout={busy_ms}")
+                connection.commit()
+    finally:
+        lock.release()
+
+
 def upsert_insert(dialect_name: str) -> Any:
     """The `insert` of this dialect, the one with `on_conflict_do_nothing/update`."""
     if dialect_name == "postgresql":

@@ -15,7 +15,7 @@ from app.auth import (
     writer,
 )
 from app.exceptions import NotAllowed
-from app.state import Services
+from app.state import Health, Services
 from app.windows.lifecycle import WindowService
 from app.windows.stored import Actor
 
@@ -43,6 +43,13 @@ async def get_windows(services: ServicesDep) -> WindowService:
 
 
 WindowsDep = Annotated[WindowService, Depends(get_windows)]
+
+
+async def get_health(services: ServicesDep) -> Health:
+    return services.health
+
+
+HealthDep = Annotated[Health, Depends(get_health)]
 
 
 async def get_principal(request: Request, services: ServicesDep) -> Principal:

@@ -52,6 +52,11 @@ class ScrapeConfig:
     # environment on every call, which was a tenth of a fan-out's CPU.
     proxies: dict[str, str] = field(default_factory=urllib.request.getproxies)
     limits: ExtractionLimits = field(default_factory=ExtractionLimits)
+    # Answers past OFF_LOOP_BYTES read at once, by all windows: a few hostile targets answering
+    # 16 MiB each cannot make the process hold hundreds of them (see `_LargeAnswerSlot`).
+    large_answers: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(LARGE_ANSWERS_AT_ONCE)
+    )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ScrapeConfig":
@@ -287,8 +292,37 @@ def new_client(timeout_s: float) -> httpx.AsyncClient:
     )
 
 
-async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
-    """The body, gzip-decoded, reading no more than `max_bytes` of decoded output."""
+# Above this size an answer is read off the event loop (a thread hop costs ~50 µs; reading
+# 1 MiB costs milliseconds) and needs one of the few slots for large answers. Real vLLM
+# answers are 60-700 KB.
+OFF_LOOP_BYTES = 1024 * 1024
+LARGE_ANSWERS_AT_ONCE = 4
+
+
+class _LargeAnswerSlot:
+    """One of `ScrapeConfig.large_answers`, taken by a scrape whose answer grows past
+    OFF_LOOP_BYTES and held until that answer is read: the bytes held by all scrapes at once
+    stay under LARGE_ANSWERS_AT_ONCE x max_metrics_bytes + scrapes x OFF_LOOP_BYTES. A scrape
+    waiting for one stays within its timeout."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots = slots
+        self._held = False
+
+    async def take(self) -> None:
+        if not self._held:
+            await self._slots.acquire()
+            self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._slots.release()
+            self._held = False
+
+
+async def _read_capped(response: httpx.Response, max_bytes: int, slot: _LargeAnswerSlot) -> bytes:
+    """The body, gzip-decoded, reading no more than `max_bytes` of decoded output; past
+    OFF_LOOP_BYTES only while holding a large-answer `slot`."""
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "x-gzip", ""):
         raise _BadPayload(f"unsupported content encoding {encoding!r}")
@@ -310,6 +344,8 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
             if size > max_bytes:
                 raise _TooLarge
             chunks.append(piece)
+            if size > OFF_LOOP_BYTES:
+                await slot.take()
     if decoder is not None and not decoder.eof:
         raise _BadPayload("gzip stream ends early")
     return b"".join(chunks)
@@ -357,6 +393,16 @@ async def scrape_target(
 
 
 async def _scrape(client: httpx.AsyncClient, target: Target, config: ScrapeConfig) -> ScrapeOutcome:
+    slot = _LargeAnswerSlot(config.large_answers)
+    try:
+        return await _fetch_and_read(client, target, config, slot)
+    finally:
+        slot.release()
+
+
+async def _fetch_and_read(
+    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, slot: _LargeAnswerSlot
+) -> ScrapeOutcome:
     Kind = ScrapeErrorKind
     timeout_s, max_bytes = config.timeout_s, config.max_bytes
     try:
@@ -373,7 +419,7 @@ async def _scrape(client: httpx.AsyncClient, target: Target, config: ScrapeConfi
                 if content_type.split(";")[0].strip().lower() == "text/html":
                     detail = "not a Prometheus exposition: text/html"
                     return failure(target, Kind.NOT_PROMETHEUS, detail)
-                body = await _read_capped(response, max_bytes)
+                body = await _read_capped(response, max_bytes, slot)
             finally:
                 await response.aclose()
     except Refused as exc:
@@ -395,11 +441,6 @@ async def _scrape(client: httpx.AsyncClient, target: Target, config: ScrapeConfi
         # answering every other team meanwhile.
         return await asyncio.to_thread(_extracted, target, body, config.limits)
     return _extracted(target, body, config.limits)
-
-
-# Above this size an answer is read off the event loop (a thread hop costs ~50 µs; reading
-# 1 MiB costs milliseconds). Real vLLM answers are 60-700 KB.
-OFF_LOOP_BYTES = 1024 * 1024
 
 
 def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> ScrapeOutcome:

@@ -1,12 +1,26 @@
 """What the lifespan owns and hands to every request, typed (the lifespan yields a `State`)."""
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 from sqlalchemy.engine import Engine
 
 from app.auth import EnvKey
 from app.windows.lifecycle import WindowService
+
+
+@dataclass(slots=True)
+class Health:
+    """When this replica's heartbeat last landed (monotonic seconds), for a busy database."""
+
+    last_beat: float | None = None
+
+    def beat_landed(self) -> None:
+        self.last_beat = time.monotonic()
+
+    def seconds_since_beat(self) -> float | None:
+        return None if self.last_beat is None else time.monotonic() - self.last_beat
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +32,7 @@ class Services:
     # Whether no key at all may serve team `default` without auth (`specdec serve` decides).
     anonymous_allowed: bool
     windows: WindowService
+    health: Health = field(default_factory=Health)
 
 
 class State(TypedDict):

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -491,3 +491,33 @@ async def test_limits_on_series_and_label_sets_make_the_scrape_na(
         too_long.error
     )
     assert fine.series is not None and len(fine.series) == 20 * 4
+
+
+class _CountingSlots(asyncio.Semaphore):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.taken = self.held = self.most_held = 0
+
+    async def acquire(self) -> Literal[True]:
+        await super().acquire()
+        self.taken += 1
+        self.held += 1
+        self.most_held = max(self.most_held, self.held)
+        return True
+
+    def release(self) -> None:
+        self.held -= 1
+        super().release()
+
+
+async def test_large_answers_are_read_a_few_at_a_time(client: httpx.AsyncClient) -> None:
+    padding = b"# padding\n" * 300_000  # 3 MB: over OFF_LOOP_BYTES
+    body = padding + fixture("vllm_v1_dp1_k5.txt").encode()
+    slots = _CountingSlots(1)
+    config = ScrapeConfig(2.0, 8 << 20, large_answers=slots)
+    with serve_metrics(body=body) as large, serve_metrics(body=body[-5000:]) as small:
+        targets = [parse_target(t) for t in (large.target, small.target, large.target)]
+        outcomes = await scrape_all(client, targets, config)
+    assert [outcome.error for outcome in outcomes] == [None, None, None]
+    assert outcomes[0].series == outcomes[2].series == extract_spec_decode(body.decode())
+    assert (slots.taken, slots.most_held, slots.held) == (2, 1, 0)  # the small one needs none

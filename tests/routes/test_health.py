@@ -2,6 +2,7 @@
 
 import json
 import re
+import sqlite3
 from fractions import Fraction
 from pathlib import Path
 
@@ -94,3 +95,21 @@ def test_grafana_dashboard_reads_only_metrics_the_service_exports(api: httpx.Cli
     exported = {family.name for family in text_string_to_metric_families(api.get("/metrics").text)}
     exported |= {name + "_total" for name in exported}  # counters lose _total in the parser
     assert used and used <= exported, used - exported
+
+
+def test_healthz_answers_while_another_writer_holds_the_database(tmp_path: Path) -> None:
+    """SQLite has one writer: a long write (here another process's open transaction) made
+    `/healthz` wait out the 30 s busy timeout and fail; it now answers busy but healthy."""
+    database = tmp_path / "busy.db"
+    with run_collector(f"sqlite:///{database}", tmp_path) as collector:
+        health = httpx.Client(base_url=collector.base_url, timeout=10)
+        assert health.get("/healthz").json() == {"status": "ok"}
+        other = sqlite3.connect(database, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock until the rollback
+        try:
+            busy = health.get("/healthz")
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert (busy.status_code, busy.json()) == (200, {"status": "ok", "database": "busy"})
+        assert health.get("/healthz").json() == {"status": "ok"}

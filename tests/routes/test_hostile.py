@@ -132,3 +132,31 @@ def test_an_admin_force_closes_a_window_without_a_final_scrape(
         "[after] Window force-closed by an admin: no final scrape was taken"
     )
     assert api.post("/windows/stuck/stop").json() == window  # closed for good
+
+
+def test_a_target_with_hundreds_of_thousands_of_series_is_na_and_others_are_measured(
+    api: httpx.Client,
+) -> None:
+    """12 MiB of distinct spec-decode series: read off the event loop, cut at the series cap,
+    never stored (it cost ~30 CPU-s, 450 MB and 50 MB of database per window)."""
+    lines = "".join(f'{SPEC}{{p="{i}"}} 1\n' for i in range(300_000))
+    with (
+        serve_metrics(body=(fixture("vllm_v1_dp1_nospec.txt") + lines).encode()) as hostile,
+        serve_metrics(body=drafts_payload(10)) as healthy,
+    ):
+        started = api.post(
+            "/windows/flood/start", json={"targets": [hostile.target, healthy.target]}
+        )
+        healthy.replace(drafts_payload(50))
+        stopped = api.post("/windows/flood/stop")
+    assert started.status_code == 201, started.text
+    flooded, measured = stopped.json()["targets"]
+    assert (
+        flooded["before_error"]
+        == flooded["result"]["error"].removeprefix("[before] ").split("; [after] ")[0]
+    )
+    assert flooded["before_error"].endswith(
+        "more than 4096 spec-decode series (SPECDEC_MAX_SERIES_PER_TARGET)"
+    )
+    assert measured["result"]["status"] == "ok"
+    assert measured["result"]["data"]["num_drafts"] == 40
