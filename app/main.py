@@ -20,6 +20,7 @@ from app.config import Settings, get_settings
 from app.db import create_db_engine, database_unavailable, upgrade_database
 from app.exception_handlers import add_exception_handlers
 from app.metrics import REGISTRY, DatabaseMetrics
+from app.resolver import SystemResolver
 from app.routes import compare, health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
@@ -154,6 +155,8 @@ def create_app(
             REGISTRY.unregister(database_metrics)
             sampler.shutdown()
             await client.aclose()
+            if isinstance(scrape.resolve, SystemResolver):
+                scrape.resolve.close()
             engine.dispose()
 
     app = FastAPI(

@@ -98,7 +98,7 @@ def store_samples(
 
 def claim_windows(
     engine: Engine, owner: str, watched: set[int], include_own: bool = False
-) -> list[tuple[int, float, list[StoredTarget]]]:
+) -> list[tuple[int, str, float, list[StoredTarget]]]:
     """Take the lease of every sampled open window that is free or expired.
 
     With `include_own` (at start-up), also the windows `owner` held before a restart. Windows
@@ -112,13 +112,13 @@ def claim_windows(
     claimed = []
     with write_session(engine) as session:
         candidates = session.exec(
-            select(Window.id, Window.sample_interval_s).where(
+            select(Window.id, Window.team, Window.sample_interval_s).where(
                 col(Window.state) == "open",
                 col(Window.sample_interval_s).is_not(None),
                 claimable,
             )
         ).all()
-        for window_pk, interval_s in candidates:
+        for window_pk, team, interval_s in candidates:
             if window_pk is None or interval_s is None or window_pk in watched:
                 continue
             taken: CursorResult[Any] = session.execute(  # type: ignore[assignment]
@@ -134,7 +134,7 @@ def claim_windows(
                 .where(WindowTarget.window_pk == window_pk)
                 .order_by(col(WindowTarget.ordinal))
             ).all()
-            claimed.append((window_pk, interval_s, [StoredTarget.of(row) for row in rows]))
+            claimed.append((window_pk, team, interval_s, [StoredTarget.of(row) for row in rows]))
     return claimed
 
 
@@ -208,6 +208,7 @@ class Sampler:
     def watch(
         self,
         window_pk: int,
+        team: str,
         targets: Sequence[StoredTarget],
         interval_s: float,
         *,
@@ -223,7 +224,7 @@ class Sampler:
             self.sample,
             "interval",
             seconds=interval_s,
-            args=[window_pk, list(targets), interval_s],
+            args=[window_pk, team, list(targets), interval_s],
             id=_job_id(window_pk),
             replace_existing=True,
             max_instances=1,
@@ -247,11 +248,13 @@ class Sampler:
         except SQLAlchemyError as exc:
             logger.warning("lease scan failed: %s", type(exc).__name__)
             return
-        for window_pk, interval_s, targets in claimed:
+        for window_pk, team, interval_s, targets in claimed:
             logger.info("replica %s samples window %d from now on", self.replica_id, window_pk)
-            self.watch(window_pk, targets, interval_s, at_once=True)
+            self.watch(window_pk, team, targets, interval_s, at_once=True)
 
-    async def sample(self, window_pk: int, targets: list[StoredTarget], interval_s: float) -> None:
+    async def sample(
+        self, window_pk: int, team: str, targets: list[StoredTarget], interval_s: float
+    ) -> None:
         """One sampling run: confirm the lease, scrape every target at once, store it all."""
         try:
             owned = await run_in_threadpool(
@@ -260,7 +263,8 @@ class Sampler:
             if not owned:
                 self.unwatch(window_pk)
                 return
-            outcomes = await scrape_all(self.client, [t.parsed() for t in targets], self.scrape)
+            parsed = [t.parsed() for t in targets]
+            outcomes = await scrape_all(self.client, parsed, self.scrape, team)
             ids = {t.key: t.id for t in targets}
             stored = await run_in_threadpool(
                 store_samples, self.engine, window_pk, outcomes, ids, self.replica_id, interval_s

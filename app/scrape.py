@@ -7,7 +7,6 @@
 import asyncio
 import logging
 import re
-import socket
 import ssl
 import time
 import traceback
@@ -27,17 +26,12 @@ from app.config import Settings
 from app.metrics import SCRAPE_ERRORS, SCRAPE_SECONDS
 from app.models import utcnow
 from app.promtext import ExtractionError, ExtractionLimits, Series, extract_spec_decode
+from app.resolver import RESOLVING_FOR, SystemResolver
 from app.targets import Target, TargetPolicy, is_ip
 
 logger = logging.getLogger(__name__)
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
-
-
-async def system_resolve(host: str, port: int) -> list[str]:
-    """The addresses of `host`, from the system resolver, without duplicates."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +41,8 @@ class ScrapeConfig:
     timeout_s: float
     max_bytes: int
     policy: TargetPolicy = field(default_factory=TargetPolicy)
-    resolve: Resolver = system_resolve
+    # Its own threads, a few lookups per team at once (see `app.resolver`).
+    resolve: Resolver = field(default_factory=SystemResolver)
     # Read once, as httpx reads them when the client is made: urllib reads the whole
     # environment on every call, which was a tenth of a fan-out's CPU.
     proxies: dict[str, str] = field(default_factory=urllib.request.getproxies)
@@ -469,7 +464,11 @@ async def _measured(
 
 
 async def scrape_all(
-    client: httpx.AsyncClient, targets: Sequence[Target], config: ScrapeConfig
+    client: httpx.AsyncClient, targets: Sequence[Target], config: ScrapeConfig, owner: str = ""
 ) -> list[ScrapeOutcome]:
-    """Scrape every target at once; the outcomes come back in the targets' order."""
+    """Scrape every target at once; the outcomes come back in the targets' order.
+
+    `owner` (the team) shares the name resolver's threads fairly with other owners.
+    """
+    RESOLVING_FOR.set(owner)  # the tasks below copy this context
     return list(await asyncio.gather(*(_measured(client, t, config) for t in targets)))

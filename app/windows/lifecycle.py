@@ -107,14 +107,14 @@ async def start_window(
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
         return False, await run_in_threadpool(read_window, engine, actor.team, window_id)
     stored = inserted
-    outcomes = await scrape_all(service.client, targets, service.scrape)
+    outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
     await run_in_threadpool(store_baseline, engine, stored, outcomes)
     baselines: dict[int, Reading] = {
         target.id: outcome.series if outcome.series is not None else outcome.error or ""
         for target, outcome in zip(stored.targets, outcomes, strict=True)
     }
     if body.sample_interval_s is not None:
-        service.sampler.watch(stored.pk, stored.targets, body.sample_interval_s)
+        service.sampler.watch(stored.pk, actor.team, stored.targets, body.sample_interval_s)
     failed = sum(outcome.error is not None for outcome in outcomes)
     logger.info(
         "window %s/%s started by %s: %d targets, %d failed",
@@ -152,7 +152,7 @@ async def stop_window(
     if force:
         outcomes = [ScrapeOutcome(target, utcnow(), error=FORCE_CLOSED) for target in targets]
     else:
-        outcomes = await scrape_all(service.client, targets, service.scrape)
+        outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
     closed = await run_in_threadpool(close_window, engine, stored, actor, outcomes)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_window, engine, actor.team, window_id)

@@ -17,7 +17,7 @@ class SamplerHandle(Protocol):
     replica_id: str
 
     def watch(
-        self, window_pk: int, targets: Sequence["StoredTarget"], interval_s: float
+        self, window_pk: int, team: str, targets: Sequence["StoredTarget"], interval_s: float
     ) -> None: ...
 
     def unwatch(self, window_pk: int) -> None: ...
