@@ -96,6 +96,9 @@ async def pin(target: Target, config: ScrapeConfig) -> tuple[str, dict[str, str]
     """
     headers = dict(target.headers)
     route = _proxy_route(target, config.proxies)
+    named = config.policy.metadata_refusal(target.host)
+    if named is not None:  # before resolving: such a name may not even resolve here
+        raise Refused(named)
     if is_ip(target.host):
         addresses = [target.host]
     elif route == "proxied":

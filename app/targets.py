@@ -286,19 +286,22 @@ class TargetPolicy:
         """Whether `host` is listed by name or suffix."""
         return host in self.names or any(host.endswith(suffix) for suffix in self.suffixes)
 
-    def name_refusal(self, host: str) -> str | None:
-        """Why the collector may not connect to `host` by name (before any resolution), or None.
-
-        Asked for every target, a proxied one too (the proxy resolves the name).
-        """
+    def metadata_refusal(self, host: str) -> str | None:
+        """Why `host` is refused as a cloud metadata name (asked before any resolution)."""
         if host in METADATA_NAMES and host not in self.names:
             return (
                 f"{host} is a cloud metadata service; "
                 "list it in SPECDEC_ALLOWED_TARGETS to allow it"
             )
-        if self.restricted and not is_ip(host) and not self.name_allowed(host):
-            return f"{host} is not in SPECDEC_ALLOWED_TARGETS"
         return None
+
+    def name_refusal(self, host: str) -> str | None:
+        """Why the collector may not connect to `host` by its name alone, or None: what can be
+        checked of a target that a proxy resolves (a metadata name, an allow-list of names)."""
+        refused = self.metadata_refusal(host)
+        if refused is None and self.restricted and not is_ip(host) and not self.name_allowed(host):
+            refused = f"{host} is not in SPECDEC_ALLOWED_TARGETS"
+        return refused
 
     def refusal(self, host: str, address: str) -> str | None:
         """Why the collector may not connect to `address` (resolved from `host`), or None."""
@@ -309,7 +312,7 @@ class TargetPolicy:
 # each network was a tenth of a scrape's CPU. The policy is immutable, so it is part of the key.
 @functools.lru_cache(maxsize=8192)
 def _refusal(policy: TargetPolicy, host: str, address: str) -> str | None:
-    named = policy.name_refusal(host) if host in METADATA_NAMES else None
+    named = policy.metadata_refusal(host)
     if named is not None:
         return named
     ip = ipaddress.ip_address(address)

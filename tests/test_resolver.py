@@ -45,9 +45,7 @@ async def _as(owner: str, resolver: SystemResolver, host: str, timeout_s: float)
 
 async def test_a_team_whose_names_never_answer_cannot_starve_another(dns: FakeDns) -> None:
     resolver = SystemResolver(threads=16, per_owner=4, getaddrinfo=dns)
-    stuck = [
-        asyncio.create_task(_as("hostile", resolver, f"n{i}.evil", 0.2)) for i in range(50)
-    ]
+    stuck = [asyncio.create_task(_as("hostile", resolver, f"n{i}.evil", 0.2)) for i in range(50)]
     for outcome in await asyncio.gather(*stuck, return_exceptions=True):
         assert isinstance(outcome, TimeoutError)
     # Only its own four slots were taken: four threads block, the other 46 never started.

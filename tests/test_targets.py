@@ -101,6 +101,7 @@ def test_metadata_names_are_refused_unless_listed_by_name(name: str) -> None:
         f"{name} is a cloud metadata service; list it in SPECDEC_ALLOWED_TARGETS to allow it"
     )
     assert TargetPolicy().name_refusal(name) == refusal  # through a proxy too
+    assert TargetPolicy().metadata_refusal(name) == refusal  # before resolving
     assert TargetPolicy.parse(f"{name}, 10.0.0.0/8").refusal(name, "10.0.0.1") is None
 
 

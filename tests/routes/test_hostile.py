@@ -5,6 +5,11 @@ others: secrets echoed back, windows that can never be stopped, stored values th
 """
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -12,6 +17,7 @@ import pytest
 from tests.collector import Team
 from tests.conftest import ADMIN_KEY
 from tests.metrics_server import serve_metrics
+from tests.netns_probe import METADATA_TARGETS
 from tests.payloads import EngineCounters, drafts_payload, fixture, vllm_payload
 
 SECRET = "tok-s3cret-never-shown"
@@ -160,3 +166,33 @@ def test_a_target_with_hundreds_of_thousands_of_series_is_na_and_others_are_meas
     )
     assert measured["result"]["status"] == "ok"
     assert measured["result"]["data"]["num_drafts"] == 40
+
+
+@pytest.mark.slow
+def test_metadata_addresses_in_every_form_are_refused_directly_and_through_a_proxy(
+    tmp_path: Path,
+) -> None:
+    """Inside a private network namespace (loopback only): were one not refused, it could
+    reach nothing real. Through a proxy, numeric forms went to the proxy unchecked."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI runs as root with util-linux's unshare: this test must run there")
+        pytest.skip("needs root and unshare(1) for a private network namespace")
+    probe = subprocess.run(
+        ["unshare", "-n", sys.executable, "-m", "tests.netns_probe", str(tmp_path)],
+        cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    report = json.loads(probe.stdout.strip().splitlines()[-1])
+    for mode in ("direct", "proxy"):
+        answers = report[mode]
+        for target in METADATA_TARGETS:
+            status, message = answers[target]
+            assert status == 422, (mode, target, message)
+            assert (
+                "cloud metadata" in message or "0.0.0.0/8" in message or "unspecified" in message
+            ), (mode, target, message)
+    *_, (control_status, _) = report["direct"].values()
+    assert control_status == 201  # a loopback target still starts
+    # Through the proxy, only the one ordinary name was ever sent (its baseline scrape).
+    assert report["proxied_requests"] == ["http://vllm.example:8000/metrics"]
