@@ -3,9 +3,12 @@
 Keys come from `SPECDEC_API_KEYS` (`team:role:key`, comma-separated) and from the database
 (`specdec keys create`), where only their SHA-256 is stored. A client sends
 `Authorization: Bearer <key>`. Roles: `read` (GET only), `write` (start, stop, read) and
-`admin` (any team, named with `?team=`). With no key configured at all the service serves
-one team, `default`, without auth, which `specdec serve` allows only on a loopback address
-unless `SPECDEC_ALLOW_ANONYMOUS=true`.
+`admin` (any team, named with `?team=`).
+
+Open mode (one team, `default`, without auth) is decided by `OpenMode`: on a loopback address
+the service is open until the first key is created, and stays closed once one was, even when
+every key is revoked; beyond loopback it is never open unless `SPECDEC_ALLOW_ANONYMOUS=true`,
+which (anywhere) also lets it reopen when no key is active. Keys in `SPECDEC_API_KEYS` close it.
 """
 
 import hashlib
@@ -15,6 +18,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
@@ -108,6 +112,35 @@ def active_db_keys(engine: Engine) -> int:
         ).one()
 
 
+def any_db_key(engine: Engine) -> bool:
+    """Whether a key was ever stored in the database (a revoked one counts)."""
+    with Session(engine) as session:
+        return session.exec(select(ApiKey.id).limit(1)).first() is not None
+
+
+class OpenMode(StrEnum):
+    """When a request without a key is served, as team `default` with write access."""
+
+    NEVER = "never"  # bound beyond loopback without SPECDEC_ALLOW_ANONYMOUS
+    UNTIL_FIRST_KEY = "until_first_key"  # loopback: closed for good once a key was created
+    WHILE_NO_ACTIVE_KEY = "while_no_active_key"  # SPECDEC_ALLOW_ANONYMOUS=true: said explicitly
+
+    @classmethod
+    def of(cls, loopback_or_allowed: bool, allow_anonymous: bool) -> "OpenMode":
+        """The mode for a service bound to loopback (or allowed beyond it) and the setting."""
+        if allow_anonymous:
+            return cls.WHILE_NO_ACTIVE_KEY
+        return cls.UNTIL_FIRST_KEY if loopback_or_allowed else cls.NEVER
+
+    def is_open(self, env_keys: list["EnvKey"], engine: Engine) -> bool:
+        """Whether a request without a key is served now."""
+        if env_keys or self is OpenMode.NEVER:
+            return False
+        if self is OpenMode.UNTIL_FIRST_KEY:
+            return not any_db_key(engine)
+        return active_db_keys(engine) == 0
+
+
 def create_key(engine: Engine, team: str, role: str) -> tuple[ApiKey, str]:
     """Store a new key of `team` with `role`; the key itself is returned once, never stored."""
     key = new_key()
@@ -164,11 +197,11 @@ def _bearer(authorization: str) -> str:
 
 
 def authenticate(
-    authorization: str | None, env_keys: list[EnvKey], engine: Engine, anonymous_allowed: bool
+    authorization: str | None, env_keys: list[EnvKey], engine: Engine, open_mode: OpenMode
 ) -> Principal:
     """The caller of a request with this `Authorization` header, or 401."""
     if authorization is None:
-        if not env_keys and anonymous_allowed and active_db_keys(engine) == 0:
+        if open_mode.is_open(env_keys, engine):
             return Principal(DEFAULT_TEAM, "write", "anonymous")
         raise NotAuthenticated("an API key is required: Authorization: Bearer <key>")
     key = _bearer(authorization)

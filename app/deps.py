@@ -14,7 +14,7 @@ from app.auth import (
     team_scope,
     writer,
 )
-from app.exceptions import NotAllowed
+from app.exceptions import NotAllowed, NotAuthenticated
 from app.state import Health, Services
 from app.windows.lifecycle import WindowService
 from app.windows.stored import Actor
@@ -69,11 +69,24 @@ async def get_principal(request: Request, services: ServicesDep) -> Principal:
         authorization,
         services.env_keys,
         services.engine,
-        services.anonymous_allowed,
+        services.open_mode,
     )
 
 
 ReaderDep = Annotated[Principal, Depends(get_principal)]
+
+
+async def get_optional_principal(request: Request, services: ServicesDep) -> Principal | None:
+    """The caller if it sent a key (401 for a bad one), or in open mode; else None."""
+    if request.headers.get("authorization") is None:
+        try:
+            return await get_principal(request, services)
+        except NotAuthenticated:
+            return None
+    return await get_principal(request, services)
+
+
+OptionalReaderDep = Annotated[Principal | None, Depends(get_optional_principal)]
 
 
 async def get_writer(principal: ReaderDep) -> Principal:

@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from app import __version__
-from app.auth import parse_env_keys
+from app.auth import OpenMode, parse_env_keys
 from app.config import Settings, get_settings
 from app.db import create_db_engine, database_unavailable, upgrade_database
 from app.exception_handlers import add_exception_handlers
@@ -113,8 +113,8 @@ def create_app(
 ) -> FastAPI:
     """An app for `settings` (default: the environment's).
 
-    `anonymous_allowed` says whether the service may run without keys (no keys configured
-    serves team `default` without auth); `specdec serve` sets it from the bind address.
+    `anonymous_allowed` says whether the service may run without keys: `specdec serve` sets
+    it from the bind address (loopback) or SPECDEC_ALLOW_ANONYMOUS; see `app.auth.OpenMode`.
     `resolve` replaces the system resolver (as an httpx transport replaces the network).
     """
     settings = settings or get_settings()
@@ -145,8 +145,9 @@ def create_app(
         windows = WindowService(
             engine, client, scrape, sampler, settings, ResultsCache(settings.results_cache_windows)
         )
-        services = Services(engine, env_keys, anonymous_allowed, windows)
-        database_metrics = DatabaseMetrics(engine, settings.metrics_latest_windows)
+        open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
+        services = Services(engine, env_keys, open_mode, windows)
+        database_metrics = DatabaseMetrics(engine)
         REGISTRY.register(database_metrics)
         await sampler.start()
         try:

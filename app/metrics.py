@@ -1,13 +1,15 @@
 """The collector's own Prometheus metrics, served at `/metrics`.
 
-Aggregates only (no team's window ids or targets), so Prometheus may scrape it without a key.
-Error reasons are a small fixed set of kinds, which keeps the label cardinality bounded.
+Without a key, aggregates only (no team's window ids, targets or figures), so Prometheus may
+scrape it without one. With a key, the latest closed windows' results are added: the key's
+team's (`WindowResults`), every team's for an admin key. Error reasons are a small fixed set
+of kinds, which keeps the label cardinality bounded.
 """
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import select as sa_select
@@ -27,18 +29,15 @@ SCRAPE_ERRORS = Counter(
 
 
 class DatabaseMetrics(Collector):
-    """Gauges read from the database each time `/metrics` is read.
+    """Aggregate gauges read from the database each time `/metrics` is read.
 
     - `specdec_open_windows`: windows open now, all teams together;
     - `specdec_sampler_lag_seconds`: how far the most overdue sampled window is behind its
-      schedule (0 when every window was sampled within its interval);
-    - `specdec_window_acceptance_rate` / `_length`: the latest `latest` closed windows' results,
-      labelled team, window and target; `latest` bounds the label cardinality.
+      schedule (0 when every window was sampled within its interval).
     """
 
-    def __init__(self, engine: Engine, latest: int) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.latest = latest
 
     def collect(self) -> Iterator[Metric]:
         now = datetime.now(UTC)
@@ -47,23 +46,6 @@ class DatabaseMetrics(Collector):
                 select(Window.started_at, Window.last_sampled_at, Window.sample_interval_s).where(
                     Window.state == "open"
                 )
-            ).all()
-            closed = session.exec(
-                select(Window.id)
-                .where(Window.state == "closed")
-                .order_by(col(Window.stopped_at).desc())
-                .limit(self.latest)
-            ).all()
-            rows = session.execute(
-                sa_select(
-                    col(Window.team),
-                    col(Window.window_id),
-                    col(WindowTarget.target),
-                    col(WindowTarget.acceptance_rate),
-                    col(WindowTarget.acceptance_length),
-                )
-                .join(WindowTarget, col(WindowTarget.window_pk) == col(Window.id))
-                .where(col(Window.id).in_(list(closed)), col(WindowTarget.status) == "ok")
             ).all()
         yield GaugeMetricFamily(
             "specdec_open_windows", "Windows open now, all teams together.", value=len(open_windows)
@@ -78,6 +60,37 @@ class DatabaseMetrics(Collector):
             "How far the most overdue sampled window is behind.",
             value=lag,
         )
+
+
+class WindowResults(Collector):
+    """`specdec_window_acceptance_rate` / `_length`: the latest `latest` closed windows'
+    results of `team` (every team's when None), labelled team, window and target; `latest`
+    bounds the label cardinality. Only served to a caller with a key of that team, or admin."""
+
+    def __init__(self, engine: Engine, latest: int, team: str | None) -> None:
+        self.engine = engine
+        self.latest = latest
+        self.team = team
+
+    def collect(self) -> Iterator[Metric]:
+        closed_query = select(Window.id).where(Window.state == "closed")
+        if self.team is not None:
+            closed_query = closed_query.where(Window.team == self.team)
+        with Session(self.engine) as session:
+            closed = session.exec(
+                closed_query.order_by(col(Window.stopped_at).desc()).limit(self.latest)
+            ).all()
+            rows = session.execute(
+                sa_select(
+                    col(Window.team),
+                    col(Window.window_id),
+                    col(WindowTarget.target),
+                    col(WindowTarget.acceptance_rate),
+                    col(WindowTarget.acceptance_length),
+                )
+                .join(WindowTarget, col(WindowTarget.window_pk) == col(Window.id))
+                .where(col(Window.id).in_(list(closed)), col(WindowTarget.status) == "ok")
+            ).all()
         labels = ["team", "window", "target"]
         rate = GaugeMetricFamily(
             "specdec_window_acceptance_rate",
@@ -90,10 +103,21 @@ class DatabaseMetrics(Collector):
             labels=labels,
         )
         for team, window_id, target, acceptance_rate, acceptance_length in rows:
+            if acceptance_rate is None or acceptance_length is None:
+                continue  # a result stored by an older version with figures it could not hold
             rate.add_metric([team, window_id, target], acceptance_rate)
             length.add_metric([team, window_id, target], acceptance_length)
         yield rate
         yield length
 
 
-__all__ = ["REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "DatabaseMetrics"]
+def window_results_text(engine: Engine, latest: int, team: str | None) -> bytes:
+    """The exposition of `WindowResults` alone, to append to the aggregates."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WindowResults(engine, latest, team))
+    return generate_latest(registry)
+
+
+__all__ = [
+    "REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "DatabaseMetrics", "window_results_text",
+]  # fmt: skip

@@ -6,7 +6,7 @@ from typing import TypedDict
 
 from sqlalchemy.engine import Engine
 
-from app.auth import EnvKey
+from app.auth import EnvKey, OpenMode
 from app.windows.lifecycle import WindowService
 
 
@@ -29,8 +29,8 @@ class Services:
 
     engine: Engine
     env_keys: list[EnvKey]
-    # Whether no key at all may serve team `default` without auth (`specdec serve` decides).
-    anonymous_allowed: bool
+    # When a request without a key is served as team `default` (`specdec serve` decides).
+    open_mode: OpenMode
     windows: WindowService
     health: Health = field(default_factory=Health)
 

@@ -7,6 +7,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from app.auth import (
+    OpenMode,
     Principal,
     authenticate,
     create_key,
@@ -58,18 +59,20 @@ def test_bad_env_keys_name_the_entry_never_the_key(text: str, message: str) -> N
 
 def test_authenticate_env_and_database_keys(engine: Engine) -> None:
     env = parse_env_keys(f"a:write:{KEY_A}")
-    assert authenticate(f"Bearer {KEY_A}", env, engine, False) == Principal("a", "write", "env:1")
+    assert authenticate(f"Bearer {KEY_A}", env, engine, OpenMode.NEVER) == Principal(
+        "a", "write", "env:1"
+    )
     row, key = create_key(engine, "b", "read")
-    assert authenticate(f"bearer {key}", env, engine, False) == Principal(
+    assert authenticate(f"bearer {key}", env, engine, OpenMode.NEVER) == Principal(
         "b", "read", f"key:{row.id}"
     )
     for header in (None, "Bearer nope-nope-nope-nope", f"Basic {KEY_A}", f"Bearer {KEY_A}x"):
         with pytest.raises(NotAuthenticated):
-            authenticate(header, env, engine, True)
+            authenticate(header, env, engine, OpenMode.UNTIL_FIRST_KEY)
     assert revoke_key(engine, row.id or 0)
     assert not revoke_key(engine, row.id or 0)
     with pytest.raises(NotAuthenticated, match="unknown or revoked API key"):
-        authenticate(f"Bearer {key}", env, engine, False)
+        authenticate(f"Bearer {key}", env, engine, OpenMode.NEVER)
 
 
 def test_keys_are_stored_hashed_and_listed_without_the_key(engine: Engine) -> None:
@@ -84,12 +87,29 @@ def test_keys_are_stored_hashed_and_listed_without_the_key(engine: Engine) -> No
 
 
 def test_open_mode_only_without_any_key(engine: Engine) -> None:
-    assert authenticate(None, [], engine, True) == Principal("default", "write", "anonymous")
+    assert authenticate(None, [], engine, OpenMode.UNTIL_FIRST_KEY) == Principal(
+        "default", "write", "anonymous"
+    )
     with pytest.raises(NotAuthenticated):
-        authenticate(None, [], engine, False)  # bound beyond loopback without permission
-    create_key(engine, "t", "read")
+        authenticate(None, [], engine, OpenMode.NEVER)  # bound beyond loopback without permission
+    row, _ = create_key(engine, "t", "read")
     with pytest.raises(NotAuthenticated):
-        authenticate(None, [], engine, True)  # a key exists: auth is on
+        authenticate(None, [], engine, OpenMode.UNTIL_FIRST_KEY)  # a key exists: auth is on
+    # Revoking the last key does not reopen the service (it was fail-open)...
+    assert revoke_key(engine, row.id or 0)
+    with pytest.raises(NotAuthenticated):
+        authenticate(None, [], engine, OpenMode.UNTIL_FIRST_KEY)
+    # ...unless SPECDEC_ALLOW_ANONYMOUS says so explicitly.
+    assert authenticate(None, [], engine, OpenMode.WHILE_NO_ACTIVE_KEY).key == "anonymous"
+    env = parse_env_keys(f"a:write:{KEY_A}")
+    with pytest.raises(NotAuthenticated):
+        authenticate(None, env, engine, OpenMode.WHILE_NO_ACTIVE_KEY)
+
+
+def test_open_mode_of_the_bind_and_the_setting() -> None:
+    assert OpenMode.of(True, False) is OpenMode.UNTIL_FIRST_KEY
+    assert OpenMode.of(False, False) is OpenMode.NEVER
+    assert OpenMode.of(False, True) is OpenMode.WHILE_NO_ACTIVE_KEY
 
 
 def test_team_scope() -> None:

@@ -8,7 +8,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from app.db import DatabaseBusy, database_unavailable, short_write, upsert_insert
-from app.deps import EngineDep, HealthDep, WindowsDep
+from app.deps import EngineDep, HealthDep, OptionalReaderDep, WindowsDep
+from app.metrics import window_results_text
 from app.models import Heartbeat, utcnow
 
 router = APIRouter(tags=["health"])
@@ -37,10 +38,15 @@ def beat(engine: Engine, replica_id: str) -> None:
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
-async def metrics() -> Response:
-    """The collector's own Prometheus metrics (aggregates only; no key needed)."""
+async def metrics(principal: OptionalReaderDep, windows: WindowsDep) -> Response:
+    """The collector's own Prometheus metrics: aggregates without a key; with one, also the
+    latest closed windows' results of the key's team (of every team for an admin key)."""
     # Some gauges read the database: off the event loop.
     body = await run_in_threadpool(generate_latest, REGISTRY)
+    if principal is not None:
+        team = None if principal.role == "admin" else principal.team
+        latest = windows.settings.metrics_latest_windows
+        body += await run_in_threadpool(window_results_text, windows.engine, latest, team)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

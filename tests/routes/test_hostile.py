@@ -13,8 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.collector import Team
+from tests.collector import NewTeam, Team
 from tests.conftest import ADMIN_KEY
 from tests.metrics_server import serve_metrics
 from tests.netns_probe import METADATA_TARGETS
@@ -196,3 +197,33 @@ def test_metadata_addresses_in_every_form_are_refused_directly_and_through_a_pro
     assert control_status == 201  # a loopback target still starts
     # Through the proxy, only the one ordinary name was ever sent (its baseline scrape).
     assert report["proxied_requests"] == ["http://vllm.example:8000/metrics"]
+
+
+def test_keyless_metrics_name_no_team_window_or_target(new_team: NewTeam) -> None:
+    one, other = new_team(), new_team()
+    with serve_metrics(body=drafts_payload(0)) as server:
+        for team in (one, other):
+            with team.client() as api:
+                api.post("/windows/secret-run/start", json={"targets": [server.target]})
+                server.replace(drafts_payload(10))
+                api.post("/windows/secret-run/stop")
+                server.replace(drafts_payload(0))
+
+    def teams_shown(headers: dict[str, str]) -> set[str]:
+        text = httpx.get(f"{one.base_url}/metrics", headers=headers, timeout=30).text
+        return {
+            sample.labels["team"]
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if family.name.startswith("specdec_window_")
+        }
+
+    keyless = httpx.get(f"{one.base_url}/metrics", timeout=30)
+    assert keyless.status_code == 200 and "specdec_open_windows" in keyless.text
+    for secret in ("secret-run", one.name, other.name, server.target):
+        assert secret not in keyless.text
+    assert teams_shown(one.headers) == {one.name}
+    assert teams_shown(other.headers) == {other.name}
+    assert {one.name, other.name} <= teams_shown({"Authorization": f"Bearer {ADMIN_KEY}"})
+    bad = httpx.get(f"{one.base_url}/metrics", headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401

@@ -136,6 +136,9 @@ def test_keys_cli_create_list_revoke(
         assert specdec("revoke", "1").returncode == 0
         assert specdec("revoke", "1").returncode == 1
         assert api.get("/windows/x", headers=auth(key)).status_code == 401
+        # The last key revoked: the service does not fall back to open mode.
+        assert api.get("/windows/x").status_code == 401
+        assert api.post("/windows/y/start", json={"targets": [server.target]}).status_code == 401
     bad = specdec("create", "--team", "no spaces", "--role", "read")
     assert bad.returncode == 2 and "team" in bad.stderr
     engine = create_engine(database_url)
