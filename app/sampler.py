@@ -273,6 +273,10 @@ class Sampler:
             # The database is away: keep the job; the lease decides who samples once it is back.
             logger.warning("sample of window %d not stored: %s", window_pk, type(exc).__name__)
             return
+        except Exception as exc:
+            # One line, not APScheduler's traceback every interval; the stop still closes it.
+            logger.error("sample of window %d failed: %s", window_pk, type(exc).__name__)
+            return
         if not stored:
             self.unwatch(window_pk)
 

@@ -6,7 +6,6 @@
 
 import asyncio
 import logging
-import re
 import ssl
 import time
 import traceback
@@ -27,6 +26,7 @@ from app.metrics import SCRAPE_ERRORS, SCRAPE_SECONDS
 from app.models import utcnow
 from app.promtext import ExtractionError, ExtractionLimits, Series, extract_spec_decode
 from app.resolver import RESOLVING_FOR, SystemResolver
+from app.safetext import safe_error_text
 from app.targets import Target, TargetPolicy, is_ip
 
 logger = logging.getLogger(__name__)
@@ -178,28 +178,6 @@ class ScrapeOutcome:
     series: Series | None = None
     error: str | None = None
     kind: ScrapeErrorKind | None = None
-
-
-MAX_ERROR_CHARS = 500
-_REDACTED = "[redacted]"
-# Control characters (NUL among them: PostgreSQL's text refuses it) never reach the store.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def redact(text: str, headers: Sequence[tuple[str, str]]) -> str:
-    """`text` without any configured header value, nor any word of one (a bearer's token)."""
-    secrets = {value.strip() for _, value in headers}
-    secrets |= {word for _, value in headers for word in value.split() if len(word) >= 4}
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= 4:
-            text = text.replace(secret, _REDACTED)
-    return text
-
-
-def safe_error_text(text: str, headers: Sequence[tuple[str, str]] = ()) -> str:
-    """An error text fit to store, log and show: secrets redacted, one line, bounded."""
-    text = _CONTROL.sub(" ", redact(text, headers))
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
 def failure(target: Target, kind: ScrapeErrorKind, detail: str) -> ScrapeOutcome:

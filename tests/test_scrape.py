@@ -16,8 +16,8 @@ import pytest
 import respx
 
 from app.promtext import ExtractionLimits, extract_spec_decode
+from app.safetext import MAX_ERROR_CHARS, safe_error_text
 from app.scrape import (
-    MAX_ERROR_CHARS,
     OriginPools,
     Resolver,
     ScrapeConfig,
@@ -25,7 +25,6 @@ from app.scrape import (
     ScrapeOutcome,
     new_client,
     refusals,
-    safe_error_text,
     scrape_all,
     scrape_target,
 )
@@ -206,6 +205,7 @@ async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
 PROXY_CHECK = """
 import asyncio, sys
 from app.scrape import ScrapeConfig, new_client, scrape_target
+from app.safetext import MAX_ERROR_CHARS, safe_error_text
 from app.targets import TargetPolicy, parse_target
 async def main():
     async with new_client(2.0) as client:

@@ -15,6 +15,7 @@ from app.models import WindowCreate, WindowPage, WindowPublic
 from app.report import render_report, timeline_csv, windows_csv
 from app.results import TargetResult
 from app.routes import error_responses
+from app.safetext import has_control_characters, safe_error_text
 from app.targets import WINDOW_ID_PATTERN, parse_target_key
 from app.windows.lifecycle import closed_results, start_window, stop_window
 from app.windows.listing import WindowFilter, list_windows
@@ -47,8 +48,10 @@ def _label_pairs(labels: list[str]) -> tuple[tuple[str, str], ...]:
     pairs = []
     for text in labels:
         name, sep, value = text.partition("=")
-        if not sep or not name:
-            raise InvalidInput(["query", "label"], f"{text!r} is not key=value")
+        if not sep or not name or has_control_characters(text):
+            raise InvalidInput(
+                ["query", "label"], f"{safe_error_text(text)!r} is not key=value (printable)"
+            )
         pairs.append((name, value))
     return tuple(pairs)
 

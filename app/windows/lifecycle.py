@@ -12,6 +12,7 @@ from app.config import Settings
 from app.exceptions import InvalidInput, WindowConflict
 from app.leases import first_lease_seconds
 from app.models import WindowCreate, WindowPublic, utcnow
+from app.safetext import has_control_characters, safe_error_text
 from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Reading
 from app.targets import Target
@@ -61,10 +62,12 @@ async def _check_body(
             not name
             or len(name) > settings.max_label_chars
             or len(value) > settings.max_label_chars
+            or has_control_characters(name + value)
         ):
             raise InvalidInput(
-                ["body", "labels", name[: settings.max_label_chars]],
-                f"label names and values are 1-{settings.max_label_chars} characters",
+                ["body", "labels", safe_error_text(name[: settings.max_label_chars])],
+                f"label names and values are 1-{settings.max_label_chars} characters, "
+                "without control characters",
             )
     for index, reason in enumerate(await refusals(targets, service.scrape)):
         if reason is not None:

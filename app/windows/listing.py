@@ -43,8 +43,12 @@ def _decode_cursor(cursor: str) -> tuple[datetime, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         started, pk = json.loads(raw)
-        return datetime.fromisoformat(started), int(pk)
-    except (ValueError, TypeError, binascii.Error) as exc:
+        moment = datetime.fromisoformat(started)
+        # What `_encode_cursor` writes, and nothing a database could not compare with.
+        if type(pk) is not int or not 0 <= pk < 2**63 or moment.tzinfo is None:
+            raise ValueError("not a cursor of this service")
+        return moment, pk
+    except (ValueError, TypeError, OverflowError, binascii.Error) as exc:
         raise InvalidInput(["query", "cursor"], "cursor is not one this service gave") from exc
 
 

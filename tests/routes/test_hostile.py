@@ -4,6 +4,7 @@ Each test reproduces one way a team or a target could break the deployment for i
 others: secrets echoed back, windows that can never be stopped, stored values that break reads.
 """
 
+import base64
 import json
 import os
 import shutil
@@ -15,11 +16,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.collector import NewTeam, Team
+from tests.collector import NewTeam, Team, run_collector
 from tests.conftest import ADMIN_KEY
 from tests.metrics_server import serve_metrics
 from tests.netns_probe import METADATA_TARGETS
 from tests.payloads import EngineCounters, drafts_payload, fixture, vllm_payload
+from tests.waiting import wait_for
 
 SECRET = "tok-s3cret-never-shown"
 SPEC = "vllm:spec_decode_num_drafts_total"
@@ -227,3 +229,78 @@ def test_keyless_metrics_name_no_team_window_or_target(new_team: NewTeam) -> Non
     assert {one.name, other.name} <= teams_shown({"Authorization": f"Bearer {ADMIN_KEY}"})
     bad = httpx.get(f"{one.base_url}/metrics", headers={"Authorization": "Bearer nope"})
     assert bad.status_code == 401
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_non_finite_numbers_in_a_start_body_are_a_422(api: httpx.Client, number: str) -> None:
+    """The 422 echoed its input, which JSON cannot hold: the answer was a 500."""
+    with serve_metrics(body=drafts_payload(10)) as server:
+        bodies = {
+            "sample_interval_s": f'{{"targets": ["{server.target}"], "sample_interval_s": {number}}}',
+            "targets": f'{{"targets": [{{"host_ip": "127.0.0.1", "host_port": {number}}}]}}',
+            "labels": f'{{"targets": ["{server.target}"], "labels": {{"a": {number}}}}}',
+        }
+        for field, body in bodies.items():
+            answer = api.post(
+                "/windows/nan/start", content=body, headers={"Content-Type": "application/json"}
+            )
+            assert answer.status_code == 422, (body, answer.text)
+            assert answer.json()["detail"][0]["loc"][:2] == ["body", field]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [["2026-11-30T00:00:00+00:00", 10**30], ["2026-11-30T00:00:00+00:00", 1e308],
+     ["2026-11-30T00:00:00+00:00", -1], ["2026-11-30T00:00:00", 5], ["x", 5], [5, 5],
+     ["2026-11-30T00:00:00+00:00", True], ["2026-11-30T00:00:00+00:00", 2.5]],
+)  # fmt: skip
+def test_a_tampered_cursor_is_a_422(api: httpx.Client, cursor: list[object]) -> None:
+    token = base64.urlsafe_b64encode(json.dumps(cursor).encode()).decode().rstrip("=")
+    answer = api.get("/windows", params={"cursor": token})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0] == {
+        "loc": ["query", "cursor"], "msg": "cursor is not one this service gave",
+        "type": "value_error",
+    }  # fmt: skip
+
+
+def test_control_characters_in_window_labels_and_label_filters_are_a_422(api: httpx.Client) -> None:
+    """On PostgreSQL a NUL in a stored label broke every label filter of the team."""
+    with serve_metrics(body=drafts_payload(10)) as server:
+        for labels in ({"run": "a\x00b"}, {"r\x00n": "a"}, {"run": "a\nb"}):
+            answer = api.post(
+                "/windows/lbl/start", json={"targets": [server.target], "labels": labels}
+            )
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["detail"][0]["loc"][:2] == ["body", "labels"]
+        assert api.post(
+            "/windows/lbl/start", json={"targets": [server.target], "labels": {"run": "ok"}}
+        ).is_success
+    for label in ("run=a\x00b", "r\x00n=a"):
+        answer = api.get("/windows", params={"label": label})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"][0]["loc"] == ["query", "label"]
+    assert [w["id"] for w in api.get("/windows", params={"label": "run=ok"}).json()["windows"]] == [
+        "lbl"
+    ]
+
+
+@pytest.mark.slow
+def test_logs_at_info_stay_quiet_idle_and_with_a_stuck_target(tmp_path: Path) -> None:
+    """APScheduler logged each lease scan (1.5 KB/s idle) and each skipped sampling run."""
+    env = {"SPECDEC_SCRAPE_TIMEOUT_S": "1.5"}
+    with (
+        run_collector(f"sqlite:///{tmp_path}/quiet.db", tmp_path, **env) as collector,
+        serve_metrics(body=drafts_payload(10)) as slow,
+    ):
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        started = api.post(
+            "/windows/q/start", json={"targets": [slow.target], "sample_interval_s": 0.5}
+        )
+        assert started.status_code == 201
+        slow.delay_s = 3.0  # every sample now times out, and runs are skipped meanwhile
+        wait_for(lambda: True if slow.count() >= 3 else None, "three sampling scrapes")
+        api.post("/windows/q/stop")
+    lines = collector.stderr_text.splitlines()
+    assert not [line for line in lines if "apscheduler" in line]
+    assert not [line for line in lines if "Traceback" in line]
