@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     )
     max_targets_per_window: int = Field(default=256, ge=1, le=10_000)
     max_open_windows_per_team: int = Field(default=100, ge=1)
+    max_scrapes_per_second_per_team: float = Field(
+        default=200,
+        gt=0,
+        description="Background scrapes a team's open sampled windows may make per second "
+        "(targets / interval, summed); a start past it is a 429.",
+    )
     results_cache_windows: int = Field(
         default=1024,
         ge=0,

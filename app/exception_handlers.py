@@ -8,6 +8,7 @@ from app.exceptions import (
     InvalidInput,
     NotAllowed,
     NotAuthenticated,
+    OverScrapeBudget,
     SpecdecError,
     TargetNotInWindow,
     TooManyWindows,
@@ -24,6 +25,7 @@ STATUS: dict[type[SpecdecError], int] = {
     WindowOpen: status.HTTP_409_CONFLICT,
     WindowConflict: status.HTTP_409_CONFLICT,
     TooManyWindows: status.HTTP_429_TOO_MANY_REQUESTS,
+    OverScrapeBudget: status.HTTP_429_TOO_MANY_REQUESTS,
 }
 
 

@@ -9,7 +9,8 @@
     ├── TargetNotInWindow   404  the window exists but has no such target
     ├── WindowOpen          409  the window has no results yet: they come with its stop
     ├── WindowConflict      409  the call contradicts the stored window
-    └── TooManyWindows      429  the team has as many open windows as it may
+    ├── TooManyWindows      429  the team has as many open windows as it may
+    └── OverScrapeBudget    429  the team's sampled windows would scrape more often than it may
 """
 
 from collections.abc import Sequence
@@ -63,3 +64,7 @@ class WindowConflict(SpecdecError):
 
 class TooManyWindows(SpecdecError):
     """The team has as many open windows as it may."""
+
+
+class OverScrapeBudget(SpecdecError):
+    """The team's open sampled windows would scrape more targets per second than it may."""

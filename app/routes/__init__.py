@@ -21,6 +21,6 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         409: "the window's state does not allow this",
         413: "the request body is too large",
         422: "invalid input; `detail[].loc` names the field",
-        429: "the team has too many open windows",
+        429: "the team has too many open windows, or its sampling would scrape too often",
     }
     return {code: {"model": Problem, "description": described[code]} for code in codes}

@@ -100,6 +100,7 @@ async def start_window(
         service.sampler.replica_id,
         # Long enough for the baseline scrape and the first sample: nobody takes it meanwhile.
         first_lease_seconds(body.sample_interval_s or 0, service.scrape.timeout_s),
+        service.settings.max_scrapes_per_second_per_team,
     )
     if inserted is None:
         stored = await run_in_threadpool(load_window, engine, actor.team, window_id)

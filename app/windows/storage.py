@@ -1,5 +1,6 @@
 """Reads and writes of windows, targets, snapshots and the series catalogue."""
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -15,7 +16,7 @@ from sqlmodel import Session, col, select
 
 from app.counters import Role
 from app.db import upsert_insert, write_session
-from app.exceptions import TooManyWindows, WindowNotFound
+from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
     TABLES,
     Snapshot,
@@ -229,8 +230,13 @@ def insert_window(
     max_open: int,
     sampler_owner: str,
     first_lease_s: float,
+    scrape_budget: float = math.inf,
 ) -> StoredWindow | None:
-    """Add the window and its targets; None if the team has a window of this id already."""
+    """Add the window and its targets; None if the team has a window of this id already.
+
+    `TooManyWindows` past `max_open` open windows of the team; `OverScrapeBudget` if a sampled
+    window would bring the team's background scrapes past `scrape_budget` per second.
+    """
     with write_session(engine) as session:
         interval_s = body.sample_interval_s
         window = Window(
@@ -273,6 +279,15 @@ def insert_window(
         ids = session.scalars(
             insert_rows(table).returning(table.c.id, sort_by_parameter_order=True), rows
         ).all()
+        if interval_s:
+            rate = _sampling_rate(session, actor.team)
+            if rate > scrape_budget:
+                session.rollback()
+                raise OverScrapeBudget(
+                    f"team {actor.team}'s sampled windows would scrape {rate:.4g} targets per "
+                    f"second with this one, more than {scrape_budget:g} "
+                    "(SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM); sample less often or stop one"
+                )
         session.expunge(window)  # kept as flushed: a commit would expire what it holds
         session.commit()
         stored = [
@@ -280,6 +295,21 @@ def insert_window(
             for target_id, target in zip(ids, targets, strict=True)
         ]
         return StoredWindow(window, stored)
+
+
+def _sampling_rate(session: Session, team: str) -> float:
+    """Background scrapes per second of the team's open sampled windows (targets / interval)."""
+    rate = session.execute(
+        sa_select(func.sum(1.0 / col(Window.sample_interval_s)))
+        .select_from(WindowTarget)
+        .join(Window, col(WindowTarget.window_pk) == col(Window.id))
+        .where(
+            col(Window.team) == team,
+            col(Window.state) == "open",
+            col(Window.sample_interval_s).is_not(None),
+        )
+    ).scalar_one()
+    return float(rate or 0.0)
 
 
 def store_baseline(engine: Engine, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]) -> None:

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -347,3 +348,30 @@ def test_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_neutralised(
         assert csv_cell(text) == "'" + text
     for kept in ("a=1", "127.0.0.1:80", "", 5, -1.5):
         assert csv_cell(kept) == kept
+
+
+def test_a_teams_sampling_is_held_to_its_scrape_budget(database_url: str, tmp_path: Path) -> None:
+    """100 windows x 256 targets at 0.5 s were 51,200 scrapes/s, all aimable at one host."""
+    env = {"SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM": "10"}
+    with ExitStack() as stack:
+        collector = stack.enter_context(run_collector(database_url, tmp_path, **env))
+        servers = [stack.enter_context(serve_metrics(body=drafts_payload(1))) for _ in range(4)]
+        targets = [server.target for server in servers]
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+
+        def start(window: str, count: int, interval_s: float | None) -> httpx.Response:
+            body = {"targets": targets[:count], "sample_interval_s": interval_s}
+            return api.post(f"/windows/{window}/start", json=body)
+
+        assert start("a", 4, 0.5).status_code == 201  # 4 / 0.5 = 8 scrapes/s
+        assert start("b", 1, 0.5).status_code == 201  # 8 + 2 = 10: at the budget
+        over = start("c", 1, 1.0)  # 10 + 1 = 11
+        assert over.status_code == 429
+        assert over.json()["detail"] == (
+            "team default's sampled windows would scrape 11 targets per second with this one, "
+            "more than 10 (SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM); sample less often or stop one"
+        )
+        assert api.get("/windows/c").status_code == 404  # nothing stored
+        assert start("d", 4, None).status_code == 201  # unsampled: no background scrapes
+        api.post("/windows/a/stop")
+        assert start("c", 1, 1.0).status_code == 201  # 2 + 1
