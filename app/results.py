@@ -10,7 +10,9 @@ Its JSON is AISBench's `spec_decode_<host>_<port>.json`, keys in AISBench's orde
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+UNREADABLE_RESULT = "The stored result of this target cannot be read (invalid figures)"
 
 Count = int | float
 """A counter: an integer, or a float where a server exposed a fractional value."""
@@ -103,6 +105,16 @@ class TargetResult(BaseModel):
     def with_overlaps(self, overlaps: Overlaps) -> "TargetResult":
         """This result with `overlaps` (a stop stores them; reads of older results add them)."""
         return self.model_copy(update={"overlaps": overlaps})
+
+    @classmethod
+    def from_stored(cls, stored: Any, url: str) -> "TargetResult":
+        """The result stored for a target; one that does not read as a result (stored by an
+        older version with figures JSON could not hold, say) is `na` saying so: a read of the
+        window never fails for it."""
+        try:
+            return cls.model_validate(stored)
+        except ValidationError:
+            return cls(status="na", url=url, error=UNREADABLE_RESULT)
 
     def as_json(self) -> dict[str, Any]:
         """The JSON object, as stored and served."""

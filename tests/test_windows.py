@@ -19,7 +19,7 @@ from app.promtext import (
     labels_from_text,
     labels_to_text,
 )
-from app.results import TargetResult
+from app.results import UNREADABLE_RESULT, TargetResult
 from app.scrape import ScrapeOutcome
 from app.targets import parse_target
 from app.windows.cache import ResultsCache
@@ -174,3 +174,25 @@ def test_label_sets_of_any_length_are_stored_and_read_back(
         key.labels for key in outcome.series or {}
     }
     assert read_window(engine, "default", "w").targets[0].before is not None
+
+
+def test_a_stored_result_that_does_not_read_is_na_and_never_breaks_a_read(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """Older versions stored `ok` results whose figures were inf: null once written as JSON."""
+    engine, _ = engines
+    target = parse_target("127.0.0.1:9100")
+    assert insert_window(engine, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
+                         [target], 10, "r", 0)  # fmt: skip
+    broken: dict[str, Any] = {"status": "ok", "url": target.url, "error": None, "raw": {},
+              "data": {"num_drafts": 5, "draft_tokens": None, "accepted_tokens": 3,
+                       "acceptance_rate": None, "acceptance_length": None,
+                       "per_position_acceptance_rates": {}}}  # fmt: skip
+    with engine.begin() as connection:
+        connection.execute(TABLES["window_target"].update().values(result=broken, status="ok"))
+        connection.execute(TABLES["window"].update().values(state="closed"))
+    (shown,) = read_window(engine, "default", "w").targets
+    assert shown.result is not None
+    assert (shown.result.status, shown.result.error, shown.result.data) == (
+        "na", UNREADABLE_RESULT, None
+    )  # fmt: skip

@@ -45,7 +45,7 @@ class StoredTarget:
     def of(cls, row: WindowTarget) -> "StoredTarget":
         """From its row."""
         headers = tuple((row.headers or {}).items())
-        result = None if row.result is None else TargetResult.model_validate(row.result)
+        result = None if row.result is None else TargetResult.from_stored(row.result, row.url)
         return cls(row.id or 0, row.target, row.url, result, headers)
 
     def parsed(self) -> Target:
