@@ -21,7 +21,7 @@ from app.promtext import (
 )
 from app.results import UNREADABLE_RESULT, TargetResult
 from app.scrape import ScrapeOutcome
-from app.targets import parse_target
+from app.targets import Target, parse_target
 from app.windows.cache import ResultsCache
 from app.windows.storage import insert_window, load_window, store_baseline, store_snapshots
 from app.windows.stored import Actor
@@ -152,14 +152,20 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     other.dispose()
 
 
+def _window_of_one_target(engine: Engine) -> Target:
+    """Window `w` of team `default`, open, on one target (returned)."""
+    target = parse_target("127.0.0.1:9100")
+    assert insert_window(engine, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
+                         [target], 10, "r", 0)  # fmt: skip
+    return target
+
+
 def test_label_sets_of_any_length_are_stored_and_read_back(
     engines: tuple[Engine, Engine],
 ) -> None:
     """PostgreSQL held label text in VARCHAR(4096) under a B-tree unique index (~2700 bytes)."""
     engine, _ = engines
-    target = parse_target("127.0.0.1:9100")
-    assert insert_window(engine, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
-                         [target], 10, "r", 0)  # fmt: skip
+    target = _window_of_one_target(engine)
     stored = load_window(engine, "default", "w")
     long = {"pod": "p" * 20_000, "note": "é\x00" * 3000}
     payload = vllm_payload([EngineCounters(5, 15, [3, 2, 1], extra_labels=long)])
@@ -181,9 +187,7 @@ def test_a_stored_result_that_does_not_read_is_na_and_never_breaks_a_read(
 ) -> None:
     """Older versions stored `ok` results whose figures were inf: null once written as JSON."""
     engine, _ = engines
-    target = parse_target("127.0.0.1:9100")
-    assert insert_window(engine, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
-                         [target], 10, "r", 0)  # fmt: skip
+    target = _window_of_one_target(engine)
     broken: dict[str, Any] = {"status": "ok", "url": target.url, "error": None, "raw": {},
               "data": {"num_drafts": 5, "draft_tokens": None, "accepted_tokens": 3,
                        "acceptance_rate": None, "acceptance_length": None,
