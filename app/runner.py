@@ -1,9 +1,11 @@
 """`specdec run` and `specdec load`: a benchmark wrapped in a window, and a small load generator.
 
 `run_wrapped` starts a window, runs the command, stops the window even when the command fails
-or is interrupted, prints the report, writes one `spec_decode_<host>_<port>.json` per target,
-and returns the command's exit code. A collector that cannot be reached never stops the
-benchmark: the reason is printed and the command runs all the same.
+or is interrupted, prints the report (each block followed by a line naming the window, so it
+is never taken for AISBench's own), writes one `spec_decode_<key>.json` per target (beside
+AISBench's own file of that name, never over it: `app.aisbench.files`), and returns the
+command's exit code. A collector that cannot be reached, or targets that cannot be found,
+never stop the benchmark: the reason is printed and the command runs all the same.
 """
 
 import asyncio
@@ -20,8 +22,9 @@ from typing import Any, TextIO
 
 import httpx
 
-from app.aisbench import newest_output_dir, result_filename
+from app.aisbench.files import newest_output_dir, write_result
 from app.client import CollectorClient, CollectorError, CollectorUnavailable, Target
+from app.report import render_block
 
 
 @dataclass
@@ -34,6 +37,10 @@ class RunOptions:
     sample_interval_s: float | None = None
     labels: dict[str, str] | None = None
     output_dir: Path | None = None
+    # Where the command writes its runs (AISBench's work dir): results go to its newest run.
+    work_dir: Path = Path("outputs")
+    # Why there is nothing to measure (no targets found): the command runs unmeasured.
+    nothing_to_measure: str | None = None
 
 
 def run_command(command: Sequence[str], say: Callable[[str], None]) -> int:
@@ -80,6 +87,10 @@ def run_wrapped(
         print(message, file=err, flush=True)
 
     started = False
+    if options.nothing_to_measure is not None:
+        say(f"specdec: measuring nothing: {options.nothing_to_measure}")
+        say("specdec: running the command anyway, without measuring")
+        return run_command(options.command, say)
     try:
         window = client.start(
             options.window_id, options.targets, options.labels, options.sample_interval_s
@@ -95,20 +106,31 @@ def run_wrapped(
         return code
     try:
         stopped = client.stop(options.window_id)
-        report = client.report(options.window_id)
     except (CollectorError, CollectorUnavailable) as exc:
         say(f"specdec: could not stop window {options.window_id} ({exc})")
         say(f"specdec: stop it later with: specdec stop {options.window_id}")
         return code
-    print(report, file=out, end="", flush=True)
-    folder = options.output_dir or newest_output_dir(Path.cwd(), began - 1) or Path.cwd()
+    footer = f"(specdec-collector, window {options.window_id})\n"
+    for target in stopped.targets:
+        if target.result is not None:
+            print(render_block(target.target, target.result) + footer, file=out, end="")
+    out.flush()
+    folder = (
+        options.output_dir or newest_output_dir(Path.cwd() / options.work_dir, began - 1)
+        or Path.cwd()
+    )  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
     for target in stopped.targets:
         if target.result is None:
             continue  # a window is closed with every result: nothing to write otherwise
-        path = folder / result_filename(target.target)
-        path.write_text(json.dumps(target.result.as_json(), indent=2) + "\n")
-        say(f"specdec: wrote {path}")
+        written = write_result(folder, target.target, target.result.as_json())
+        if written.beside_aisbench:
+            say(
+                f"specdec: AISBench wrote its own {written.path.name.removeprefix('collector_')}; "
+                f"the collector's is beside it: {written.path}"
+            )
+        else:
+            say(f"specdec: wrote {written.path}")
     return code
 
 

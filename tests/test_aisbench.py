@@ -1,4 +1,4 @@
-"""AISBench conventions: model configs read without running them, file names, output folders."""
+"""AISBench conventions: model configs read as AISBench reads them, file names, output folders."""
 
 import os
 import time
@@ -6,68 +6,158 @@ from pathlib import Path
 
 import pytest
 
-from app.aisbench import ConfigError, newest_output_dir, result_filename, targets_from_config
+from app.aisbench.command import parse_aisbench
+from app.aisbench.configs import (
+    ConfigError,
+    ModelServer,
+    find_config,
+    literal_models,
+    read_config,
+    targets_of_configs,
+)
+from app.aisbench.files import (
+    collector_filename,
+    newest_output_dir,
+    result_filename,
+    write_result,
+)
 
-CONFIG = """
-from ais_bench.benchmark.models import VLLMCustomAPIChat  # never imported: the file is not run
+EVALUATED = """
+from ais_bench.benchmark.models import VLLMCustomAPIChat  # not installed: a stand-in
 
+HOST = "127.0.0.1"
+PORTS = [9101, 9102]
+unrelated = dict(host_ip="10.9.9.9", host_port=1)  # not a model: never a target
 models = [
-    dict(
-        attr="service",
-        type=VLLMCustomAPIChat,
-        abbr="vllm-api-stream-chat",
-        path="",
-        model="",
-        request_rate=0,
-        host_ip="10.0.0.1",
-        host_port=8080,
-        max_out_len=512,
-        batch_size=1,
-    ),
-    dict(attr="service", type=VLLMCustomAPIChat, abbr="second", host_ip="10.0.0.2", host_port=8081),
-    {"abbr": "literal", "host_ip": "10.0.0.3", "host_port": "8082"},
+    dict(attr="service", type=VLLMCustomAPIChat, abbr=f"m{i}", host_ip=HOST, host_port=port)
+    for i, port in enumerate(PORTS)
 ]
-os.system("echo this would run if the file were executed")
+models[1]["host_port"] = 9103  # a later assignment wins, as in AISBench
+models.append(dict(abbr="via-url", host_ip="10.9.9.9", host_port=1,
+                   url="http://127.0.0.1:9104/v1/chat/completions"))
+models.append(dict(abbr="defaults"))
 """
 
 
-def test_targets_come_from_the_literals_without_running_the_file() -> None:
-    assert targets_from_config(CONFIG) == [
-        {"host_ip": "10.0.0.1", "host_port": 8080},
-        {"host_ip": "10.0.0.2", "host_port": 8081},
-        {"host_ip": "10.0.0.3", "host_port": "8082"},
+def test_a_config_is_evaluated_as_aisbench_evaluates_it(tmp_path: Path) -> None:
+    config = tmp_path / "cfg.py"
+    config.write_text(EVALUATED)
+    read = read_config(config)
+    assert read.note is None
+    assert [server.target() for server in read.servers] == [
+        {"host_ip": "127.0.0.1", "host_port": 9101},
+        {"host_ip": "127.0.0.1", "host_port": 9103},
+        "http://127.0.0.1:9104/metrics",  # where AISBench sends the requests
+        {"host_ip": "localhost", "host_port": 8080},  # AISBench's defaults
     ]
+    twice = targets_of_configs([config, config])
+    assert len(twice.targets) == 4 and twice.problem is None
+    assert twice.said == [f"model config {config}: 4 model(s)"] * 2
+
+
+def test_a_config_that_cannot_be_evaluated_falls_back_to_its_models_literals(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "cfg.py"
+    config.write_text(
+        "from mmengine.config import read_base\n"
+        "with read_base():\n"
+        "    from .base import *  # a relative import: no package to take it from\n"
+        "other = [dict(host_ip='10.9.9.9', host_port=1)]\n"
+        "models = [dict(host_ip='10.0.0.1', host_port=1)]\n"
+        "models = [dict(abbr='a', host_ip='10.0.0.2', host_port=8080), {'host_ip': '10.0.0.3'}]\n"
+    )
+    read = read_config(config)
+    assert read.servers == [
+        ModelServer("a", "10.0.0.2", 8080), ModelServer(None, "10.0.0.3", 8080)
+    ]  # fmt: skip
+    assert read.note is not None and read.note.startswith("could not be evaluated (ImportError")
+    assert read.note.endswith("; read as literals")
 
 
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        (
-            "models = [dict(host_ip=HOST, host_port=80)]",
-            "line 1: host_ip and host_port must be literals",
-        ),
-        ("models = [dict(abbr='x')]", "no dict with host_ip and host_port"),
+        ("models = [dict(host_ip=HOST, host_port=80)]", "line 1: host_ip is not a literal"),
+        ("models = []", "`models` names no model"),
+        ("model = [dict(host_ip='h', host_port=1)]", "no `models = \\[...\\]` list"),
         ("models = [dict(", "not Python"),
     ],
 )
-def test_bad_configs(source: str, message: str) -> None:
+def test_configs_that_name_no_server(tmp_path: Path, source: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        targets_from_config(source, filename="cfg.py")
+        literal_models(source, filename="cfg.py")
+    config = tmp_path / "cfg.py"
+    config.write_text(source)
+    with pytest.raises(ConfigError):
+        read_config(config)
 
 
-def test_result_file_names() -> None:
+def test_a_config_that_never_finishes_is_given_up(tmp_path: Path) -> None:
+    config = tmp_path / "cfg.py"
+    config.write_text("while True:\n    pass\nmodels = [dict(host_ip='10.0.0.5', host_port=1)]\n")
+    read = read_config(config, timeout_s=1)
+    assert read.note == "could not be evaluated (evaluating it took over 1 s); read as literals"
+    assert read.servers == [ModelServer(None, "10.0.0.5", 1)]
+
+
+def test_model_names_are_found_as_aisbench_finds_them(tmp_path: Path) -> None:
+    models = tmp_path / "cfgs" / "models"
+    (models / "vllm_api").mkdir(parents=True)
+    (models / "vllm_api" / "Vllm_API_Chat.py").write_text("")
+    (tmp_path / "vllm_api_chat.py").write_text("")  # the current folder: never searched
+    (tmp_path / "by_path.py").write_text("")
+    assert find_config("vllm_api_chat", tmp_path / "cfgs", tmp_path) == (
+        models / "vllm_api" / "Vllm_API_Chat.py"
+    )
+    assert find_config("by_path.py", tmp_path / "cfgs", tmp_path) == tmp_path / "by_path.py"
+    with pytest.raises(ConfigError, match="model config 'missing' not found"):
+        find_config("missing", tmp_path / "cfgs", tmp_path)
+
+
+def test_the_aisbench_command_line() -> None:
+    cwd = Path("/runs")
+    parsed = parse_aisbench(
+        ["/usr/bin/ais_bench", "--models", "a", "b", "--datasets", "d", "-w", "out", "-m", "perf",
+         "--spec-decode", "--config-dir", "/cfg"], cwd,
+    )  # fmt: skip
+    assert parsed is not None
+    assert parsed.models == ("a", "b") and parsed.config_dir == Path("/cfg")
+    assert parsed.work_dir == cwd / "out" and parsed.spec_decode and parsed.mode == "perf"
+    default = parse_aisbench(["python", "-m", "ais_bench", "--models", "a"], cwd)
+    assert default is not None and default.work_dir == cwd / "outputs/default"
+    assert default.config_dir == cwd / "configs"
+    assert parse_aisbench(["vllm", "bench", "serve"], cwd) is None
+
+
+def test_result_file_names_are_aisbench_names() -> None:
     assert result_filename("10.0.0.1:8080") == "spec_decode_10.0.0.1_8080.json"
-    assert result_filename("[::1]:8000") == "spec_decode___1_8000.json"
+    assert result_filename("[::1]:9302") == "spec_decode____1__9302.json"  # as AISBench names it
     assert result_filename("vllm-0.svc:9000") == "spec_decode_vllm-0.svc_9000.json"
+    assert collector_filename("[::1]:9302") == "collector_spec_decode____1__9302.json"
+
+
+def test_a_file_aisbench_wrote_is_never_overwritten(tmp_path: Path) -> None:
+    theirs = tmp_path / "spec_decode_h_1.json"
+    theirs.write_text('{\n  "status": "ok"\n}')
+    result = {"status": "ok", "samples": {"taken": 0, "failed": 0}}
+    written = write_result(tmp_path, "h:1", result)
+    assert written.beside_aisbench and written.path == tmp_path / "collector_spec_decode_h_1.json"
+    assert theirs.read_text() == '{\n  "status": "ok"\n}'
+    # A file of the collector's own (a rerun into the same folder) is replaced.
+    (tmp_path / "spec_decode_h_2.json").write_text('{"samples": {}}')
+    assert not write_result(tmp_path, "h:2", result).beside_aisbench
 
 
 def test_newest_output_dir_made_by_the_run(tmp_path: Path) -> None:
-    old = tmp_path / "outputs" / "default" / "20260101_000000" / "performances"
+    work = tmp_path / "outputs" / "default"
+    old = work / "20260101_000000" / "performances"
     old.mkdir(parents=True)
     os.utime(old, (1, 1))
     # File times come from a coarse clock and can trail time.time() by a tick: a margin.
     since = time.time() - 1
-    assert newest_output_dir(tmp_path, since) is None
-    new = tmp_path / "outputs" / "default" / "20261130_111111" / "performances"
+    assert newest_output_dir(work, since) is None
+    new = work / "20261130_111111" / "performances"
     new.mkdir(parents=True)
-    assert newest_output_dir(tmp_path, since) == new
+    assert newest_output_dir(work, since) == new
+    assert newest_output_dir(tmp_path / "outputs", since) == new  # one level up too

@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--targets-from",
             action="append",
             metavar="FILE",
-            help="an AISBench model config: its host_ip/host_port entries",
+            help="an AISBench model config: the servers of its `models` (for `run -- ais_bench "
+            "--models NAME`, found from the command line as AISBench finds them)",
         )
         command.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
         command.add_argument(
@@ -110,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--id", help="window id (default: run-<time>-<random>)")
     run.add_argument(
         "--output-dir",
-        help="where to write spec_decode_<host>_<port>.json "
-        "(default: the newest outputs/**/performances the command made, else .)",
+        help="where to write spec_decode_<host>_<port>.json (default: the newest "
+        "<work dir>/<run>/performances the command made - AISBench's -w, default "
+        "outputs/default - else .); beside AISBench's own file of that name, never over it",
     )
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     run.set_defaults(handler=remote.run)

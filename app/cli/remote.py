@@ -34,17 +34,43 @@ def _labels(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def _targets(args: argparse.Namespace) -> list[Any]:
-    from app.aisbench import ConfigError, targets_from_config
+    """The targets of `--target` and `--targets-from` (`start`: a bad config is an error)."""
+    from app.aisbench.configs import targets_of_configs
 
-    targets: list[Any] = list(args.target or [])
-    for path in args.targets_from or []:
-        try:
-            targets += targets_from_config(Path(path).read_text(), filename=path)
-        except (OSError, ConfigError) as exc:
-            raise SystemExit(f"specdec: --targets-from {path}: {exc}") from None
+    found = targets_of_configs([Path(path) for path in args.targets_from or []])
+    if found.problem is not None:
+        raise SystemExit(f"specdec: --targets-from: {found.problem}")
+    targets: list[Any] = [*(args.target or []), *found.targets]
     if not targets:
         raise SystemExit("specdec: give at least one --target host:port or --targets-from FILE")
     return targets
+
+
+def _run_targets(
+    args: argparse.Namespace, command: list[str], cwd: Path
+) -> tuple[list[Any], Path, str | None]:
+    """`specdec run`'s targets, the command's work dir, and why nothing can be measured.
+
+    `--target`/`--targets-from` when given; else, for an AISBench command, the servers of its
+    `--models` configs, found as AISBench finds them. A config that cannot be read never stops
+    the benchmark: it runs, and the reason is printed.
+    """
+    from app.aisbench.command import parse_aisbench
+    from app.aisbench.configs import targets_of_configs, targets_of_models
+
+    aisbench = parse_aisbench(command, cwd)
+    work_dir = aisbench.work_dir if aisbench is not None else cwd / "outputs"
+    if args.target or args.targets_from:
+        found = targets_of_configs([Path(path) for path in args.targets_from or []])
+    elif aisbench is not None:
+        found = targets_of_models(aisbench.models, aisbench.config_dir, cwd)
+    else:
+        raise SystemExit("specdec run: give --target host:port or --targets-from FILE")
+    for line in found.said:
+        print(f"specdec: {line}", file=sys.stderr)
+    targets: list[Any] = [*(args.target or []), *found.targets]
+    problem = found.problem or (None if targets else "no target found")
+    return targets, work_dir, problem
 
 
 def _client_call(args: argparse.Namespace, call: "Callable[[CollectorClient], int]") -> int:
@@ -143,13 +169,16 @@ def run(args: argparse.Namespace) -> int:
             "specdec run: give the command after --, e.g. specdec run --target h:p -- ais_bench ..."
         )
     window_id = args.id or time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    targets, work_dir, problem = _run_targets(args, command, Path.cwd())
     options = RunOptions(
         window_id=window_id,
-        targets=_targets(args),
+        targets=targets,
         command=command,
         sample_interval_s=args.sample_interval,
         labels=_labels(args.label),
         output_dir=Path(args.output_dir) if args.output_dir else None,
+        work_dir=work_dir,
+        nothing_to_measure=problem,
     )
     with _client(args) as client:
         return run_wrapped(client, options)

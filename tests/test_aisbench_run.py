@@ -1,0 +1,118 @@
+"""`specdec run -- ais_bench ...` as an AISBench user runs it, with a stand-in `ais_bench`
+(`tests/aisbench_standin.py`) against `specdec simulate` and a real collector."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.collector import Team, run_simulator, specdec_command
+
+ROOT = Path(__file__).parents[1]
+
+
+def _env(team: Team, tmp_path: Path) -> dict[str, str]:
+    """A user's environment: the collector, the team's key, and `ais_bench` on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    wrapper = bin_dir / "ais_bench"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m tests.aisbench_standin "$@"\n')
+    wrapper.chmod(0o755)
+    return {**os.environ, "SPECDEC_SERVER": team.base_url, "SPECDEC_API_KEY": team.key,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}  # fmt: skip
+
+
+def _config(host_port: int | str, host_ip: str = "127.0.0.1") -> str:
+    return (
+        "from ais_bench.benchmark.models import VLLMCustomAPIChat\n"
+        "models = [dict(attr='service', type=VLLMCustomAPIChat, abbr='vllm-api',\n"
+        f"               host_ip={host_ip!r}, host_port={host_port}, max_out_len=16)]\n"
+    )
+
+
+def _specdec_run(
+    args: list[str], cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*specdec_command(), "run", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def _window(team: Team, window_id: str) -> dict[str, object]:
+    answer = httpx.get(f"{team.base_url}/windows/{window_id}", headers=team.headers, timeout=30)
+    window: dict[str, object] = answer.json()
+    return window
+
+
+def test_aisbench_with_its_own_spec_decode_keeps_its_file_and_gets_ours_beside_it(
+    team: Team, tmp_path: Path
+) -> None:
+    """The config is found as AISBench finds it (not the decoy in the current folder), its
+    file is never overwritten, and each tool's console block says whose it is."""
+    with run_simulator("--drafts-per-s", "0", "--seed", "7") as simulator:
+        port = simulator.rsplit(":", 1)[1]
+        models = tmp_path / "configs" / "models" / "vllm_api"
+        models.mkdir(parents=True)
+        (models / "Vllm_Api_Stream_Chat.py").write_text(_config(port))
+        (tmp_path / "vllm_api_stream_chat.py").write_text(_config(1))  # never used by AISBench
+        run = _specdec_run(
+            ["--id", "own", "--", "ais_bench", "--models", "vllm_api_stream_chat",
+             "--datasets", "demo_gsm8k", "-m", "perf", "--spec-decode", "-w", "work"],
+            tmp_path, _env(team, tmp_path),
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (performances,) = (tmp_path / "work").glob("*/performances")
+    key = f"127.0.0.1_{port}"
+    theirs = json.loads((performances / f"spec_decode_{key}.json").read_text())
+    ours = json.loads((performances / f"collector_spec_decode_{key}.json").read_text())
+    window = _window(team, "own")
+    assert ours == window["targets"][0]["result"]  # type: ignore[index]
+    assert "samples" not in theirs  # AISBench's file, as AISBench wrote it
+    # Only AISBench moved the counters: both tools count the same drafts.
+    assert ours["data"]["num_drafts"] == theirs["data"]["num_drafts"] > 0
+    assert f"model config {models / 'Vllm_Api_Stream_Chat.py'}" in run.stderr
+    assert (
+        f"AISBench wrote its own spec_decode_{key}.json; the collector's is beside it: "
+        f"{performances / f'collector_spec_decode_{key}.json'}"
+    ) in run.stderr
+    title = f"========== Speculative Decoding Metrics  [127.0.0.1:{port}] =========="
+    assert run.stdout.count(title) == 2  # AISBench's block, then the collector's
+    assert "(specdec-collector, window own)\n" in run.stdout.split(title)[-1]
+
+
+def test_aisbench_without_spec_decode_gets_the_aisbench_named_file_in_its_work_dir(
+    team: Team, tmp_path: Path
+) -> None:
+    """The PyPI release has no spec-decode of its own: the collector's file takes its name,
+    in the run folder of `-w` given as an absolute path."""
+    work = tmp_path / "elsewhere" / "work"
+    with run_simulator("--drafts-per-s", "0", "--seed", "3") as simulator:
+        port = simulator.rsplit(":", 1)[1]
+        config = tmp_path / "my_model.py"
+        config.write_text(_config(port))
+        run = _specdec_run(
+            ["--id", "pypi", "--", "ais_bench", "--models", str(config), "-m", "perf",
+             "--pypi", "-w", str(work)],
+            tmp_path, _env(team, tmp_path),
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (performances,) = work.glob("*/performances")
+    written = json.loads((performances / f"spec_decode_127.0.0.1_{port}.json").read_text())
+    assert written == _window(team, "pypi")["targets"][0]["result"]  # type: ignore[index]
+    assert written["data"]["num_drafts"] > 0
+    assert not list(tmp_path.glob("**/collector_spec_decode_*"))
+
+
+def test_a_config_the_collector_cannot_find_never_stops_the_benchmark(
+    team: Team, tmp_path: Path
+) -> None:
+    run = _specdec_run(
+        ["--id", "lost", "--", "ais_bench", "--models", "no_such_model", "--num-prompts", "0"],
+        tmp_path, _env(team, tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 1  # AISBench's own failure to find it, passed through
+    assert "specdec: measuring nothing: model config 'no_such_model' not found" in run.stderr
+    assert "running the command anyway" in run.stderr
+    assert httpx.get(f"{team.base_url}/windows/lost", headers=team.headers).status_code == 404
