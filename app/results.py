@@ -2,15 +2,19 @@
 the API serves and the report renders.
 
 Its JSON is AISBench's `spec_decode_<host>_<port>.json`, keys in AISBench's order (`status`,
-`url`, `error`, `data`, `raw`), then what the collector adds (`samples`, `counter_resets`,
-`overlaps`). `counter_resets` is left out when a scrape failed (nothing was compared), and
-`overlaps` until a window's overlaps are known, as the service has always answered.
+`url`, `error`, `data`, `raw`), then what the collector adds (`samples`, `restarts`,
+`series_resets`, `overlaps`). `restarts` counts engine restarts seen in the window (one per
+engine per interval, whatever number of its series were reset); `series_resets` the series
+found reset (one restart of an engine resets every family and position of it). Both are left
+out when a scrape failed (nothing was compared); a result stored before `restarts` existed
+carries only `series_resets` (then called `counter_resets`). `overlaps` is left out until a
+window's overlaps are known, as the service has always answered.
 """
 
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 UNREADABLE_RESULT = "The stored result of this target cannot be read (invalid figures)"
 
@@ -88,6 +92,8 @@ class Overlaps(BaseModel):
 class TargetResult(BaseModel):
     """One target's result over one window (see the module docstring)."""
 
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
+
     status: Literal["ok", "na"]
     url: str
     error: str | None = None
@@ -95,7 +101,13 @@ class TargetResult(BaseModel):
     raw: Raw = Field(default_factory=lambda: Raw(before=None, after=None))
     samples: SampleCount = Field(default_factory=SampleCount)
     # Left out of the JSON while unknown (see the module docstring).
-    counter_resets: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    restarts: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    series_resets: int | None = Field(
+        default=None,
+        # Results stored before the rename say `counter_resets`.
+        validation_alias=AliasChoices("series_resets", "counter_resets"),
+        exclude_if=lambda value: value is None,
+    )
     overlaps: Overlaps | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @property

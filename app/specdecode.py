@@ -29,7 +29,8 @@ class Totals:
     num_draft_tokens: float = 0.0
     num_accepted_tokens: float = 0.0
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
-    counter_resets: int = 0
+    series_resets: int = 0  # series found reset
+    restarts: int = 0  # engines found restarted: one per engine per interval
 
     def add(self, key: SeriesKey, amount: float) -> None:
         """Add `amount` to the field of `key`'s role (per position for accepted per position)."""
@@ -51,7 +52,8 @@ class Totals:
         self.num_accepted_tokens += other.num_accepted_tokens
         for position, amount in other.accepted_per_pos.items():
             self.accepted_per_pos[position] = self.accepted_per_pos.get(position, 0.0) + amount
-        self.counter_resets += other.counter_resets
+        self.series_resets += other.series_resets
+        self.restarts += other.restarts
 
     def raw(self) -> Counts:
         """The AISBench `raw.before` / `raw.after` shape."""
@@ -89,6 +91,12 @@ def absolute_totals(series: Series) -> Totals:
     return totals
 
 
+def engine_of(key: SeriesKey) -> tuple[tuple[str, str], ...]:
+    """The labels that name the engine a series belongs to: all but the position label (every
+    family and position of one engine share them, and reset together when it restarts)."""
+    return tuple(pair for pair in key.labels if pair[0] not in POSITION_LABELS)
+
+
 def series_increase(earlier: SeriesValue | None, later: SeriesValue) -> tuple[float, bool]:
     """Increase of one series between two snapshots, and whether it was reset in between.
 
@@ -116,11 +124,15 @@ def interval_increases(chain: Sequence[Series]) -> list[Totals]:
     last: dict[SeriesKey, SeriesValue] = dict(chain[0]) if chain else {}
     for snapshot in chain[1:]:
         step = Totals()
+        restarted: set[tuple[tuple[str, str], ...]] = set()
         for key, sample in snapshot.items():
             amount, reset = series_increase(last.get(key), sample)
             step.add(key, amount)
-            step.counter_resets += reset
+            if reset:
+                step.series_resets += 1
+                restarted.add(engine_of(key))
             last[key] = sample
+        step.restarts = len(restarted)
         steps.append(step)
     return steps
 
@@ -184,7 +196,7 @@ def build_result(
     if totals.num_draft_tokens <= 0 or totals.num_drafts <= 0:
         return TargetResult(
             status="na", url=url, error=NO_ACTIVITY, raw=raw, samples=taken,
-            counter_resets=totals.counter_resets,
+            restarts=totals.restarts, series_resets=totals.series_resets,
         )  # fmt: skip
     data = derived(totals)
     if not data.is_finite():
@@ -192,17 +204,18 @@ def build_result(
         # a figure that JSON, PostgreSQL or a later read cannot.
         return TargetResult(
             status="na", url=url, error=INVALID_COUNTERS, raw=raw, samples=taken,
-            counter_resets=totals.counter_resets,
+            restarts=totals.restarts, series_resets=totals.series_resets,
         )  # fmt: skip
     return TargetResult(
         status="ok", url=url, data=data, raw=raw, samples=taken,
-        counter_resets=totals.counter_resets,
+        restarts=totals.restarts, series_resets=totals.series_resets,
     )  # fmt: skip
 
 
 TIMELINE_FIELDS = (
     "taken_at", "phase", "status", "error", "num_drafts", "draft_tokens", "accepted_tokens",
-    "acceptance_rate", "acceptance_length", "per_position_acceptance_rates", "counter_resets",
+    "acceptance_rate", "acceptance_length", "per_position_acceptance_rates", "restarts",
+    "series_resets",
 )  # fmt: skip
 
 
@@ -210,8 +223,8 @@ def timeline(points: Sequence[tuple[Any, str, Reading]]) -> list[dict[str, Any]]
     """One row per snapshot of a target, in the order given (`before`, samples, `after`).
 
     `num_drafts`, `draft_tokens` and `accepted_tokens` are cumulative since `before` (null when
-    `before` failed); the rates, the acceptance length and `counter_resets` are those of the
-    interval since the previous good snapshot (null where that interval has no drafts).
+    `before` failed); the rates, the acceptance length, `restarts` and `series_resets` are those
+    of the interval since the previous good snapshot (null where that interval has no drafts).
     A failed scrape is a row with its error and nulls: the gap shows as a gap.
     """
     rows: list[dict[str, Any]] = []
@@ -231,7 +244,8 @@ def timeline(points: Sequence[tuple[Any, str, Reading]]) -> list[dict[str, Any]]
     cumulative = Totals() if good[0][0]["phase"] == "before" else None
     steps = interval_increases([outcome for _, outcome in good])
     for (row, _), step in zip(good[1:], steps, strict=True):
-        row["counter_resets"] = step.counter_resets
+        row["restarts"] = step.restarts
+        row["series_resets"] = step.series_resets
         if step.num_drafts > 0 and step.num_draft_tokens > 0:
             rates = derived(step)
             row["acceptance_rate"] = rates.acceptance_rate

@@ -96,7 +96,8 @@ def test_the_schema_describes_a_result_field_by_field(tmp_path: Path) -> None:
         "data",
         "raw",
         "samples",
-        "counter_resets",
+        "restarts",
+        "series_resets",
         "overlaps",
     ]  # fmt: skip  (AISBench's keys first, in its order)
     assert list(models["ResultData"]["properties"]) == [

@@ -76,7 +76,8 @@ def test_reset_between_samples_is_counted_in_full(api: httpx.Client) -> None:
     assert sampled["data"]["draft_tokens"] == K * drafts
     accepted_at_0 = (720 - 600) + 60 + (900 - 60)
     assert sampled["data"]["per_position_acceptance_rates"]["0"] == round(accepted_at_0 / drafts, 4)
-    assert sampled["counter_resets"] == 3 + K  # every series of the engine, once
+    assert sampled["series_resets"] == 3 + K  # every series of the engine, once
+    assert sampled["restarts"] == 1  # one engine, once
     assert sampled["samples"]["taken"] >= 3
     assert sampled["samples"]["failed"] == 0
     # Without samples and without `_created`, the reset is invisible: only the net change shows.
@@ -159,7 +160,7 @@ def test_samples_endpoint_json_and_csv(api: httpx.Client) -> None:
     rows = list(csv.DictReader(io.StringIO(as_csv.text)))
     assert as_csv.text.splitlines()[0] == (
         "target,taken_at,phase,status,error,num_drafts,draft_tokens,accepted_tokens,"
-        "acceptance_rate,acceptance_length,counter_resets,position_0,position_1,position_2"
+        "acceptance_rate,acceptance_length,restarts,series_resets,position_0,position_1,position_2"
     )
     assert len(rows) == len(points)
     assert rows[-1]["num_drafts"] == "1000"

@@ -4,6 +4,7 @@ from fractions import Fraction
 
 from app.counters import Role
 from app.promtext import Series, SeriesKey, SeriesValue, extract_spec_decode
+from app.results import TargetResult
 from app.specdecode import (
     INVALID_COUNTERS,
     NO_ACTIVITY,
@@ -52,7 +53,8 @@ def test_seed_example_exactly() -> None:
                       "accepted_per_pos": {"0": 242, "1": 222, "2": 212, "3": 202, "4": 191}},
         },
         "samples": {"taken": 0, "failed": 0},
-        "counter_resets": 0,
+        "restarts": 0,
+        "series_resets": 0,
     }  # fmt: skip
 
 
@@ -99,7 +101,8 @@ def test_one_engine_reset_while_the_other_keeps_counting() -> None:
     assert result["data"]["num_drafts"] == 400 + 40
     assert result["data"]["draft_tokens"] == 1200 + 120
     assert result["data"]["accepted_tokens"] == (240 + 120 + 40) + (30 + 20 + 10)
-    assert result["counter_resets"] == 3 + 3  # every family of engine 1
+    assert result["series_resets"] == 3 + 3  # every family of engine 1
+    assert result["restarts"] == 1  # ...of one engine
 
 
 def test_restarted_engine_that_outgrew_its_old_count_is_found_by_created() -> None:
@@ -113,7 +116,7 @@ def test_restarted_engine_that_outgrew_its_old_count_is_found_by_created() -> No
     # Without _created, the increase would look like 50 drafts; the engine counted 150 since it restarted.
     assert result["data"]["num_drafts"] == 150
     assert result["data"]["accepted_tokens"] == 140
-    assert result["counter_resets"] == 6
+    assert (result["series_resets"], result["restarts"]) == (6, 1)
 
 
 def test_twelve_positions_come_in_numeric_order() -> None:
@@ -178,7 +181,7 @@ def test_window_increase_over_a_chain_counts_a_reset_between_samples() -> None:
     ]
     totals = window_increase(chain)
     assert totals.num_drafts == 80 + 30 + 220
-    assert totals.counter_resets == 1
+    assert (totals.series_resets, totals.restarts) == (1, 1)
     # The two ends alone: created tells of the reset, the increase is the last value.
     assert window_increase([chain[0], chain[3]]).num_drafts == 250
 
@@ -214,9 +217,10 @@ def test_timeline_rows_cumulative_and_interval_values() -> None:
     assert rows[1]["acceptance_length"] == float(1 + Fraction(150, 200))
     assert rows[1]["per_position_acceptance_rates"] == {"0": 0.5, "1": 0.25}
     assert rows[3]["acceptance_rate"] is None  # no drafts between t1 and t3
-    assert rows[4]["counter_resets"] == 3 + 2 and rows[4]["num_drafts"] == 240
+    assert rows[4]["series_resets"] == 3 + 2 and rows[4]["num_drafts"] == 240
+    assert rows[4]["restarts"] == 1 and rows[5]["restarts"] == 0
     assert rows[2]["error"] == "Metrics endpoint returned HTTP 503"
-    assert rows[0]["acceptance_rate"] is None and rows[0]["counter_resets"] is None
+    assert rows[0]["acceptance_rate"] is None and rows[0]["series_resets"] is None
 
 
 def test_timeline_without_a_baseline_has_no_cumulative_counts() -> None:
@@ -265,3 +269,26 @@ def test_figures_that_are_not_finite_make_the_result_na_never_ok_with_nulls() ->
     result = build_result("http://h:1/metrics", reading(0.0), reading(huge))
     assert result.status == "na" and result.error == INVALID_COUNTERS and result.data is None
     assert result.model_dump_json()  # and it can be written
+
+
+def test_restarts_count_engines_and_intervals_not_series() -> None:
+    """One engine restart resets every family and position of it: 1 restart, 6 series."""
+
+    def at(drafts_0: int, drafts_1: int, created_0: float, created_1: float) -> Series:
+        return snap(*(
+            EngineCounters(drafts, 3 * drafts, [drafts, drafts // 2, 0], engine=name, created=created)
+            for name, drafts, created in (("0", drafts_0, created_0), ("1", drafts_1, created_1))
+        ))  # fmt: skip
+
+    both = window_increase([at(100, 100, 1.0, 1.0), at(10, 10, 2.0, 2.0)])
+    assert (both.restarts, both.series_resets) == (2, 12)  # two engines at once
+    twice = window_increase([at(100, 100, 1.0, 1.0), at(10, 120, 2.0, 1.0), at(5, 130, 3.0, 1.0)])
+    assert (twice.restarts, twice.series_resets) == (2, 6 + 6)  # engine 0, twice
+    assert twice.num_drafts == 10 + 5 + 20 + 10
+
+
+def test_results_stored_with_counter_resets_read_as_series_resets() -> None:
+    stored = {"status": "na", "url": URL, "error": "x", "counter_resets": 4}
+    result = TargetResult.from_stored(stored, URL)
+    assert (result.series_resets, result.restarts) == (4, None)
+    assert "counter_resets" not in result.as_json() and result.as_json()["series_resets"] == 4

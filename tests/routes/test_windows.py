@@ -95,7 +95,8 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
         "data": expected_data(SEED_BEFORE, SEED_AFTER),
         "raw": {"before": raw_of(SEED_BEFORE), "after": raw_of(SEED_AFTER)},
         "samples": {"taken": 0, "failed": 0},
-        "counter_resets": 0,
+        "restarts": 0,
+        "series_resets": 0,
         "overlaps": {"windows": [], "other_teams": {"windows": 0, "seconds": 0.0}},
     }
     # The design's worked example, as AISBench's own file has it.
