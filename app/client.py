@@ -10,11 +10,12 @@ Around a benchmark run, three lines are enough:
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import httpx
 
-from app.models import WindowPublic, WindowSummary
+from app.models import BoundedResults, BoundedTargetResult, WindowPublic, WindowSummary
 
 Target = str | Mapping[str, Any]
 Labels = Mapping[str, str] | None
@@ -124,6 +125,15 @@ class BaseClient:
         return Call("GET", f"/windows/{window_id}/report")
 
     @staticmethod
+    def bounding(window_id: str, start: datetime, end: datetime) -> Call:
+        params = {"start": start.isoformat(), "end": end.isoformat()}
+        return Call("GET", f"/windows/{window_id}/results", params=params)
+
+    @staticmethod
+    def bounded_of(response: httpx.Response) -> list[BoundedTargetResult]:
+        return BoundedResults.model_validate(response.json()).targets
+
+    @staticmethod
     def listing(limit: int, state: str | None) -> Call:
         return Call(
             "GET", "/windows", params={"limit": limit, **({"state": state} if state else {})}
@@ -188,6 +198,12 @@ class CollectorClient(BaseClient):
         self.stop(window_id)
         return self.report(window_id)
 
+    def results_between(
+        self, window_id: str, start: datetime, end: datetime
+    ) -> list[BoundedTargetResult]:
+        """Every target's result over the part of the closed window that encloses start..end."""
+        return self.bounded_of(self._send(self.bounding(window_id, start, end)))
+
     def list(self, limit: int = 50, state: str | None = None) -> list[WindowSummary]:
         """The team's windows, newest first."""
         return self.windows_of(self._send(self.listing(limit, state)))
@@ -241,6 +257,12 @@ class AsyncCollectorClient(BaseClient):
         """Stop the window and return its console blocks."""
         await self.stop(window_id)
         return await self.report(window_id)
+
+    async def results_between(
+        self, window_id: str, start: datetime, end: datetime
+    ) -> list[BoundedTargetResult]:
+        """Every target's result over the part of the closed window that encloses start..end."""
+        return self.bounded_of(await self._send(self.bounding(window_id, start, end)))
 
     async def list(self, limit: int = 50, state: str | None = None) -> list[WindowSummary]:
         """The team's windows, newest first."""

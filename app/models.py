@@ -199,6 +199,17 @@ class TargetPublic(SQLModel):
     result: TargetResult | None = None
 
 
+class BoundedTargetResult(SQLModel):
+    target: str
+    result: TargetResult
+
+
+class BoundedResults(SQLModel):
+    """Every target's result over part of a window (`GET /windows/{id}/results?start=&end=`)."""
+
+    targets: list[BoundedTargetResult]
+
+
 class WindowPublic(WindowBase):
     id: str = Field(schema_extra={"pattern": WINDOW_ID_PATTERN})
     team: str

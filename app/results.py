@@ -12,6 +12,7 @@ window's overlaps are known, as the service has always answered.
 """
 
 import math
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
@@ -89,6 +90,18 @@ class Overlaps(BaseModel):
     other_teams: OtherTeams = Field(default_factory=OtherTeams)
 
 
+class Bounds(BaseModel):
+    """The part of a window a result covers, when it is not the whole window: the phase asked
+    for (a benchmark's inference phase) and the snapshots that enclose it."""
+
+    requested_start: datetime
+    requested_end: datetime
+    start: datetime = Field(description="the last snapshot at or before requested_start")
+    start_phase: str
+    end: datetime = Field(description="the first snapshot at or after requested_end")
+    end_phase: str
+
+
 class TargetResult(BaseModel):
     """One target's result over one window (see the module docstring)."""
 
@@ -109,6 +122,7 @@ class TargetResult(BaseModel):
         exclude_if=lambda value: value is None,
     )
     overlaps: Overlaps | None = Field(default=None, exclude_if=lambda value: value is None)
+    bounds: Bounds | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @property
     def ok(self) -> bool:

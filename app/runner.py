@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -23,8 +24,10 @@ from typing import Any, TextIO
 import httpx
 
 from app.aisbench.files import newest_output_dir, write_result
+from app.aisbench.records import inference_span
 from app.client import CollectorClient, CollectorError, CollectorUnavailable, Target
 from app.report import render_block
+from app.results import TargetResult
 
 
 @dataclass
@@ -41,6 +44,8 @@ class RunOptions:
     work_dir: Path = Path("outputs")
     # Why there is nothing to measure (no targets found): the command runs unmeasured.
     nothing_to_measure: str | None = None
+    # Measure AISBench's inference phase only, bounded by its own request records.
+    aisbench_phase: bool = False
 
 
 def run_command(command: Sequence[str], say: Callable[[str], None]) -> int:
@@ -110,20 +115,24 @@ def run_wrapped(
         say(f"specdec: could not stop window {options.window_id} ({exc})")
         say(f"specdec: stop it later with: specdec stop {options.window_id}")
         return code
+    run_folder = newest_output_dir(Path.cwd() / options.work_dir, began - 1)
+    results = [(t.target, t.result) for t in stopped.targets if t.result is not None]
     footer = f"(specdec-collector, window {options.window_id})\n"
-    for target in stopped.targets:
-        if target.result is not None:
-            print(render_block(target.target, target.result) + footer, file=out, end="")
+    if options.aisbench_phase:
+        phase = _inference_phase(client, options.window_id, run_folder, say)
+        if phase is not None:
+            results = phase
+            footer = (
+                f"(specdec-collector, window {options.window_id}: AISBench's inference phase, "
+                "from its request records)\n"
+            )
+    for key, result in results:
+        print(render_block(key, result) + footer, file=out, end="")
     out.flush()
-    folder = (
-        options.output_dir or newest_output_dir(Path.cwd() / options.work_dir, began - 1)
-        or Path.cwd()
-    )  # fmt: skip
+    folder = options.output_dir or run_folder or Path.cwd()
     folder.mkdir(parents=True, exist_ok=True)
-    for target in stopped.targets:
-        if target.result is None:
-            continue  # a window is closed with every result: nothing to write otherwise
-        written = write_result(folder, target.target, target.result.as_json())
+    for key, result in results:
+        written = write_result(folder, key, result.as_json())
         if written.beside_aisbench:
             say(
                 f"specdec: AISBench wrote its own {written.path.name.removeprefix('collector_')}; "
@@ -132,6 +141,33 @@ def run_wrapped(
         else:
             say(f"specdec: wrote {written.path}")
     return code
+
+
+def _inference_phase(
+    client: CollectorClient, window_id: str, run_folder: Path | None, say: Callable[[str], None]
+) -> list[tuple[str, TargetResult]] | None:
+    """Every target's result over AISBench's inference phase (its first request sent to its last
+    answer received, from its own records in `run_folder`); None, saying why, when unknown."""
+    span = inference_span(run_folder) if run_folder is not None else None
+    if span is None:
+        where = run_folder or "the command's work dir"
+        say(f"specdec: no AISBench request records in {where}: the window is the whole command")
+        return None
+    # perf_counter is CLOCK_MONOTONIC: the same clock as AISBench's, turned into wall time.
+    offset = time.time() - time.perf_counter()
+    start = datetime.fromtimestamp(span.first_sent + offset, UTC)
+    end = datetime.fromtimestamp(span.last_received + offset, UTC)
+    try:
+        bounded = client.results_between(window_id, start, end)
+    except (CollectorError, CollectorUnavailable) as exc:
+        say(f"specdec: could not read the inference phase ({exc}): the window is the whole command")
+        return None
+    say(
+        f"specdec: AISBench's inference phase: {span.requests} requests, {start:%H:%M:%S.%f}"[:-3]
+        + f" to {end:%H:%M:%S.%f}"[:-3]
+        + " UTC"
+    )
+    return [(item.target, item.result) for item in bounded]
 
 
 @dataclass

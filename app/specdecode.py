@@ -6,11 +6,12 @@ Nothing here does I/O. Each scrape of a window (`before`, samples, `after`) is g
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from app.counters import POSITION_LABELS, Role
 from app.promtext import Series, SeriesKey, SeriesValue
-from app.results import Counts, Raw, ResultData, SampleCount, TargetResult
+from app.results import Bounds, Counts, Raw, ResultData, SampleCount, TargetResult
 
 NO_METRICS = "No spec decode metrics found on server"
 NO_ACTIVITY = "No spec decode activity detected during benchmark window"
@@ -210,6 +211,33 @@ def build_result(
         status="ok", url=url, data=data, raw=raw, samples=taken,
         restarts=totals.restarts, series_resets=totals.series_resets,
     )  # fmt: skip
+
+
+def bounded_result(
+    url: str, points: Sequence[tuple[datetime, str, Reading]], start: datetime, end: datetime
+) -> TargetResult:
+    """The result of the part of a window between `start` and `end` (a benchmark's own phase).
+
+    `points` are the window's snapshots in chain order (`before`, samples, `after`). The chain
+    runs from the last good snapshot at or before `start` (else the first good one) to the first
+    good one at or after `end` (else the last good one): the smallest stretch of snapshots that
+    encloses the phase. `bounds` says which snapshots were used.
+    """
+    good = [(at, phase, r) for at, phase, r in points if not isinstance(r, str) and r]
+    if not good:  # nothing to bound: the whole window's reasons
+        return build_result(
+            url, points[0][2] if points else NO_METRICS, points[-1][2] if points else NO_METRICS
+        )
+    first = max((i for i, (at, _, _) in enumerate(good) if at <= start), default=0)
+    last = min((i for i, (at, _, _) in enumerate(good) if at >= end), default=len(good) - 1)
+    last = max(first, last)
+    chosen = good[first : last + 1]
+    result = build_result(url, chosen[0][2], chosen[-1][2], [r for _, _, r in chosen[1:-1]])
+    bounds = Bounds(
+        requested_start=start, requested_end=end,
+        start=chosen[0][0], start_phase=chosen[0][1], end=chosen[-1][0], end_phase=chosen[-1][1],
+    )  # fmt: skip
+    return result.model_copy(update={"bounds": bounds})
 
 
 TIMELINE_FIELDS = (

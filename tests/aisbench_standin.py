@@ -11,7 +11,12 @@ copied from it:
   requests go.
 - `-w/--work-dir DIR` (default `outputs/default`): the run writes into `DIR/<YYYYMMDD_HHMMSS>/`.
 - `--mode perf`: sends `--num-prompts` completion requests to every model, in the inference
-  phase, which starts after a pause standing for AISBench's imports and config loading.
+  phase, which starts after a pause standing for AISBench's imports and config loading
+  (`--startup-s`; `--noise-requests N` sends N requests first, standing for another team's
+  traffic on a shared server before the benchmark). Each request's record goes to
+  `performances/<abbr>/<dataset>_details.jsonl`, its `time_points` (`time.perf_counter()` when
+  sent, at the answer) as `{"__db_ref__": id}` into `performances/<abbr>/db_data/<db_name>`, a
+  SQLite table `numpy_store(id, arr_blob)` of `.npy` arrays.
 - `--spec-decode` (the GitHub source since Aug 2026; the PyPI release refuses it, exit 2 with
   `--pypi`): snapshots `http://{host_ip}:{host_port}/metrics` right before and right after the
   inference phase, sums every `vllm:spec_decode*_total` sample, and writes
@@ -23,6 +28,8 @@ Run as `ais_bench` through a wrapper script on PATH (`tests/test_aisbench_run.py
 import argparse
 import json
 import re
+import sqlite3
+import struct
 import sys
 import time
 import types
@@ -76,6 +83,44 @@ def _snapshot(url: str) -> dict[str, float]:
     return totals
 
 
+def _npy(values: list[float]) -> bytes:
+    """A one-dimensional float64 array in NumPy's `.npy` format, version 1.0."""
+    header = f"{{'descr': '<f8', 'fortran_order': False, 'shape': ({len(values)},), }}"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    return (
+        b"\x93NUMPY\x01\x00"
+        + struct.pack("<H", len(header))
+        + header.encode()
+        + struct.pack(f"<{len(values)}d", *values)
+    )
+
+
+def _send(client: httpx.Client, model: dict[str, Any], prompts: int) -> list[list[float]]:
+    """Send `prompts` requests to the model's server; their time points (perf_counter)."""
+    points = []
+    for index in range(prompts):
+        sent = time.perf_counter()
+        body = {"prompt": f"question {index}", "max_tokens": 16}
+        client.post(f"{_request_base(model)}/v1/completions", json=body)
+        points.append([sent, time.perf_counter()])
+    return points
+
+
+def write_records(folder: Path, dataset: str, points: list[list[float]]) -> None:
+    db_name = f"{dataset}.db"
+    (folder / "db_data").mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(folder / "db_data" / db_name) as db:
+        db.execute("CREATE TABLE numpy_store (id INTEGER PRIMARY KEY AUTOINCREMENT, arr_blob BLOB)")
+        lines = []
+        for index, request in enumerate(points):
+            row = db.execute("INSERT INTO numpy_store (arr_blob) VALUES (?)", (_npy(request),))
+            lines.append({"id": index, "success": True, "db_name": db_name, "data_abbr": dataset,
+                          "input": f"question {index}", "prediction": "tok " * 16,
+                          "input_tokens": 2, "output_tokens": 16,
+                          "time_points": {"__db_ref__": row.lastrowid}})  # fmt: skip
+    (folder / f"{dataset}_details.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
 def _key(url: str) -> str:
     label = url.split("://", 1)[1].split("/", 1)[0]
     return re.sub(r"[^A-Za-z0-9._-]", "_", label)
@@ -91,6 +136,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--spec-decode", action="store_true")
     parser.add_argument("--num-prompts", type=int, default=10)
     parser.add_argument("--startup-s", type=float, default=0.0)
+    parser.add_argument("--noise-requests", type=int, default=0)
     parser.add_argument("--pypi", action="store_true", help="behave as the PyPI release")
     args = parser.parse_args(argv)
     if args.pypi and args.spec_decode:
@@ -99,17 +145,22 @@ def main(argv: list[str]) -> int:
     models = [m for name in args.models for m in _models(_find(name, Path(args.config_dir)))]
     run_dir = Path(args.work_dir) / time.strftime("%Y%m%d_%H%M%S")
     performances = run_dir / "performances"
-    time.sleep(args.startup_s)  # imports, config loading: not measured by AISBench
-    before = (
-        {_metrics_url(m): _snapshot(_metrics_url(m)) for m in models} if args.spec_decode else {}
-    )
     with httpx.Client(timeout=60) as client:
         for model in models:
-            for index in range(args.num_prompts):
-                body = {"prompt": f"question {index}", "max_tokens": 16}
-                client.post(f"{_request_base(model)}/v1/completions", json=body)
-    for model in models:
-        (performances / str(model.get("abbr", "model"))).mkdir(parents=True, exist_ok=True)
+            _send(client, model, args.noise_requests)  # not AISBench's: before its run
+        time.sleep(args.startup_s)  # imports, config loading: not measured by AISBench
+        before = (
+            {_metrics_url(m): _snapshot(_metrics_url(m)) for m in models}
+            if args.spec_decode
+            else {}
+        )
+        records = [_send(client, model, args.num_prompts) for model in models]
+    dataset = args.datasets[0] if args.datasets else "demo"
+    for model, points in zip(models, records, strict=True):
+        folder = performances / str(model.get("abbr", "model"))
+        folder.mkdir(parents=True, exist_ok=True)
+        if args.mode == "perf" and points:
+            write_records(folder, dataset, points)
     for url, first in before.items():
         last = _snapshot(url)
         delta = {name: last[name] - first[name] for name in first}

@@ -21,6 +21,7 @@ from app.aisbench.files import (
     result_filename,
     write_result,
 )
+from app.aisbench.records import InferenceSpan, inference_span, npy_floats
 
 EVALUATED = """
 from ais_bench.benchmark.models import VLLMCustomAPIChat  # not installed: a stand-in
@@ -161,3 +162,20 @@ def test_newest_output_dir_made_by_the_run(tmp_path: Path) -> None:
     new.mkdir(parents=True)
     assert newest_output_dir(work, since) == new
     assert newest_output_dir(tmp_path / "outputs", since) == new  # one level up too
+
+
+def test_aisbench_request_records_give_its_inference_phase(tmp_path: Path) -> None:
+    """Records as AISBench writes them: time points as `.npy` arrays in its SQLite `db_data`
+    (made here with the stand-in's own writer), and plain lists in `tmp/` before its summary."""
+    from tests.aisbench_standin import write_records
+
+    model = tmp_path / "performances" / "vllm-api"
+    write_records(model, "gsm8k", [[10.5, 10.75, 11.0], [12.0, 13.25]])
+    (model / "tmp").mkdir()
+    (model / "tmp" / "tmp_0.jsonl").write_text(
+        '{"success": true, "time_points": [9.5, 14.0]}\n{"success": false, "time_points": []}\nnot json\n'
+    )
+    span = inference_span(tmp_path / "performances")
+    assert span == InferenceSpan(first_sent=9.5, last_received=14.0, requests=3)
+    assert inference_span(tmp_path) is None  # a folder with no records
+    assert npy_floats(b"not an array") is None

@@ -1,5 +1,6 @@
 """Spec-decode arithmetic: increases, resets, sums and the AISBench result dict."""
 
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from app.counters import Role
@@ -10,6 +11,7 @@ from app.specdecode import (
     NO_ACTIVITY,
     NO_METRICS,
     Reading,
+    bounded_result,
     build_result,
     timeline,
     window_increase,
@@ -292,3 +294,32 @@ def test_results_stored_with_counter_resets_read_as_series_resets() -> None:
     result = TargetResult.from_stored(stored, URL)
     assert (result.series_resets, result.restarts) == (4, None)
     assert "counter_resets" not in result.as_json() and result.as_json()["series_resets"] == 4
+
+
+def test_a_bounded_result_runs_between_the_snapshots_that_enclose_the_phase() -> None:
+    def at(drafts: int) -> Series:
+        return snap(EngineCounters(drafts, 3 * drafts, [drafts, drafts // 2, 0]))
+
+    t = [datetime(2026, 11, 30, 12, 0, second, tzinfo=UTC) for second in range(8)]
+    points: list[tuple[datetime, str, Reading]] = [
+        (t[0], "before", at(0)),
+        (t[1], "sample", at(50)),  # traffic before the phase
+        (t[2], "sample", at(50)),
+        (t[3], "sample", "Metrics endpoint returned HTTP 503"),
+        (t[5], "sample", at(80)),
+        (t[6], "sample", at(90)),  # traffic after the phase
+        (t[7], "after", at(120)),
+    ]
+    phase_start = t[2] + timedelta(milliseconds=400)
+    phase_end = t[4]
+    result = bounded_result(URL, points, phase_start, phase_end)
+    assert result.data is not None and result.data.num_drafts == 80 - 50
+    assert result.bounds is not None
+    assert (result.bounds.start, result.bounds.start_phase) == (t[2], "sample")
+    assert (result.bounds.end, result.bounds.end_phase) == (t[5], "sample")
+    # A phase past the last snapshot ends at it; one before the first starts there.
+    late = bounded_result(URL, points, t[6], t[7] + timedelta(seconds=5))
+    assert late.data is not None and late.data.num_drafts == 120 - 90
+    early = bounded_result(URL, points, t[0] - timedelta(seconds=5), t[1])
+    assert early.data is not None and early.data.num_drafts == 50
+    assert early.bounds is not None and early.bounds.start_phase == "before"

@@ -115,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         "<work dir>/<run>/performances the command made - AISBench's -w, default "
         "outputs/default - else .); beside AISBench's own file of that name, never over it",
     )
+    run.add_argument(
+        "--whole-command",
+        action="store_true",
+        help="AISBench perf runs: measure the whole command, not only the inference phase "
+        "(by default bounded by AISBench's own request records, sampled every 1 s)",
+    )
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     run.set_defaults(handler=remote.run)
 

@@ -46,10 +46,16 @@ def _targets(args: argparse.Namespace) -> list[Any]:
     return targets
 
 
+# The sample interval of an AISBench perf run when none is given: the inference phase's
+# bounds are the samples around it, so they are at most this far off.
+AISBENCH_SAMPLE_INTERVAL_S = 1.0
+
+
 def _run_targets(
     args: argparse.Namespace, command: list[str], cwd: Path
-) -> tuple[list[Any], Path, str | None]:
-    """`specdec run`'s targets, the command's work dir, and why nothing can be measured.
+) -> tuple[list[Any], Path, str | None, bool]:
+    """`specdec run`'s targets, the command's work dir, why nothing can be measured, and
+    whether it is an AISBench perf run (whose inference phase its records bound).
 
     `--target`/`--targets-from` when given; else, for an AISBench command, the servers of its
     `--models` configs, found as AISBench finds them. A config that cannot be read never stops
@@ -70,7 +76,7 @@ def _run_targets(
         print(f"specdec: {line}", file=sys.stderr)
     targets: list[Any] = [*(args.target or []), *found.targets]
     problem = found.problem or (None if targets else "no target found")
-    return targets, work_dir, problem
+    return targets, work_dir, problem, aisbench is not None and aisbench.mode == "perf"
 
 
 def _client_call(args: argparse.Namespace, call: "Callable[[CollectorClient], int]") -> int:
@@ -169,16 +175,21 @@ def run(args: argparse.Namespace) -> int:
             "specdec run: give the command after --, e.g. specdec run --target h:p -- ais_bench ..."
         )
     window_id = args.id or time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-    targets, work_dir, problem = _run_targets(args, command, Path.cwd())
+    targets, work_dir, problem, aisbench_perf = _run_targets(args, command, Path.cwd())
+    phase = aisbench_perf and not args.whole_command
+    interval = args.sample_interval
+    if phase and interval is None:
+        interval = AISBENCH_SAMPLE_INTERVAL_S  # samples make the phase's bounds tight
     options = RunOptions(
         window_id=window_id,
         targets=targets,
         command=command,
-        sample_interval_s=args.sample_interval,
+        sample_interval_s=interval,
         labels=_labels(args.label),
         output_dir=Path(args.output_dir) if args.output_dir else None,
         work_dir=work_dir,
         nothing_to_measure=problem,
+        aisbench_phase=phase,
     )
     with _client(args) as client:
         return run_wrapped(client, options)

@@ -7,11 +7,18 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import AwareDatetime
 from starlette.concurrency import run_in_threadpool
 
 from app.deps import ActorDep, AdminActorDep, ReadTeamDep, WindowsDep
 from app.exceptions import InvalidInput, TargetNotInWindow
-from app.models import WindowCreate, WindowPage, WindowPublic
+from app.models import (
+    BoundedResults,
+    BoundedTargetResult,
+    WindowCreate,
+    WindowPage,
+    WindowPublic,
+)
 from app.report import render_report, timeline_csv, windows_csv
 from app.results import TargetResult
 from app.routes import error_responses
@@ -19,7 +26,7 @@ from app.safetext import has_control_characters, safe_error_text
 from app.targets import WINDOW_ID_PATTERN, parse_target_key
 from app.windows.lifecycle import closed_results, start_window, stop_window
 from app.windows.listing import WindowFilter, list_windows
-from app.windows.reads import read_timeline
+from app.windows.reads import read_bounded_results, read_timeline
 from app.windows.views import read_window
 
 router = APIRouter(
@@ -151,6 +158,27 @@ async def force_close(
 async def get_window(window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep) -> WindowPublic:
     """The window with its targets and their results."""
     return await run_in_threadpool(read_window, windows.engine, scope, window_id)
+
+
+@router.get("/{window_id}/results", responses=error_responses(404, 409))
+async def get_bounded_results(
+    window_id: WindowId,
+    start: Annotated[AwareDatetime, Query(description="start of the phase to measure")],
+    end: Annotated[AwareDatetime, Query(description="its end")],
+    windows: WindowsDep,
+    scope: ReadTeamDep,
+) -> BoundedResults:
+    """Every target's result over the part of a closed window that encloses `start`..`end`
+    (a benchmark's own phase): from the last snapshot at or before `start` to the first at or
+    after `end`; each result's `bounds` says which. Samples make the bounds tight."""
+    if end < start:
+        raise InvalidInput(["query", "end"], "end is before start")
+    results = await run_in_threadpool(
+        read_bounded_results, windows.engine, scope, window_id, start, end
+    )
+    return BoundedResults(
+        targets=[BoundedTargetResult(target=key, result=result) for key, result in results]
+    )
 
 
 @router.get(

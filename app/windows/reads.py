@@ -1,6 +1,7 @@
 """Reads of stored windows: results, comparisons, timelines."""
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -9,9 +10,10 @@ from sqlmodel import Session
 from app.exceptions import TargetNotInWindow, WindowNotFound, WindowOpen
 from app.models import as_utc
 from app.results import TargetResult
-from app.specdecode import compare_results, timeline
+from app.specdecode import Reading, bounded_result, compare_results, timeline
 from app.windows.overlaps import with_overlaps
 from app.windows.storage import catalogue, find_window, in_chain_order, reading_of, snapshots_of
+from app.windows.stored import StoredTarget
 from app.windows.views import window_fields
 
 
@@ -47,14 +49,16 @@ def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, T
     ]
 
 
-def read_timeline(
-    engine: Engine, team: str, window_id: str, target_key: str | None
-) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(`host:port`, timeline rows) of the window's targets, or of the one named."""
+def _points_of(
+    engine: Engine, team: str, window_id: str, target_key: str | None, closed_only: bool = False
+) -> list[tuple[StoredTarget, list[tuple[datetime, str, Reading]]]]:
+    """Each target's snapshots, in chain order, as (time, phase, reading)."""
     with Session(engine) as session:
         stored = find_window(session, team, window_id)
         if stored is None:
             raise WindowNotFound(window_id)
+        if closed_only and stored.window.state != "closed":
+            raise WindowOpen(window_id)
         targets = [t for t in stored.targets if target_key is None or t.key == target_key]
         if target_key is not None and not targets:
             raise TargetNotInWindow(window_id, target_key)
@@ -63,13 +67,32 @@ def read_timeline(
         catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
     return [
         (
-            target.key,
-            timeline(
-                [
-                    (as_utc(s.taken_at), s.phase, reading_of(s, catalog))
-                    for s in in_chain_order(chains.get(target.id, []))
-                ]
-            ),
+            target,
+            [
+                (as_utc(s.taken_at), s.phase, reading_of(s, catalog))
+                for s in in_chain_order(chains.get(target.id, []))
+            ],
         )
         for target in targets
+    ]
+
+
+def read_timeline(
+    engine: Engine, team: str, window_id: str, target_key: str | None
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(`host:port`, timeline rows) of the window's targets, or of the one named."""
+    return [
+        (target.key, timeline(points))
+        for target, points in _points_of(engine, team, window_id, target_key)
+    ]
+
+
+def read_bounded_results(
+    engine: Engine, team: str, window_id: str, start: datetime, end: datetime
+) -> list[tuple[str, TargetResult]]:
+    """(`host:port`, result) of every target of a closed window over the snapshots that
+    enclose `start`..`end` (see `bounded_result`)."""
+    return [
+        (target.key, bounded_result(target.url, points, start, end))
+        for target, points in _points_of(engine, team, window_id, None, closed_only=True)
     ]
