@@ -179,3 +179,25 @@ def test_aisbench_request_records_give_its_inference_phase(tmp_path: Path) -> No
     assert span == InferenceSpan(first_sent=9.5, last_received=14.0, requests=3)
     assert inference_span(tmp_path) is None  # a folder with no records
     assert npy_floats(b"not an array") is None
+
+
+def test_model_names_fall_back_to_the_installed_aisbench_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `--config-dir`, AISBench looks in its own package's configs/models (found here
+    without importing the package)."""
+    package = tmp_path / "site" / "ais_bench"
+    shipped = package / "benchmark" / "configs" / "models" / "vllm_api"
+    shipped.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('never imported')\n")
+    (shipped / "vllm_api_general_chat.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert find_config("vllm_api_general_chat", tmp_path / "configs", tmp_path) == (
+        shipped / "vllm_api_general_chat.py"
+    )
+    own = tmp_path / "configs" / "models"
+    own.mkdir(parents=True)
+    (own / "vllm_api_general_chat.py").write_text("")  # --config-dir comes first
+    assert find_config("vllm_api_general_chat", tmp_path / "configs", tmp_path) == (
+        own / "vllm_api_general_chat.py"
+    )
