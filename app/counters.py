@@ -1,60 +1,105 @@
 """Which counters of which engine the arithmetic reads: one schema row per engine.
 
 A schema names the sample families of one engine's `/metrics` that hold each role (drafts,
-draft tokens, accepted tokens, accepted tokens per position), the label that holds the
+draft tokens, accepted tokens, accepted tokens per position, ...), the label that holds the
 position, and the prefix every one of its families starts with (the extraction's fast path
-jumps from one line with that prefix to the next). Extraction keys each series by its role, and
-the arithmetic works on roles only, so an engine is added here, as a row, with its tests.
+jumps from one line with that prefix to the next). Extraction keys each series by its engine,
+role and labels; the arithmetic (`app.specdecode`) works per engine on roles. What each engine
+exposes, and where that is written down, is in the README's engine table.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
+class ServingEngine(StrEnum):
+    """A serving engine whose spec-decode metrics the collector reads; the `engine` of results."""
+
+    VLLM = "vllm"  # vLLM V1 and vllm-ascend (early V1 too: told apart by its counters)
+    VLLM_V0 = "vllm-v0"  # vLLM's legacy engine: same family names, other meaning
+    LLAMACPP = "llamacpp"
+    TRTLLM = "trtllm"
+    SGLANG = "sglang"
+
+
 class Role(StrEnum):
-    """What a counter counts. The values are the names stored with each series."""
+    """What a series counts (or, for gauges, shows). The values are stored with each series."""
 
     DRAFTS = "num_drafts"
     DRAFT_TOKENS = "num_draft_tokens"
     ACCEPTED = "num_accepted_tokens"
     ACCEPTED_PER_POSITION = "accepted_per_pos"
+    # vLLM V0 only: tells its counters from V1's, which have the same names.
+    EMITTED = "num_emitted_tokens"
+    # vLLM V0's lifetime ratios: gauges, shown as such, never counted.
+    LIFETIME_ACCEPTANCE_RATE = "lifetime_acceptance_rate"
+    LIFETIME_EFFICIENCY = "lifetime_efficiency"
+
+
+#: Roles that are gauges: read from the family name itself, never treated as counters.
+GAUGES: frozenset[Role] = frozenset({Role.LIFETIME_ACCEPTANCE_RATE, Role.LIFETIME_EFFICIENCY})
 
 
 @dataclass(frozen=True, slots=True)
 class CounterSchema:
-    """The spec-decode counters of one engine."""
+    """The spec-decode families of one engine."""
 
-    engine: str
+    engine: ServingEngine
     prefix: str
     # Family name, without the `_total` / `_created` suffix -> the role of its samples.
     families: dict[str, Role]
-    # The label whose value is the position, on the `ACCEPTED_PER_POSITION` family.
+    # The label whose value is the position, on the per-position families.
     position_label: str
+    # Gauge family name (the sample name itself) -> its role.
+    gauges: dict[str, Role] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        stray = [name for name in self.families if not name.startswith(self.prefix)]
+        names = [*self.families, *self.gauges]
+        stray = [name for name in names if not name.startswith(self.prefix)]
         if stray:
             raise ValueError(f"{self.engine}: families outside prefix {self.prefix!r}: {stray}")
 
 
 VLLM_V1 = CounterSchema(
-    engine="vllm",
+    engine=ServingEngine.VLLM,
     prefix="vllm:spec_decode_",
     families={
         "vllm:spec_decode_num_drafts": Role.DRAFTS,
         "vllm:spec_decode_num_draft_tokens": Role.DRAFT_TOKENS,
         "vllm:spec_decode_num_accepted_tokens": Role.ACCEPTED,
         "vllm:spec_decode_num_accepted_tokens_per_pos": Role.ACCEPTED_PER_POSITION,
+        "vllm:spec_decode_num_emitted_tokens": Role.EMITTED,
+    },
+    position_label="position",
+    gauges={
+        "vllm:spec_decode_draft_acceptance_rate": Role.LIFETIME_ACCEPTANCE_RATE,
+        "vllm:spec_decode_efficiency": Role.LIFETIME_EFFICIENCY,
+    },
+)
+
+LLAMACPP = CounterSchema(
+    engine=ServingEngine.LLAMACPP,
+    prefix="llamacpp:spec_decode_",
+    families={
+        "llamacpp:spec_decode_num_drafts": Role.DRAFTS,
+        "llamacpp:spec_decode_num_draft_tokens": Role.DRAFT_TOKENS,
+        "llamacpp:spec_decode_num_accepted_tokens": Role.ACCEPTED,
+        "llamacpp:spec_decode_num_accepted_tokens_per_pos": Role.ACCEPTED_PER_POSITION,
     },
     position_label="position",
 )
 
 #: Every engine the extraction reads, in the order their prefixes are searched.
-SCHEMAS: tuple[CounterSchema, ...] = (VLLM_V1,)
+SCHEMAS: tuple[CounterSchema, ...] = (VLLM_V1, LLAMACPP)
 
-#: Family name -> role, over every schema.
-ROLE_OF_FAMILY: dict[str, Role] = {
-    family: role for schema in SCHEMAS for family, role in schema.families.items()
+#: Counter family name -> (engine, role), over every schema.
+ROLE_OF_FAMILY: dict[str, tuple[ServingEngine, Role]] = {
+    family: (schema.engine, role) for schema in SCHEMAS for family, role in schema.families.items()
+}
+
+#: Gauge family name -> (engine, role), over every schema.
+ROLE_OF_GAUGE: dict[str, tuple[ServingEngine, Role]] = {
+    family: (schema.engine, role) for schema in SCHEMAS for family, role in schema.gauges.items()
 }
 
 #: The labels that hold a position, over every schema.

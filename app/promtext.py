@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from app.counters import ROLE_OF_FAMILY, SCHEMAS, Role
+from app.counters import GAUGES, ROLE_OF_FAMILY, ROLE_OF_GAUGE, SCHEMAS, Role, ServingEngine
 
 # One sample line: name, optional label set (quoted values may hold `}`, `,`, `"` escaped),
 # value, optional timestamp, optional OpenMetrics exemplar.
@@ -55,10 +55,12 @@ class ExtractionLimits:
 
 
 class SeriesKey(NamedTuple):
-    """One series: the role of its family (see `app.counters`) and its sorted label pairs."""
+    """One series: the role of its family (see `app.counters`), its sorted label pairs, and
+    the engine whose family it is."""
 
     role: Role
     labels: tuple[tuple[str, str], ...]
+    engine: ServingEngine = ServingEngine.VLLM
 
 
 @dataclass(slots=True)
@@ -95,19 +97,30 @@ def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 
+_NAME_END = re.compile(r"[{ \t]")
+
+
+def _role_of(name: str) -> tuple[tuple[ServingEngine, Role] | None, bool]:
+    """The (engine, role) of a sample name, and whether it is a `_created` sample."""
+    if name.endswith("_total"):
+        return ROLE_OF_FAMILY.get(name[: -len("_total")]), False
+    if name.endswith("_created"):
+        return ROLE_OF_FAMILY.get(name[: -len("_created")]), True
+    return ROLE_OF_GAUGE.get(name), False
+
+
 def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
+    # The name first: a line of a family no schema reads (a histogram of an engine whose
+    # prefix is broad) is skipped without the full match.
+    end = _NAME_END.search(line)
+    found, is_created = _role_of(line[: end.start()] if end else line)
+    if found is None:
+        return
+    engine, role = found
     match = _SAMPLE.fullmatch(line)
     if match is None:
         raise ExtractionError(f"malformed sample line: {line[:200]}")
     name = match["name"]
-    if name.endswith("_total"):
-        role, is_created = ROLE_OF_FAMILY.get(name[: -len("_total")]), False
-    elif name.endswith("_created"):
-        role, is_created = ROLE_OF_FAMILY.get(name[: -len("_created")]), True
-    else:
-        return
-    if role is None:
-        return
     try:
         value = float(match["value"])
     except ValueError:
@@ -115,6 +128,9 @@ def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
     if is_created:
         if not math.isfinite(value):
             return  # a start time of +Inf or NaN says nothing: the series is read without it
+    elif role in GAUGES:
+        if not math.isfinite(value):
+            return  # a gauge without a value shows nothing
     elif not math.isfinite(value) or value < 0:
         raise ExtractionError(f"counter value {match['value']} is not a finite count: {name}")
     elif value > MAX_COUNTER:
@@ -126,7 +142,7 @@ def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
             f"{limits.max_label_chars} (SPECDEC_MAX_SERIES_LABEL_CHARS)"
         )
     labels = _parse_labels(label_text)
-    key = SeriesKey(role, labels)
+    key = SeriesKey(role, labels, engine)
     slot = series.get(key)
     if slot is None:
         if len(series) >= limits.max_series:

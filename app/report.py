@@ -14,6 +14,14 @@ def _row(label: str, value: object) -> str:
     return f"{label:<45} {value}"
 
 
+def _fixed(value: float | None) -> str:
+    return "N/A" if value is None else f"{value:.2f}"
+
+
+def _shown(value: object) -> object:
+    return "N/A" if value is None else value
+
+
 def _per_position(rates: dict[str, float]) -> str:
     items = sorted(rates.items(), key=lambda item: int(item[0]))
     return "{" + ", ".join(f"{pos}: {rate:.4f}" for pos, rate in items) + "}"
@@ -25,18 +33,21 @@ def render_block(target: str, result: TargetResult) -> str:
     separator = "=" * len(title)
     data = result.data
     if result.ok and data is not None:
+        rates = data.per_position_acceptance_rates
         rows = [
-            _row("Acceptance rate (%)", f"{data.acceptance_rate:.2f}"),
-            _row("Acceptance length", f"{data.acceptance_length:.2f}"),
-            _row("Drafts", data.num_drafts),
-            _row("Draft tokens", data.draft_tokens),
+            _row("Acceptance rate (%)", _fixed(data.acceptance_rate)),
+            _row("Acceptance length", _fixed(data.acceptance_length)),
+            _row("Drafts", _shown(data.num_drafts)),
+            _row("Draft tokens", _shown(data.draft_tokens)),
             _row("Accepted tokens", data.accepted_tokens),
-            _row(
-                "Per-position acceptance rates", _per_position(data.per_position_acceptance_rates)
-            ),
+            _row("Per-position acceptance rates", "N/A" if rates is None else _per_position(rates)),
         ]
     else:
         rows = [_row("Status", "N/A"), _row("Reason", result.error)]
+    if result.engine not in (None, "vllm"):
+        # AISBench's rows are vLLM's: another engine says so, below them.
+        exactness = "" if result.exact else " (approximate: see notes)"
+        rows.append(_row("Engine", f"{result.engine}{exactness}"))
     return "\n".join(["", separator, title, separator, *rows]) + "\n"
 
 

@@ -42,14 +42,15 @@ class Raw(BaseModel):
 
 
 class ResultData(BaseModel):
-    """AISBench's `data`: the window's increases and what follows from them."""
+    """AISBench's `data`: the window's increases and what follows from them. A figure the
+    engine's counters cannot give (early vLLM V1 has no drafts counter) is null, never guessed."""
 
-    num_drafts: Count
-    draft_tokens: Count
+    num_drafts: Count | None
+    draft_tokens: Count | None
     accepted_tokens: Count
-    acceptance_rate: float = Field(description="accepted / draft tokens x 100, full float")
-    acceptance_length: float = Field(description="1 + accepted / drafts, full float")
-    per_position_acceptance_rates: dict[str, float] = Field(
+    acceptance_rate: float | None = Field(description="accepted / draft tokens x 100, full float")
+    acceptance_length: float | None = Field(description="1 + accepted / drafts, full float")
+    per_position_acceptance_rates: dict[str, float] | None = Field(
         description="accepted at position N / drafts, 4 decimals, keys in numeric order"
     )
 
@@ -57,9 +58,29 @@ class ResultData(BaseModel):
         """Whether every figure is a finite number (JSON and the stores hold no others)."""
         figures = [
             self.num_drafts, self.draft_tokens, self.accepted_tokens, self.acceptance_rate,
-            self.acceptance_length, *self.per_position_acceptance_rates.values(),
+            self.acceptance_length, *(self.per_position_acceptance_rates or {}).values(),
         ]  # fmt: skip
-        return all(math.isfinite(figure) for figure in figures)
+        return all(math.isfinite(figure) for figure in figures if figure is not None)
+
+
+class LifetimeRatios(BaseModel):
+    """vLLM V0's lifetime gauges of one label set: ratios since the server started, shown as
+    such (never a window's figures)."""
+
+    labels: dict[str, str]
+    draft_acceptance_rate: float | None = None
+    efficiency: float | None = None
+
+
+class EngineResult(BaseModel):
+    """One engine's result within a target that serves several (a proxy, a Dynamo worker)."""
+
+    engine: str
+    status: Literal["ok", "na"]
+    error: str | None = None
+    data: ResultData | None = None
+    exact: bool
+    notes: list[str] = Field(default_factory=list)
 
 
 class SampleCount(BaseModel):
@@ -112,6 +133,11 @@ class TargetResult(BaseModel):
     error: str | None = None
     data: ResultData | None = None
     raw: Raw = Field(default_factory=lambda: Raw(before=None, after=None))
+    # Which engine's counters these are, whether every figure follows exactly from counters,
+    # and why not (README: engines). Left out of results stored before engines were told apart.
+    engine: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    exact: bool | None = Field(default=None, exclude_if=lambda value: value is None)
+    notes: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
     samples: SampleCount = Field(default_factory=SampleCount)
     # Left out of the JSON while unknown (see the module docstring).
     restarts: int | None = Field(default=None, exclude_if=lambda value: value is None)
@@ -123,6 +149,11 @@ class TargetResult(BaseModel):
     )
     overlaps: Overlaps | None = Field(default=None, exclude_if=lambda value: value is None)
     bounds: Bounds | None = Field(default=None, exclude_if=lambda value: value is None)
+    # A target serving several engines: each one's result (`data` is their sum or the first's).
+    engines: list[EngineResult] | None = Field(default=None, exclude_if=lambda value: value is None)
+    lifetime: list[LifetimeRatios] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
 
     @property
     def ok(self) -> bool:

@@ -1,17 +1,17 @@
-"""Pure spec-decode arithmetic: per-series increases with resets, sums, the typed result.
+"""Pure spec-decode arithmetic: per-series increases with resets, sums, timelines, comparisons.
 
-Nothing here does I/O. Each scrape of a window (`before`, samples, `after`) is given as its
-`Reading`: the extracted `Series`, or the error text of a scrape that failed.
+Nothing here does I/O; `app.engines` turns the increases into each engine's result. Each scrape
+of a window (`before`, samples, `after`) is given as its `Reading`: the extracted `Series`, or
+the error text of a scrape that failed.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from app.counters import POSITION_LABELS, Role
+from app.counters import GAUGES, POSITION_LABELS, Role
 from app.promtext import Series, SeriesKey, SeriesValue
-from app.results import Bounds, Counts, Raw, ResultData, SampleCount, TargetResult
+from app.results import Counts, ResultData, TargetResult
 
 NO_METRICS = "No spec decode metrics found on server"
 NO_ACTIVITY = "No spec decode activity detected during benchmark window"
@@ -41,7 +41,7 @@ class Totals:
             self.num_draft_tokens += amount
         elif key.role is Role.ACCEPTED:
             self.num_accepted_tokens += amount
-        else:
+        elif key.role is Role.ACCEPTED_PER_POSITION:
             position = _position(key)
             if position is not None:
                 self.accepted_per_pos[position] = self.accepted_per_pos.get(position, 0.0) + amount
@@ -87,15 +87,15 @@ def absolute_totals(series: Series) -> Totals:
     """Sum each family's counters over all series of one snapshot."""
     totals = Totals()
     for key, sample in series.items():
-        if sample.value is not None:
+        if sample.value is not None and key.role not in GAUGES:
             totals.add(key, sample.value)
     return totals
 
 
-def engine_of(key: SeriesKey) -> tuple[tuple[str, str], ...]:
-    """The labels that name the engine a series belongs to: all but the position label (every
-    family and position of one engine share them, and reset together when it restarts)."""
-    return tuple(pair for pair in key.labels if pair[0] not in POSITION_LABELS)
+def instance_of(key: SeriesKey) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The engine instance a series belongs to: its engine and every label but the position
+    (every family and position of one instance share them, and reset together on a restart)."""
+    return key.engine.value, tuple(pair for pair in key.labels if pair[0] not in POSITION_LABELS)
 
 
 def series_increase(earlier: SeriesValue | None, later: SeriesValue) -> tuple[float, bool]:
@@ -125,13 +125,15 @@ def interval_increases(chain: Sequence[Series]) -> list[Totals]:
     last: dict[SeriesKey, SeriesValue] = dict(chain[0]) if chain else {}
     for snapshot in chain[1:]:
         step = Totals()
-        restarted: set[tuple[tuple[str, str], ...]] = set()
+        restarted: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         for key, sample in snapshot.items():
+            if key.role in GAUGES:
+                continue  # a gauge goes down and up: never a reset, never counted
             amount, reset = series_increase(last.get(key), sample)
             step.add(key, amount)
             if reset:
                 step.series_resets += 1
-                restarted.add(engine_of(key))
+                restarted.add(instance_of(key))
             last[key] = sample
         step.restarts = len(restarted)
         steps.append(step)
@@ -166,78 +168,11 @@ def derived(totals: Totals) -> ResultData:
     )
 
 
-def _reading_error(phase: Reading) -> str | None:
+def reading_error(phase: Reading) -> str | None:
+    """The error of a reading: its failed scrape's text, or that it held no spec-decode series."""
     if isinstance(phase, str):
         return phase
     return NO_METRICS if not phase else None
-
-
-def _counts(phase: Reading) -> Counts | None:
-    """The `raw` counters of a phase; None where its scrape failed or found no series."""
-    return None if isinstance(phase, str) or not phase else absolute_totals(phase).raw()
-
-
-def build_result(
-    url: str, before: Reading, after: Reading, samples: Sequence[Reading] = ()
-) -> TargetResult:
-    """The AISBench `spec_decode_<host>_<port>.json` result of one target over one window.
-
-    `samples` are the background scrapes between the two, in time order; failed ones are
-    skipped, so the chain continues from the last good snapshot.
-    """
-    errors = {name: _reading_error(phase) for name, phase in (("before", before), ("after", after))}
-    raw = Raw(before=_counts(before), after=_counts(after))
-    taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, str) for s in samples))
-    failed = [f"[{name}] {error}" for name, error in errors.items() if error]
-    if failed:
-        return TargetResult(status="na", url=url, error="; ".join(failed), raw=raw, samples=taken)
-    assert not isinstance(before, str) and not isinstance(after, str)
-    good = [sample for sample in samples if not isinstance(sample, str)]
-    totals = window_increase([before, *good, after])
-    if totals.num_draft_tokens <= 0 or totals.num_drafts <= 0:
-        return TargetResult(
-            status="na", url=url, error=NO_ACTIVITY, raw=raw, samples=taken,
-            restarts=totals.restarts, series_resets=totals.series_resets,
-        )  # fmt: skip
-    data = derived(totals)
-    if not data.is_finite():
-        # Counters are read only up to 2**53, so this is a backstop: nothing stored may hold
-        # a figure that JSON, PostgreSQL or a later read cannot.
-        return TargetResult(
-            status="na", url=url, error=INVALID_COUNTERS, raw=raw, samples=taken,
-            restarts=totals.restarts, series_resets=totals.series_resets,
-        )  # fmt: skip
-    return TargetResult(
-        status="ok", url=url, data=data, raw=raw, samples=taken,
-        restarts=totals.restarts, series_resets=totals.series_resets,
-    )  # fmt: skip
-
-
-def bounded_result(
-    url: str, points: Sequence[tuple[datetime, str, Reading]], start: datetime, end: datetime
-) -> TargetResult:
-    """The result of the part of a window between `start` and `end` (a benchmark's own phase).
-
-    `points` are the window's snapshots in chain order (`before`, samples, `after`). The chain
-    runs from the last good snapshot at or before `start` (else the first good one) to the first
-    good one at or after `end` (else the last good one): the smallest stretch of snapshots that
-    encloses the phase. `bounds` says which snapshots were used.
-    """
-    good = [(at, phase, r) for at, phase, r in points if not isinstance(r, str) and r]
-    if not good:  # nothing to bound: the whole window's reasons
-        return build_result(
-            url, points[0][2] if points else NO_METRICS, points[-1][2] if points else NO_METRICS
-        )
-    first = max((i for i, (at, _, _) in enumerate(good) if at <= start), default=0)
-    last = min((i for i, (at, _, _) in enumerate(good) if at >= end), default=len(good) - 1)
-    last = max(first, last)
-    chosen = good[first : last + 1]
-    result = build_result(url, chosen[0][2], chosen[-1][2], [r for _, _, r in chosen[1:-1]])
-    bounds = Bounds(
-        requested_start=start, requested_end=end,
-        start=chosen[0][0], start_phase=chosen[0][1], end=chosen[-1][0], end_phase=chosen[-1][1],
-    )  # fmt: skip
-    return result.model_copy(update={"bounds": bounds})
 
 
 TIMELINE_FIELDS = (
@@ -258,7 +193,7 @@ def timeline(points: Sequence[tuple[Any, str, Reading]]) -> list[dict[str, Any]]
     rows: list[dict[str, Any]] = []
     for taken_at, phase, outcome in points:
         row: dict[str, Any] = dict.fromkeys(TIMELINE_FIELDS)
-        error = _reading_error(outcome)
+        error = reading_error(outcome)
         row.update(taken_at=taken_at, phase=phase, status="error" if error else "ok", error=error)
         rows.append(row)
     good = [
@@ -335,14 +270,16 @@ def compare_results(
         if good:
             base_id, base = good[0]
             for window_id, data in good[1:]:
-                rates = data.per_position_acceptance_rates
-                base_rates = base.per_position_acceptance_rates
+                rates = data.per_position_acceptance_rates or {}
+                base_rates = base.per_position_acceptance_rates or {}
                 differences.append(
                     {
                         "window": window_id,
                         "versus": base_id,
-                        "acceptance_rate": data.acceptance_rate - base.acceptance_rate,
-                        "acceptance_length": data.acceptance_length - base.acceptance_length,
+                        "acceptance_rate": _difference(data.acceptance_rate, base.acceptance_rate),
+                        "acceptance_length": _difference(
+                            data.acceptance_length, base.acceptance_length
+                        ),
                         "per_position_acceptance_rates": {
                             pos: round(rates[pos] - base_rates[pos], 4)
                             for pos in sorted(set(rates) & set(base_rates), key=int)
@@ -351,3 +288,8 @@ def compare_results(
                 )
         rows.append({"target": target, "results": entries, "differences": differences})
     return rows
+
+
+def _difference(value: float | None, base: float | None) -> float | None:
+    """`value - base`, or null where either figure could not be derived."""
+    return None if value is None or base is None else value - base

@@ -95,11 +95,16 @@ def test_the_schema_describes_a_result_field_by_field(tmp_path: Path) -> None:
         "error",
         "data",
         "raw",
+        "engine",
+        "exact",
+        "notes",
         "samples",
         "restarts",
         "series_resets",
         "overlaps",
         "bounds",
+        "engines",
+        "lifetime",
     ]  # fmt: skip  (AISBench's keys first, in its order)
     assert list(models["ResultData"]["properties"]) == [
         "num_drafts", "draft_tokens", "accepted_tokens", "acceptance_rate", "acceptance_length",

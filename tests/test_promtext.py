@@ -10,7 +10,15 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
-from app.counters import ROLE_OF_FAMILY, SCHEMAS, VLLM_V1, CounterSchema, Role
+from app.counters import (
+    LLAMACPP,
+    ROLE_OF_FAMILY,
+    SCHEMAS,
+    VLLM_V1,
+    CounterSchema,
+    Role,
+    ServingEngine,
+)
 from app.promtext import (
     ExtractionError,
     SeriesKey,
@@ -32,7 +40,8 @@ def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]
                 base = sample.name[: -len(suffix)]
                 if sample.name.endswith(suffix) and base in ROLE_OF_FAMILY:
                     labels = tuple(sorted(sample.labels.items()))
-                    key = SeriesKey(ROLE_OF_FAMILY[base], labels)
+                    engine, role = ROLE_OF_FAMILY[base]
+                    key = SeriesKey(role, labels, engine)
                     slot = found.setdefault(key, SeriesValue())
                     if suffix == "_total":
                         slot.value = sample.value
@@ -106,7 +115,7 @@ def test_payload_starting_with_a_spec_line_and_crlf() -> None:
 def test_other_names_with_the_prefix_are_ignored() -> None:
     text = (
         "vllm:spec_decode_num_drafts_totally 5\n"
-        "vllm:spec_decode_draft_acceptance_rate 0.5\n"
+        "vllm:spec_decode_draft_acceptance_rates 0.5\n"
         'xvllm:spec_decode_num_drafts_total{a="\\nvllm:spec_decode_num_drafts_total 9"} 1\n'
     )
     assert extract_spec_decode(text) == {}
@@ -249,53 +258,18 @@ def test_payload_cut_mid_line_is_an_error() -> None:
 # --- the schema table ------------------------------------------------------------------------
 
 
-def test_every_schema_names_each_role_once_within_its_prefix() -> None:
+def test_every_schema_names_its_roles_within_its_prefix() -> None:
+    counted = {Role.DRAFTS, Role.DRAFT_TOKENS, Role.ACCEPTED, Role.ACCEPTED_PER_POSITION}
+    assert set(VLLM_V1.families.values()) == counted | {Role.EMITTED}
+    assert set(LLAMACPP.families.values()) == counted
     for schema in SCHEMAS:
-        assert sorted(schema.families.values()) == sorted(Role)
-        assert all(name.startswith(schema.prefix) for name in schema.families)
-    assert VLLM_V1.position_label == "position"
+        assert all(name.startswith(schema.prefix) for name in [*schema.families, *schema.gauges])
+        assert schema.position_label == "position"
 
 
 def test_a_family_outside_its_prefix_is_refused() -> None:
     with pytest.raises(ValueError, match="outside prefix"):
-        CounterSchema("x", "x:", {"y:drafts": Role.DRAFTS}, "position")
-
-
-def test_a_new_engine_is_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A second schema is read by the same extraction and arithmetic, nothing else changed."""
-    import app.counters
-    import app.promtext
-    import app.specdecode
-    from app.specdecode import build_result
-
-    other = CounterSchema(
-        engine="other",
-        prefix="other:sd_",
-        families={
-            "other:sd_drafts": Role.DRAFTS,
-            "other:sd_draft_tokens": Role.DRAFT_TOKENS,
-            "other:sd_accepted": Role.ACCEPTED,
-            "other:sd_accepted_at": Role.ACCEPTED_PER_POSITION,
-        },
-        position_label="pos",
-    )
-    monkeypatch.setattr(app.promtext, "SCHEMAS", (*SCHEMAS, other))
-    monkeypatch.setattr(app.promtext, "ROLE_OF_FAMILY", {**ROLE_OF_FAMILY, **other.families})
-    monkeypatch.setattr(app.specdecode, "POSITION_LABELS", frozenset({"position", "pos"}))
-
-    def payload(drafts: int, at: list[int]) -> str:
-        lines = [f"other:sd_drafts_total {drafts}", f"other:sd_draft_tokens_total {2 * drafts}",
-                 f"other:sd_accepted_total {sum(at)}"]  # fmt: skip
-        lines += [f'other:sd_accepted_at_total{{pos="{p}"}} {n}' for p, n in enumerate(at)]
-        return "\n".join(["# an engine of another kind", *lines]) + "\n"
-
-    before = extract_spec_decode(payload(10, [8, 4]))
-    after = extract_spec_decode(payload(110, [88, 44]))
-    result = build_result("http://h:1/metrics", before, after).as_json()
-    assert result["data"]["num_drafts"] == 100
-    assert result["data"]["accepted_tokens"] == 120
-    assert result["data"]["acceptance_rate"] == 120 / 200 * 100
-    assert result["data"]["per_position_acceptance_rates"] == {"0": 0.8, "1": 0.4}
+        CounterSchema(ServingEngine.LLAMACPP, "x:", {"y:drafts": Role.DRAFTS}, "position")
 
 
 def test_counters_above_two_to_the_53_are_refused_and_a_non_finite_created_is_ignored() -> None:

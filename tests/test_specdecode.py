@@ -4,6 +4,7 @@ from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from app.counters import Role
+from app.engines import bounded_result, build_result
 from app.promtext import Series, SeriesKey, SeriesValue, extract_spec_decode
 from app.results import TargetResult
 from app.specdecode import (
@@ -11,8 +12,6 @@ from app.specdecode import (
     NO_ACTIVITY,
     NO_METRICS,
     Reading,
-    bounded_result,
-    build_result,
     timeline,
     window_increase,
 )
@@ -54,6 +53,9 @@ def test_seed_example_exactly() -> None:
             "after": {"num_drafts": 263, "num_draft_tokens": 1315, "num_accepted_tokens": 1069,
                       "accepted_per_pos": {"0": 242, "1": 222, "2": 212, "3": 202, "4": 191}},
         },
+        "engine": "vllm",
+        "exact": True,
+        "notes": [],
         "samples": {"taken": 0, "failed": 0},
         "restarts": 0,
         "series_resets": 0,

@@ -7,10 +7,11 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from app.engines import bounded_result
 from app.exceptions import TargetNotInWindow, WindowNotFound, WindowOpen
 from app.models import as_utc
 from app.results import TargetResult
-from app.specdecode import Reading, bounded_result, compare_results, timeline
+from app.specdecode import Reading, compare_results, timeline
 from app.windows.overlaps import with_overlaps
 from app.windows.storage import catalogue, find_window, in_chain_order, reading_of, snapshots_of
 from app.windows.stored import StoredTarget

@@ -14,8 +14,9 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from app.counters import Role
+from app.counters import Role, ServingEngine
 from app.db import upsert_insert, write_session
+from app.engines import build_result
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
     TABLES,
@@ -37,7 +38,7 @@ from app.promtext import (
 )
 from app.results import TargetResult
 from app.scrape import ScrapeOutcome
-from app.specdecode import Reading, build_result
+from app.specdecode import Reading
 from app.targets import Target
 from app.windows.overlaps import overlaps_of
 from app.windows.stored import NO_BASELINE, Actor, StoredTarget, StoredWindow
@@ -66,6 +67,20 @@ def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
     return stored
 
 
+def family_of(key: SeriesKey) -> str:
+    """The stored `family` of a series: its role, prefixed by its engine unless vLLM (whose
+    series were stored before there were other engines)."""
+    if key.engine is ServingEngine.VLLM:
+        return key.role.value
+    return f"{key.engine.value}:{key.role.value}"
+
+
+def series_key(family: str, labels: tuple[tuple[str, str], ...]) -> SeriesKey:
+    """The inverse of `family_of`, with the series' labels."""
+    engine, sep, role = family.rpartition(":")
+    return SeriesKey(Role(role), labels, ServingEngine(engine) if sep else ServingEngine.VLLM)
+
+
 def _catalogue_rows(session: Session, target_ids: Iterable[int]) -> list[tuple[int, int, str, str]]:
     """(id, target id, family, labels text) of every series of these targets.
 
@@ -90,7 +105,7 @@ def catalogue(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKe
     read earlier can miss the series of a snapshot committed in between.
     """
     return {
-        series_id: SeriesKey(Role(family), labels_from_text(labels))
+        series_id: series_key(family, labels_from_text(labels))
         for series_id, _, family, labels in _catalogue_rows(session, target_ids)
     }
 
@@ -156,13 +171,13 @@ def _catalogue_ids(
     missing = [
         {
             "target_id": target_id,
-            "family": key.role.value,
+            "family": family_of(key),
             "labels": text,
             "labels_digest": labels_digest(text),
         }
         for target_id, keys in wanted.items()
         for key, text in keys.items()
-        if (target_id, key.role, text) not in known
+        if (target_id, family_of(key), text) not in known
     ]
     if missing:
         insert = upsert_insert(session.get_bind().dialect.name)
@@ -205,7 +220,7 @@ def store_snapshots(
         if outcome.series is not None:
             texts = wanted[target_id]
             counters = [
-                [known[(target_id, key.role, texts[key])], value.value, value.created]
+                [known[(target_id, family_of(key), texts[key])], value.value, value.created]
                 for key, value in outcome.series.items()
             ]
         rows.append(

@@ -94,6 +94,9 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
         "error": None,
         "data": expected_data(SEED_BEFORE, SEED_AFTER),
         "raw": {"before": raw_of(SEED_BEFORE), "after": raw_of(SEED_AFTER)},
+        "engine": "vllm",
+        "exact": True,
+        "notes": [],
         "samples": {"taken": 0, "failed": 0},
         "restarts": 0,
         "series_resets": 0,
@@ -348,3 +351,25 @@ def test_crash_before_the_baseline_was_stored_gives_an_honest_na(
         "[before] baseline was never stored (the collector stopped before the start scrape finished)"
     )
     assert after["raw"] == {"before": None, "after": raw_of(SEED_AFTER)}
+
+
+def test_a_llamacpp_server_is_measured_and_stored_as_llamacpp(api: httpx.Client) -> None:
+    """Its series are stored under their engine (a vLLM series of the same labels is another)."""
+    name = "llamacpp:spec_decode_num"
+
+    def payload(drafts: int) -> bytes:
+        return (
+            f"{name}_drafts_total {drafts}\n{name}_draft_tokens_total {4 * drafts}\n"
+            f"{name}_accepted_tokens_total {3 * drafts}\n"
+            f"vllm:spec_decode_num_drafts_total 7\n"  # a vLLM series beside it, unchanged
+        ).encode()
+
+    with serve_metrics(body=payload(40)) as server:
+        assert api.post("/windows/llama/start", json={"targets": [server.target]}).is_success
+        server.replace(payload(140))
+        result = api.post("/windows/llama/stop").json()["targets"][0]["result"]
+    llama = next(e for e in result["engines"] if e["engine"] == "llamacpp")
+    assert llama["data"]["num_drafts"] == 100 and llama["data"]["acceptance_rate"] == 75.0
+    assert result["engine"] == "vllm+llamacpp"
+    vllm = next(e for e in result["engines"] if e["engine"] == "vllm")
+    assert vllm["error"] == "No spec decode activity detected during benchmark window"

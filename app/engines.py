@@ -1,0 +1,281 @@
+"""A target's result over a window, engine by engine: figures, exactness and notes.
+
+`app.specdecode` computes per-series increases; here each engine's increases become its
+result. The contract (README, engines): every result says its `engine`; `exact` is true only
+when every figure follows from counters with the seed formulas; `notes` says in a sentence why
+not; a figure the counters cannot give is null, never guessed; an engine whose metrics cannot
+give a window at all is `na` with a reason that says what to do. A target serving several
+engines gets one result per engine under `engines`; its own figures are their sum when they
+mean the same, else the first engine's (and a note says so). Pure functions.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.counters import GAUGES, Role, ServingEngine
+from app.promtext import Series
+from app.results import (
+    Bounds,
+    Counts,
+    EngineResult,
+    LifetimeRatios,
+    Raw,
+    ResultData,
+    SampleCount,
+    TargetResult,
+)
+from app.specdecode import (
+    INVALID_COUNTERS,
+    NO_ACTIVITY,
+    NO_METRICS,
+    Reading,
+    Totals,
+    absolute_totals,
+    as_number,
+    derived,
+    reading_error,
+    window_increase,
+)
+
+V0_REASON = (
+    "vLLM V0 (the legacy engine) adds running totals to its spec-decode counters every few "
+    "seconds, so their change over a window is not the window's tokens: no window can be "
+    "measured (its lifetime ratios are under `lifetime`). Serve with vLLM's V1 engine "
+    "(0.8.5 or later) to measure windows."
+)
+EARLY_V1_NOTE = (
+    "early vLLM V1 (before 0.8.5) has no drafts counter: acceptance length and per-position "
+    "rates cannot be derived"
+)
+LLAMACPP_COMPLETION_NOTE = (
+    "llama.cpp counts a request when it completes: one running across an end of the window "
+    "counts where it finishes"
+)
+MIXED_NOTE = "the engines' figures do not mean the same: these are {first}'s; see `engines`"
+SUM_NOTE = "the sum over the engines {names}; each one's figures are under `engines`"
+# llama.cpp prints its counters with %g: six significant digits.
+ROUNDED_FROM = 1_000_000
+
+# Engines whose counters mean the same (drafts, draft tokens, accepted, per position): their
+# figures may be summed.
+_SUMMABLE = frozenset({ServingEngine.VLLM, ServingEngine.LLAMACPP})
+
+
+def _split_by_engine(series: Series) -> dict[ServingEngine, Series]:
+    found: dict[ServingEngine, Series] = {}
+    for key, value in series.items():
+        found.setdefault(key.engine, {})[key] = value
+    return found
+
+
+def _roles(series: Series) -> set[Role]:
+    return {key.role for key in series}
+
+
+def recognised(engine: ServingEngine, after: Series) -> ServingEngine:
+    """The engine `after`'s series of `engine` are: vLLM's V0 shows counters V1 has not."""
+    if engine is ServingEngine.VLLM and _roles(after) & {Role.EMITTED, *GAUGES}:
+        return ServingEngine.VLLM_V0
+    return engine
+
+
+def _rounding(value: float) -> float:
+    """The largest error of a value printed with six significant digits."""
+    if value < ROUNDED_FROM:
+        return 0.0
+    return 0.5 * 10.0 ** (math.floor(math.log10(value)) - 5)
+
+
+def _llamacpp_rounding(before: Totals, after: Totals) -> str | None:
+    """The note on llama.cpp's six significant digits, with its bound, once a counter reached
+    10^6; None while all are below (then they are exact)."""
+    bounds = {
+        "drafts": _rounding(before.num_drafts) + _rounding(after.num_drafts),
+        "draft tokens": _rounding(before.num_draft_tokens) + _rounding(after.num_draft_tokens),
+        "accepted tokens": (
+            _rounding(before.num_accepted_tokens) + _rounding(after.num_accepted_tokens)
+        ),
+    }
+    if not any(bounds.values()):
+        return None
+    told = ", ".join(f"±{as_number(bound)} {name}" for name, bound in bounds.items() if bound)
+    return (
+        "llama.cpp prints its counters with 6 significant digits and some reached 10^6: each "
+        f"count is known within half a unit of its 6th digit at each end ({told})"
+    )
+
+
+def _figures(
+    engine: ServingEngine,
+    totals: Totals,
+    has_drafts: bool,
+    ends: tuple[Series, Series] | None = None,
+) -> EngineResult:
+    """One engine's result from its increases; `has_drafts` whether it counts drafts at all;
+    `ends` its series at the two ends of the window (for llama.cpp's rounding)."""
+    notes: list[str] = []
+    exact = True
+    if engine is ServingEngine.LLAMACPP:
+        notes.append(LLAMACPP_COMPLETION_NOTE)
+        if ends is not None:
+            rounding = _llamacpp_rounding(absolute_totals(ends[0]), absolute_totals(ends[1]))
+            if rounding is not None:
+                notes.append(rounding)
+                exact = False
+    if totals.num_draft_tokens <= 0 or (has_drafts and totals.num_drafts <= 0):
+        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=exact, notes=notes)
+    if has_drafts:
+        data = derived(totals)
+    else:
+        notes.append(EARLY_V1_NOTE)
+        data = ResultData(
+            num_drafts=None, draft_tokens=as_number(totals.num_draft_tokens),
+            accepted_tokens=as_number(totals.num_accepted_tokens),
+            acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
+            acceptance_length=None, per_position_acceptance_rates=None,
+        )  # fmt: skip
+    if not data.is_finite():
+        # Counters are read only up to 2**53, so this is a backstop: nothing stored may hold
+        # a figure that JSON, PostgreSQL or a later read cannot.
+        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=exact)
+    return EngineResult(engine=engine, status="ok", data=data, exact=exact, notes=notes)
+
+
+def _lifetime(after: Series) -> list[LifetimeRatios]:
+    ratios: dict[tuple[tuple[str, str], ...], LifetimeRatios] = {}
+    for key, value in after.items():
+        if key.role in GAUGES and value.value is not None:
+            entry = ratios.setdefault(key.labels, LifetimeRatios(labels=dict(key.labels)))
+            if key.role is Role.LIFETIME_ACCEPTANCE_RATE:
+                entry.draft_acceptance_rate = value.value
+            else:
+                entry.efficiency = value.value
+    return list(ratios.values())
+
+
+@dataclass(frozen=True, slots=True)
+class _EngineWindow:
+    engine: ServingEngine
+    totals: Totals
+    result: EngineResult
+
+
+def _engine_windows(chain: Sequence[Series]) -> list[_EngineWindow]:
+    by_engine = [_split_by_engine(snapshot) for snapshot in chain]
+    windows = []
+    for engine in sorted({e for split in by_engine for e in split}, key=list(ServingEngine).index):
+        own = [split.get(engine, {}) for split in by_engine]
+        if not own[-1]:
+            continue  # gone by the end of the window: nothing to measure
+        kind = recognised(engine, own[-1])
+        totals = window_increase(own)
+        if kind is ServingEngine.VLLM_V0:
+            result = EngineResult(engine=kind, status="na", error=V0_REASON, exact=False)
+        else:
+            has_drafts = Role.DRAFTS in _roles(own[-1])
+            result = _figures(kind, totals, has_drafts, (own[0], own[-1]))
+        windows.append(_EngineWindow(kind, totals, result))
+    return windows
+
+
+def _counts(phase: Reading) -> Counts | None:
+    """The `raw` counters of a phase; None where its scrape failed or found no series."""
+    return None if isinstance(phase, str) or not phase else absolute_totals(phase).raw()
+
+
+def build_result(
+    url: str, before: Reading, after: Reading, samples: Sequence[Reading] = ()
+) -> TargetResult:
+    """The AISBench `spec_decode_<host>_<port>.json` result of one target over one window.
+
+    `samples` are the background scrapes between the two, in time order; failed ones are
+    skipped, so the chain continues from the last good snapshot.
+    """
+    errors = {name: reading_error(phase) for name, phase in (("before", before), ("after", after))}
+    raw = Raw(before=_counts(before), after=_counts(after))
+    taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, str) for s in samples))
+    failed = [f"[{name}] {error}" for name, error in errors.items() if error]
+    if failed:
+        return TargetResult(status="na", url=url, error="; ".join(failed), raw=raw, samples=taken)
+    assert not isinstance(before, str) and not isinstance(after, str)
+    chain = [before, *(sample for sample in samples if not isinstance(sample, str)), after]
+    windows = _engine_windows(chain)
+    everything = window_increase(chain)
+    common = {
+        "url": url, "raw": raw, "samples": taken, "restarts": everything.restarts,
+        "series_resets": everything.series_resets,
+    }  # fmt: skip
+    if not windows:
+        return TargetResult(status="na", error=NO_METRICS, **common)
+    lifetime = _lifetime(after) or None
+    if len(windows) == 1:
+        (only,) = windows
+        return TargetResult(
+            status=only.result.status, error=only.result.error, data=only.result.data,
+            engine=only.engine, exact=only.result.exact, notes=only.result.notes,
+            lifetime=lifetime, **common,
+        )  # fmt: skip
+    return _combined(windows, lifetime, common)
+
+
+def _combined(
+    windows: list[_EngineWindow], lifetime: list[LifetimeRatios] | None, common: dict[str, object]
+) -> TargetResult:
+    """A target serving several engines: each one's result, and their sum or the first's."""
+    results = [window.result for window in windows]
+    names = "+".join(window.engine.value for window in windows)
+    ok = [window for window in windows if window.result.status == "ok"]
+    if not ok:
+        error = "; ".join(f"[{r.engine}] {r.error}" for r in results)
+        return TargetResult(
+            status="na", error=error, engine=names, exact=False, notes=[], engines=results,
+            lifetime=lifetime, **common,
+        )  # fmt: skip
+    if all(window.engine in _SUMMABLE for window in windows):
+        total = Totals()
+        for window in windows:
+            total.absorb(window.totals)
+        has_drafts = all(w.result.data and w.result.data.num_drafts is not None for w in ok)
+        summed = _figures(ServingEngine.VLLM, total, has_drafts)
+        notes = [SUM_NOTE.format(names=", ".join(w.engine.value for w in windows))]
+        notes += [note for r in results for note in r.notes if note not in notes]
+        return TargetResult(
+            status=summed.status, error=summed.error, data=summed.data, engine=names,
+            exact=all(r.exact for r in results), notes=notes, engines=results, lifetime=lifetime,
+            **common,
+        )  # fmt: skip
+    first = ok[0].result
+    return TargetResult(
+        status="ok", data=first.data, engine=names, exact=False,
+        notes=[MIXED_NOTE.format(first=first.engine), *first.notes], engines=results,
+        lifetime=lifetime, **common,
+    )  # fmt: skip
+
+
+def bounded_result(
+    url: str, points: Sequence[tuple[datetime, str, Reading]], start: datetime, end: datetime
+) -> TargetResult:
+    """The result of the part of a window between `start` and `end` (a benchmark's own phase).
+
+    `points` are the window's snapshots in chain order (`before`, samples, `after`). The chain
+    runs from the last good snapshot at or before `start` (else the first good one) to the first
+    good one at or after `end` (else the last good one): the smallest stretch of snapshots that
+    encloses the phase. `bounds` says which snapshots were used.
+    """
+    good = [(at, phase, r) for at, phase, r in points if not isinstance(r, str) and r]
+    if not good:  # nothing to bound: the whole window's reasons
+        return build_result(
+            url, points[0][2] if points else NO_METRICS, points[-1][2] if points else NO_METRICS
+        )
+    first = max((i for i, (at, _, _) in enumerate(good) if at <= start), default=0)
+    last = min((i for i, (at, _, _) in enumerate(good) if at >= end), default=len(good) - 1)
+    last = max(first, last)
+    chosen = good[first : last + 1]
+    result = build_result(url, chosen[0][2], chosen[-1][2], [r for _, _, r in chosen[1:-1]])
+    bounds = Bounds(
+        requested_start=start, requested_end=end,
+        start=chosen[0][0], start_phase=chosen[0][1], end=chosen[-1][0], end_phase=chosen[-1][1],
+    )  # fmt: skip
+    return result.model_copy(update={"bounds": bounds})

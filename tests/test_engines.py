@@ -1,0 +1,129 @@
+"""Results engine by engine: what each engine's counters give, exactly or not, and why.
+
+Payloads are written here the way each engine prints them (see the README's engine table);
+every expected figure is computed by hand in the test.
+"""
+
+from fractions import Fraction
+
+from app.engines import EARLY_V1_NOTE, LLAMACPP_COMPLETION_NOTE, V0_REASON, build_result
+from app.promtext import Series, extract_spec_decode
+from app.report import render_block
+
+URL = "http://10.0.0.1:8080/metrics"
+
+
+def llamacpp(drafts: float, draft_tokens: float, per_position: list[float]) -> Series:
+    """llama.cpp's four families, printed with %g (six significant digits), as it prints them."""
+    name = "llamacpp:spec_decode_num"
+    lines = [
+        f"# TYPE {name}_drafts_total counter", f"{name}_drafts_total {drafts:g}",
+        f"# TYPE {name}_draft_tokens_total counter", f"{name}_draft_tokens_total {draft_tokens:g}",
+        f"# TYPE {name}_accepted_tokens_total counter",
+        f"{name}_accepted_tokens_total {sum(per_position):g}",
+        f"# TYPE {name}_accepted_tokens_per_pos_total counter",
+        *(f'{name}_accepted_tokens_per_pos_total{{position="{p}"}} {n:g}'
+          for p, n in enumerate(per_position)),
+    ]  # fmt: skip
+    return extract_spec_decode("\n".join(lines) + "\n")
+
+
+def test_llamacpp_below_a_million_is_exact() -> None:
+    result = build_result(URL, llamacpp(100, 300, [80, 50, 20]), llamacpp(250, 750, [200, 120, 60]))
+    assert (result.status, result.engine, result.exact) == ("ok", "llamacpp", True)
+    assert result.notes == [LLAMACPP_COMPLETION_NOTE]
+    assert result.data is not None
+    assert (result.data.num_drafts, result.data.draft_tokens, result.data.accepted_tokens) == (
+        150, 450, (200 + 120 + 60) - (80 + 50 + 20)
+    )  # fmt: skip
+    assert result.data.acceptance_length == float(1 + Fraction(230, 150))
+    assert result.data.per_position_acceptance_rates == {
+        "0": round(120 / 150, 4), "1": round(70 / 150, 4), "2": round(40 / 150, 4)
+    }  # fmt: skip
+    block = render_block("10.0.0.1:8080", result)
+    assert block.splitlines()[-1].split() == ["Engine", "llamacpp"]
+
+
+def test_llamacpp_past_a_million_is_approximate_with_its_bound() -> None:
+    """3054061 drafts print as 3.05406e+06: each end is known within half a unit of the 6th
+    digit, 5 drafts; the increase within 5 + 5."""
+    before = llamacpp(3_054_061, 15_270_305, [2_000_000, 900_000])
+    after = llamacpp(3_104_555, 15_522_775, [2_040_000, 919_999])
+    result = build_result(URL, before, after)
+    assert (result.status, result.exact) == ("ok", False)
+    assert result.data is not None
+    # What the printed values say, not the true counts.
+    assert result.data.num_drafts == 3_104_560 - 3_054_060
+    assert result.notes is not None and result.notes[1] == (
+        "llama.cpp prints its counters with 6 significant digits and some reached 10^6: each "
+        "count is known within half a unit of its 6th digit at each end (±10 drafts, "
+        "±100 draft tokens, ±10 accepted tokens)"
+    )
+    assert "Engine                                        llamacpp (approximate: see notes)" in (
+        render_block("h:1", result)
+    )
+
+
+def test_early_vllm_v1_gives_the_acceptance_rate_only() -> None:
+    def early(draft_tokens: int, accepted: int) -> Series:
+        return extract_spec_decode(
+            f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {draft_tokens}.0\n'
+            f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {accepted}.0\n'
+        )
+
+    result = build_result(URL, early(100, 60), early(500, 310))
+    assert (result.status, result.engine, result.exact) == ("ok", "vllm", True)
+    assert result.notes == [EARLY_V1_NOTE]
+    assert result.data is not None
+    assert result.data.acceptance_rate == float(Fraction(250 * 100, 400))
+    assert result.data.num_drafts is None and result.data.acceptance_length is None
+    assert result.data.per_position_acceptance_rates is None
+    block = render_block("h:1", result)
+    assert "Acceptance length                             N/A" in block
+    assert "Engine" not in block  # still vLLM
+
+
+def test_vllm_v0_is_na_saying_why_with_its_lifetime_ratios() -> None:
+    def v0(total: int) -> Series:
+        return extract_spec_decode(
+            f'vllm:spec_decode_num_draft_tokens_total{{model_name="m"}} {5 * total}.0\n'
+            f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {3 * total}.0\n'
+            f'vllm:spec_decode_num_emitted_tokens_total{{model_name="m"}} {4 * total}.0\n'
+            'vllm:spec_decode_draft_acceptance_rate{model_name="m"} 0.6\n'
+            'vllm:spec_decode_efficiency{model_name="m"} 0.55\n'
+        )
+
+    result = build_result(URL, v0(10), v0(30))
+    assert (result.status, result.engine, result.error, result.data) == (
+        "na", "vllm-v0", V0_REASON, None
+    )  # fmt: skip
+    assert result.lifetime is not None and [r.model_dump() for r in result.lifetime] == [
+        {"labels": {"model_name": "m"}, "draft_acceptance_rate": 0.6, "efficiency": 0.55}
+    ]
+    assert result.series_resets == 0  # the gauges are never counters
+
+
+def test_a_server_of_two_engines_gets_each_ones_result_and_their_sum() -> None:
+    def both(vllm_drafts: int, llama_drafts: int) -> Series:
+        vllm = extract_spec_decode(
+            f"vllm:spec_decode_num_drafts_total {vllm_drafts}.0\n"
+            f"vllm:spec_decode_num_draft_tokens_total {3 * vllm_drafts}.0\n"
+            f"vllm:spec_decode_num_accepted_tokens_total {2 * vllm_drafts}.0\n"
+        )
+        return {**vllm, **llamacpp(llama_drafts, 3 * llama_drafts, [llama_drafts])}
+
+    result = build_result(URL, both(10, 20), both(110, 70))
+    assert (result.status, result.engine, result.exact) == ("ok", "vllm+llamacpp", True)
+    assert result.engines is not None and [e.engine for e in result.engines] == ["vllm", "llamacpp"]
+    assert [e.data.num_drafts for e in result.engines if e.data] == [100, 50]
+    assert result.data is not None and result.data.num_drafts == 150
+    assert result.data.acceptance_rate == float(Fraction((200 + 50) * 100, 300 + 150))
+    assert result.notes is not None and result.notes[0].startswith("the sum over the engines")
+
+
+def test_a_payload_of_no_engine_is_no_metrics() -> None:
+    result = build_result(URL, {}, {})
+    assert result.error == (
+        "[before] No spec decode metrics found on server; "
+        "[after] No spec decode metrics found on server"
+    )
