@@ -1,6 +1,7 @@
 """Windows end to end: `specdec serve` over real sockets against real `/metrics` servers."""
 
 import asyncio
+import re
 import threading
 import time
 from contextlib import ExitStack
@@ -373,3 +374,54 @@ def test_a_llamacpp_server_is_measured_and_stored_as_llamacpp(api: httpx.Client)
     assert result["engine"] == "vllm+llamacpp"
     vllm = next(e for e in result["engines"] if e["engine"] == "vllm")
     assert vllm["error"] == "No spec decode activity detected during benchmark window"
+
+
+def _zeroed(text: str) -> str:
+    """The same payload with every spec-decode counter at 0: the baseline of a fresh server."""
+    return re.sub(
+        r"^(vllm:spec_decode_\w+_total(?:\{[^}]*\})?) \S+$", r"\1 0.0", text, flags=re.MULTILINE
+    )
+
+
+@pytest.mark.parametrize(
+    ("fixture_name", "expected"),
+    [
+        # Read off the file by hand: 105 drafts, 630 draft tokens, 149 accepted; positions
+        # 0-5 hold 84, 63, 1, 1, 0, 0 (4 and 5 stay, at 0).
+        ("real/vllm_dspark_k6_capture.txt",
+         {"num_drafts": 105, "draft_tokens": 630, "accepted_tokens": 149,
+          "acceptance_rate": 149 / 630 * 100, "acceptance_length": 1 + 149 / 105,
+          "per_position_acceptance_rates": {"0": 0.8, "1": 0.6, "2": 0.0095, "3": 0.0095,
+                                            "4": 0.0, "5": 0.0}}),
+        # Exponent forms: 2.04363e+06 drafts, 1.0218118e+07 draft tokens (not 5 x drafts),
+        # 7.268642e+06 accepted; position 4 was cut by its author: never invented.
+        ("real/vllm_0.21_k5_trimmed.txt",
+         {"num_drafts": 2_043_630, "draft_tokens": 10_218_118, "accepted_tokens": 7_268_642,
+          "acceptance_rate": 7_268_642 / 10_218_118 * 100,
+          "acceptance_length": 1 + 7_268_642 / 2_043_630,
+          "per_position_acceptance_rates": {
+              "0": round(1_883_866 / 2_043_630, 4), "1": round(1_732_372 / 2_043_630, 4),
+              "2": round(1_489_894 / 2_043_630, 4), "3": round(1_204_113 / 2_043_630, 4)}}),
+    ],
+)  # fmt: skip
+def test_payloads_written_by_real_vllm_servers(
+    api: httpx.Client, fixture_name: str, expected: dict[str, object]
+) -> None:
+    text = fixture(fixture_name)
+    with serve_metrics(body=_zeroed(text).encode()) as server:
+        assert api.post("/windows/real/start", json={"targets": [server.target]}).is_success
+        server.replace(text.encode())
+        result = api.post("/windows/real/stop").json()["targets"][0]["result"]
+    assert (result["status"], result["engine"], result["exact"]) == ("ok", "vllm", True)
+    assert result["data"] == expected
+
+
+def test_a_real_vllm_server_without_spec_decoding(api: httpx.Client) -> None:
+    with serve_metrics(body=fixture("real/vllm_v1_nospec_qwen0.5b.txt").encode()) as server:
+        assert api.post("/windows/nospec/start", json={"targets": [server.target]}).is_success
+        result = api.post("/windows/nospec/stop").json()["targets"][0]["result"]
+    assert result["status"] == "na"
+    assert result["error"] == (
+        "[before] No spec decode metrics found on server; "
+        "[after] No spec decode metrics found on server"
+    )
