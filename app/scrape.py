@@ -166,6 +166,7 @@ class ScrapeErrorKind(StrEnum):
     INVALID_PAYLOAD = "invalid_payload"  # not UTF-8, bad gzip, cut off, malformed, not a count
     TRANSPORT = "transport"  # any other network or protocol failure
     INTERNAL = "internal"  # a fault of the collector's own: the scrape is `na`, the stop closes
+    WRONG_ENDPOINT = "wrong_endpoint"  # a server's other endpoint: the answer says which to use
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,11 +427,25 @@ def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> ScrapeO
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return failure(target, Kind.INVALID_PAYLOAD, f"answer is not UTF-8 ({exc.reason})")
+    if text.lstrip()[:1] in ("[", "{"):  # never the start of a Prometheus exposition
+        return failure(target, Kind.WRONG_ENDPOINT, JSON_METRICS)
     try:
         series = extract_spec_decode(text, limits)
     except ExtractionError as exc:
         return failure(target, Kind.INVALID_PAYLOAD, str(exc))
+    if not series and (text.startswith("dynamo_frontend_") or "\ndynamo_frontend_" in text):
+        return failure(target, Kind.WRONG_ENDPOINT, DYNAMO_FRONTEND)
     return ScrapeOutcome(target, utcnow(), series=series)
+
+
+DYNAMO_FRONTEND = (
+    "a Dynamo frontend, which has no spec-decode metrics: scrape the worker's system port "
+    "instead (DYN_SYSTEM_PORT of each worker)"
+)
+JSON_METRICS = (
+    "a JSON answer, not Prometheus text: TensorRT-LLM's /metrics is a JSON stream that empties "
+    "on every read; use http://host:port/prometheus/metrics"
+)
 
 
 async def _measured(

@@ -18,6 +18,8 @@ import respx
 from app.promtext import ExtractionLimits, extract_spec_decode
 from app.safetext import MAX_ERROR_CHARS, safe_error_text
 from app.scrape import (
+    DYNAMO_FRONTEND,
+    JSON_METRICS,
     OriginPools,
     Resolver,
     ScrapeConfig,
@@ -521,3 +523,20 @@ async def test_large_answers_are_read_a_few_at_a_time(client: httpx.AsyncClient)
     assert [outcome.error for outcome in outcomes] == [None, None, None]
     assert outcomes[0].series == outcomes[2].series == extract_spec_decode(body.decode())
     assert (slots.taken, slots.most_held, slots.held) == (2, 1, 0)  # the small one needs none
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"# TYPE dynamo_frontend_requests_total counter\ndynamo_frontend_requests_total 5\n",
+         DYNAMO_FRONTEND),
+        (b'[{"gpuMemUsage": 1, "iter": 3}]', JSON_METRICS),  # TensorRT-LLM's /metrics
+    ],
+)  # fmt: skip
+async def test_a_known_servers_other_endpoint_says_which_to_use(
+    client: httpx.AsyncClient, body: bytes, reason: str
+) -> None:
+    with serve_metrics(body=body) as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.kind is ScrapeErrorKind.WRONG_ENDPOINT
+    assert outcome.error == f"Failed to fetch metrics from {server.url}: {reason}"
