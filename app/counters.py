@@ -29,6 +29,12 @@ class Role(StrEnum):
     DRAFT_TOKENS = "num_draft_tokens"
     ACCEPTED = "num_accepted_tokens"
     ACCEPTED_PER_POSITION = "accepted_per_pos"
+    # TensorRT-LLM: drafted tokens at each position, of finished requests (position 0: drafts).
+    DRAFTED_PER_POSITION = "drafted_per_pos"
+    # SGLang: verify calls (one per draft), generated tokens and requests, at request completion.
+    VERIFY_CALLS = "verify_calls"
+    GENERATION_TOKENS = "generation_tokens"
+    REQUESTS = "num_requests"
     # vLLM V0 only: tells its counters from V1's, which have the same names.
     EMITTED = "num_emitted_tokens"
     # vLLM V0's lifetime ratios: gauges, shown as such, never counted.
@@ -89,8 +95,31 @@ LLAMACPP = CounterSchema(
     position_label="position",
 )
 
+TRTLLM = CounterSchema(
+    engine=ServingEngine.TRTLLM,
+    prefix="trtllm_spec_decode_",
+    families={
+        "trtllm_spec_decode_drafted_tokens": Role.DRAFTED_PER_POSITION,
+        "trtllm_spec_decode_num_draft_tokens": Role.DRAFT_TOKENS,
+        "trtllm_spec_decode_num_accepted_tokens": Role.ACCEPTED,
+        "trtllm_spec_decode_accepted_tokens": Role.ACCEPTED_PER_POSITION,
+    },
+    position_label="token_position",
+)
+
+SGLANG = CounterSchema(
+    engine=ServingEngine.SGLANG,
+    prefix="sglang:",
+    families={
+        "sglang:spec_verify_calls": Role.VERIFY_CALLS,
+        "sglang:generation_tokens": Role.GENERATION_TOKENS,
+        "sglang:num_requests": Role.REQUESTS,
+    },
+    position_label="position",
+)
+
 #: Every engine the extraction reads, in the order their prefixes are searched.
-SCHEMAS: tuple[CounterSchema, ...] = (VLLM_V1, LLAMACPP)
+SCHEMAS: tuple[CounterSchema, ...] = (VLLM_V1, LLAMACPP, TRTLLM, SGLANG)
 
 #: Counter family name -> (engine, role), over every schema.
 ROLE_OF_FAMILY: dict[str, tuple[ServingEngine, Role]] = {

@@ -53,6 +53,19 @@ LLAMACPP_COMPLETION_NOTE = (
     "llama.cpp counts a request when it completes: one running across an end of the window "
     "counts where it finishes"
 )
+TRTLLM_NOTE = (
+    "TensorRT-LLM: the acceptance rate is exact (iteration counters); drafts, the acceptance "
+    "length and per-position rates count finished requests only"
+)
+SGLANG_NOTES = [
+    "SGLang counts a request when it completes: one running across an end of the window "
+    "counts where it finishes",
+    "accepted tokens are derived as generated tokens - requests - verify calls (each finished "
+    "request gave 1 + the sum over its verify calls of accepted + 1 tokens)",
+    "draft tokens and the acceptance rate need the server's draft tokens per step, which its "
+    "metrics do not give",
+]
+INCONSISTENT = "Inconsistent counters: fewer generated tokens than requests and verify calls"
 MIXED_NOTE = "the engines' figures do not mean the same: these are {first}'s; see `engines`"
 SUM_NOTE = "the sum over the engines {names}; each one's figures are under `engines`"
 # llama.cpp prints its counters with %g: six significant digits.
@@ -107,6 +120,45 @@ def _llamacpp_rounding(before: Totals, after: Totals) -> str | None:
     )
 
 
+def _trtllm(totals: Totals) -> EngineResult:
+    """TensorRT-LLM: rate from iteration counters; drafts, length, positions from finished
+    requests (drafted at position 0 = drafts; vLLM-style rate at i = accepted_i / drafts)."""
+    engine = ServingEngine.TRTLLM
+    if totals.num_draft_tokens <= 0:
+        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
+    drafts = totals.drafted_per_pos.get(0, 0.0)
+    accepted_finished = sum(totals.accepted_per_pos.values())
+    data = ResultData(
+        num_drafts=as_number(drafts) if drafts > 0 else None,
+        draft_tokens=as_number(totals.num_draft_tokens),
+        accepted_tokens=as_number(totals.num_accepted_tokens),
+        acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
+        acceptance_length=1 + accepted_finished / drafts if drafts > 0 else None,
+        per_position_acceptance_rates=(
+            {str(p): round(n / drafts, 4) for p, n in sorted(totals.accepted_per_pos.items())}
+            if drafts > 0 else None
+        ),
+    )  # fmt: skip
+    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=[TRTLLM_NOTE])
+
+
+def _sglang(totals: Totals) -> EngineResult:
+    """SGLang: drafts are verify calls V; accepted = G - R - V; length = (G - R) / V."""
+    engine = ServingEngine.SGLANG
+    calls, generated, requests = totals.verify_calls, totals.generation_tokens, totals.requests
+    if calls <= 0:
+        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
+    accepted = generated - requests - calls
+    if accepted < 0:
+        return EngineResult(engine=engine, status="na", error=INCONSISTENT, exact=False)
+    data = ResultData(
+        num_drafts=as_number(calls), draft_tokens=None, accepted_tokens=as_number(accepted),
+        acceptance_rate=None, acceptance_length=(generated - requests) / calls,
+        per_position_acceptance_rates=None,
+    )  # fmt: skip
+    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=SGLANG_NOTES)
+
+
 def _figures(
     engine: ServingEngine,
     totals: Totals,
@@ -115,6 +167,10 @@ def _figures(
 ) -> EngineResult:
     """One engine's result from its increases; `has_drafts` whether it counts drafts at all;
     `ends` its series at the two ends of the window (for llama.cpp's rounding)."""
+    if engine is ServingEngine.TRTLLM:
+        return _trtllm(totals)
+    if engine is ServingEngine.SGLANG:
+        return _sglang(totals)
     notes: list[str] = []
     exact = True
     if engine is ServingEngine.LLAMACPP:
@@ -169,6 +225,8 @@ def _engine_windows(chain: Sequence[Series]) -> list[_EngineWindow]:
         own = [split.get(engine, {}) for split in by_engine]
         if not own[-1]:
             continue  # gone by the end of the window: nothing to measure
+        if engine is ServingEngine.SGLANG and Role.VERIFY_CALLS not in _roles(own[-1]):
+            continue  # an SGLang server without speculative decoding
         kind = recognised(engine, own[-1])
         totals = window_increase(own)
         if kind is ServingEngine.VLLM_V0:
@@ -178,6 +236,15 @@ def _engine_windows(chain: Sequence[Series]) -> list[_EngineWindow]:
             result = _figures(kind, totals, has_drafts, (own[0], own[-1]))
         windows.append(_EngineWindow(kind, totals, result))
     return windows
+
+
+def _appear_late(after: Reading) -> bool:
+    """Whether `after` holds only series of an engine that shows none before its first use."""
+    return (
+        bool(after)
+        and not isinstance(after, str)
+        and all(key.engine is ServingEngine.TRTLLM for key in after)
+    )
 
 
 def _counts(phase: Reading) -> Counts | None:
@@ -194,6 +261,10 @@ def build_result(
     skipped, so the chain continues from the last good snapshot.
     """
     errors = {name: reading_error(phase) for name, phase in (("before", before), ("after", after))}
+    if errors["before"] == NO_METRICS and _appear_late(after):
+        # TensorRT-LLM shows its series only after its first speculative iteration: a server
+        # that had none at the start counts from 0, as a series absent earlier does.
+        errors["before"] = None
     raw = Raw(before=_counts(before), after=_counts(after))
     taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, str) for s in samples))
     failed = [f"[{name}] {error}" for name, error in errors.items() if error]

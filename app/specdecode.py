@@ -30,6 +30,10 @@ class Totals:
     num_draft_tokens: float = 0.0
     num_accepted_tokens: float = 0.0
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
+    drafted_per_pos: dict[int, float] = field(default_factory=dict)  # TensorRT-LLM
+    verify_calls: float = 0.0  # SGLang
+    generation_tokens: float = 0.0  # SGLang
+    requests: float = 0.0  # SGLang
     series_resets: int = 0  # series found reset
     restarts: int = 0  # engines found restarted: one per engine per interval
 
@@ -42,9 +46,15 @@ class Totals:
         elif key.role is Role.ACCEPTED:
             self.num_accepted_tokens += amount
         elif key.role is Role.ACCEPTED_PER_POSITION:
-            position = _position(key)
-            if position is not None:
-                self.accepted_per_pos[position] = self.accepted_per_pos.get(position, 0.0) + amount
+            _add_at(self.accepted_per_pos, key, amount)
+        elif key.role is Role.DRAFTED_PER_POSITION:
+            _add_at(self.drafted_per_pos, key, amount)
+        elif key.role is Role.VERIFY_CALLS:
+            self.verify_calls += amount
+        elif key.role is Role.GENERATION_TOKENS:
+            self.generation_tokens += amount
+        elif key.role is Role.REQUESTS:
+            self.requests += amount
 
     def absorb(self, other: "Totals") -> None:
         """Add every counter of `other` to this one."""
@@ -53,6 +63,11 @@ class Totals:
         self.num_accepted_tokens += other.num_accepted_tokens
         for position, amount in other.accepted_per_pos.items():
             self.accepted_per_pos[position] = self.accepted_per_pos.get(position, 0.0) + amount
+        for position, amount in other.drafted_per_pos.items():
+            self.drafted_per_pos[position] = self.drafted_per_pos.get(position, 0.0) + amount
+        self.verify_calls += other.verify_calls
+        self.generation_tokens += other.generation_tokens
+        self.requests += other.requests
         self.series_resets += other.series_resets
         self.restarts += other.restarts
 
@@ -66,6 +81,12 @@ class Totals:
                 str(pos): as_number(v) for pos, v in sorted(self.accepted_per_pos.items())
             },
         )
+
+
+def _add_at(by_position: dict[int, float], key: SeriesKey, amount: float) -> None:
+    position = _position(key)
+    if position is not None:
+        by_position[position] = by_position.get(position, 0.0) + amount
 
 
 def _position(key: SeriesKey) -> int | None:

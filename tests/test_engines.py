@@ -6,7 +6,14 @@ every expected figure is computed by hand in the test.
 
 from fractions import Fraction
 
-from app.engines import EARLY_V1_NOTE, LLAMACPP_COMPLETION_NOTE, V0_REASON, build_result
+from app.engines import (
+    EARLY_V1_NOTE,
+    LLAMACPP_COMPLETION_NOTE,
+    SGLANG_NOTES,
+    TRTLLM_NOTE,
+    V0_REASON,
+    build_result,
+)
 from app.promtext import Series, extract_spec_decode
 from app.report import render_block
 
@@ -126,4 +133,74 @@ def test_a_payload_of_no_engine_is_no_metrics() -> None:
     assert result.error == (
         "[before] No spec decode metrics found on server; "
         "[after] No spec decode metrics found on server"
+    )
+
+
+def trtllm(draft_tokens: int, accepted: int, drafted_0: int, accepted_at: list[int]) -> Series:
+    """TensorRT-LLM's families at /prometheus/metrics (per-position series: finished requests)."""
+    name = "trtllm_spec_decode"
+    lines = [
+        f"{name}_num_draft_tokens_total {draft_tokens}.0",
+        f"{name}_num_accepted_tokens_total {accepted}.0",
+        f'{name}_drafted_tokens_total{{token_position="0"}} {drafted_0}.0',
+        f'{name}_drafted_tokens_total{{token_position="1"}} {max(0, drafted_0 - 2)}.0',
+        *(f'{name}_accepted_tokens_total{{token_position="{p}"}} {n}.0'
+          for p, n in enumerate(accepted_at)),
+    ]  # fmt: skip
+    return extract_spec_decode("\n".join(lines) + "\n")
+
+
+def test_trtllm_exact_rate_and_approximate_length_from_finished_requests() -> None:
+    # Its series appear only after the first speculative iteration: the window starts at 0.
+    result = build_result(URL, {}, trtllm(400, 260, 190, [150, 90]))
+    assert (result.status, result.engine, result.exact) == ("ok", "trtllm", False)
+    assert result.notes == [TRTLLM_NOTE]
+    assert result.data is not None
+    assert result.data.acceptance_rate == float(Fraction(260 * 100, 400))  # exact
+    assert result.data.num_drafts == 190
+    assert result.data.acceptance_length == float(1 + Fraction(150 + 90, 190))
+    assert result.data.per_position_acceptance_rates == {
+        "0": round(150 / 190, 4), "1": round(90 / 190, 4)
+    }  # fmt: skip
+
+
+def sglang(verify_calls: int, generated: int, requests: int, extra: str = "") -> Series:
+    return extract_spec_decode(
+        f'sglang:spec_verify_calls_total{{model_name="m"}} {verify_calls}.0\n'
+        f'sglang:generation_tokens_total{{model_name="m"}} {generated}.0\n'
+        f'sglang:num_requests_total{{model_name="m"}} {requests}.0\n'
+        # Gauges over the last log interval: never counters, never averaged into a figure.
+        'sglang:spec_accept_length{model_name="m"} 3.9\n'
+        'sglang:spec_accept_rate{model_name="m"} 0.7\n'
+        'sglang:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 3.0\n' + extra
+    )
+
+
+def test_sglang_length_from_generated_tokens_requests_and_verify_calls() -> None:
+    """10 requests finish, 60 verify calls, 250 tokens: each request gave
+    1 + sum(accepted + 1): accepted = 250 - 10 - 60 = 180, length = (250 - 10) / 60 = 4."""
+    result = build_result(URL, sglang(100, 1000, 40), sglang(160, 1250, 50))
+    assert (result.status, result.engine, result.exact) == ("ok", "sglang", False)
+    assert result.notes == SGLANG_NOTES
+    assert result.data is not None
+    assert result.data.num_drafts == 60 and result.data.accepted_tokens == 180
+    assert result.data.acceptance_length == 4.0
+    assert result.data.draft_tokens is None and result.data.acceptance_rate is None
+
+
+def test_sglang_without_speculative_decoding_has_no_spec_metrics() -> None:
+    plain = extract_spec_decode(
+        "sglang:generation_tokens_total 5.0\nsglang:num_requests_total 1.0\n"
+    )
+    assert build_result(URL, plain, plain).error == "No spec decode metrics found on server"
+
+
+def test_engines_of_other_meanings_are_not_summed() -> None:
+    mixed_before = {**trtllm(0, 0, 0, [0, 0]), **sglang(0, 0, 0)}
+    mixed_after = {**trtllm(400, 260, 190, [150, 90]), **sglang(60, 250, 10)}
+    result = build_result(URL, mixed_before, mixed_after)
+    assert result.engine == "trtllm+sglang" and result.exact is False
+    assert result.data is not None and result.data.acceptance_rate == 65.0  # TensorRT-LLM's
+    assert result.notes is not None and result.notes[0] == (
+        "the engines' figures do not mean the same: these are trtllm's; see `engines`"
     )

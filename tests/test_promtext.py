@@ -264,7 +264,7 @@ def test_every_schema_names_its_roles_within_its_prefix() -> None:
     assert set(LLAMACPP.families.values()) == counted
     for schema in SCHEMAS:
         assert all(name.startswith(schema.prefix) for name in [*schema.families, *schema.gauges])
-        assert schema.position_label == "position"
+    assert {schema.position_label for schema in SCHEMAS} == {"position", "token_position"}
 
 
 def test_a_family_outside_its_prefix_is_refused() -> None:
