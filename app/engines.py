@@ -38,6 +38,7 @@ from app.specdecode import (
     reading_error,
     window_increase,
 )
+from app.targets import EngineHints
 
 V0_REASON = (
     "vLLM V0 (the legacy engine) adds running totals to its spec-decode counters every few "
@@ -65,6 +66,10 @@ SGLANG_NOTES = [
     "draft tokens and the acceptance rate need the server's draft tokens per step, which its "
     "metrics do not give",
 ]
+MINDIE_REASON = (
+    "MindIE Service documents no spec-decode counters on its metrics endpoint: no window can be "
+    "measured. Measure on the client side (AISBench's own records) until it exports them."
+)
 INCONSISTENT = "Inconsistent counters: fewer generated tokens than requests and verify calls"
 MIXED_NOTE = "the engines' figures do not mean the same: these are {first}'s; see `engines`"
 SUM_NOTE = "the sum over the engines {names}; each one's figures are under `engines`"
@@ -142,8 +147,9 @@ def _trtllm(totals: Totals) -> EngineResult:
     return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=[TRTLLM_NOTE])
 
 
-def _sglang(totals: Totals) -> EngineResult:
-    """SGLang: drafts are verify calls V; accepted = G - R - V; length = (G - R) / V."""
+def _sglang(totals: Totals, per_step: int | None) -> EngineResult:
+    """SGLang: drafts are verify calls V; accepted = G - R - V; length = (G - R) / V; draft
+    tokens and the rate only with the draft tokens per step the start body gave."""
     engine = ServingEngine.SGLANG
     calls, generated, requests = totals.verify_calls, totals.generation_tokens, totals.requests
     if calls <= 0:
@@ -151,12 +157,18 @@ def _sglang(totals: Totals) -> EngineResult:
     accepted = generated - requests - calls
     if accepted < 0:
         return EngineResult(engine=engine, status="na", error=INCONSISTENT, exact=False)
+    draft_tokens = calls * per_step if per_step else None
     data = ResultData(
-        num_drafts=as_number(calls), draft_tokens=None, accepted_tokens=as_number(accepted),
-        acceptance_rate=None, acceptance_length=(generated - requests) / calls,
-        per_position_acceptance_rates=None,
+        num_drafts=as_number(calls), accepted_tokens=as_number(accepted),
+        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
+        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
+        acceptance_length=(generated - requests) / calls, per_position_acceptance_rates=None,
     )  # fmt: skip
-    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=SGLANG_NOTES)
+    notes = SGLANG_NOTES[:2] + (
+        [f"draft tokens from the configured {per_step} per step (draft_tokens_per_step)"]
+        if per_step else SGLANG_NOTES[2:]
+    )  # fmt: skip
+    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=notes)
 
 
 def _figures(
@@ -164,13 +176,15 @@ def _figures(
     totals: Totals,
     has_drafts: bool,
     ends: tuple[Series, Series] | None = None,
+    hints: EngineHints = EngineHints(),
 ) -> EngineResult:
     """One engine's result from its increases; `has_drafts` whether it counts drafts at all;
-    `ends` its series at the two ends of the window (for llama.cpp's rounding)."""
+    `ends` its series at the two ends of the window (for llama.cpp's rounding); `hints` what
+    the start body told (SGLang's draft tokens per step)."""
     if engine is ServingEngine.TRTLLM:
         return _trtllm(totals)
     if engine is ServingEngine.SGLANG:
-        return _sglang(totals)
+        return _sglang(totals, hints.draft_tokens_per_step)
     notes: list[str] = []
     exact = True
     if engine is ServingEngine.LLAMACPP:
@@ -218,7 +232,7 @@ class _EngineWindow:
     result: EngineResult
 
 
-def _engine_windows(chain: Sequence[Series]) -> list[_EngineWindow]:
+def _engine_windows(chain: Sequence[Series], hints: EngineHints) -> list[_EngineWindow]:
     by_engine = [_split_by_engine(snapshot) for snapshot in chain]
     windows = []
     for engine in sorted({e for split in by_engine for e in split}, key=list(ServingEngine).index):
@@ -233,7 +247,7 @@ def _engine_windows(chain: Sequence[Series]) -> list[_EngineWindow]:
             result = EngineResult(engine=kind, status="na", error=V0_REASON, exact=False)
         else:
             has_drafts = Role.DRAFTS in _roles(own[-1])
-            result = _figures(kind, totals, has_drafts, (own[0], own[-1]))
+            result = _figures(kind, totals, has_drafts, (own[0], own[-1]), hints)
         windows.append(_EngineWindow(kind, totals, result))
     return windows
 
@@ -253,13 +267,20 @@ def _counts(phase: Reading) -> Counts | None:
 
 
 def build_result(
-    url: str, before: Reading, after: Reading, samples: Sequence[Reading] = ()
+    url: str,
+    before: Reading,
+    after: Reading,
+    samples: Sequence[Reading] = (),
+    hints: EngineHints = EngineHints(),
 ) -> TargetResult:
     """The AISBench `spec_decode_<host>_<port>.json` result of one target over one window.
 
     `samples` are the background scrapes between the two, in time order; failed ones are
-    skipped, so the chain continues from the last good snapshot.
+    skipped, so the chain continues from the last good snapshot. `hints` are what the start
+    body told of the target's engine.
     """
+    if hints.engine == "mindie":
+        return TargetResult(status="na", url=url, error=MINDIE_REASON, engine="mindie", exact=False)
     errors = {name: reading_error(phase) for name, phase in (("before", before), ("after", after))}
     if errors["before"] == NO_METRICS and _appear_late(after):
         # TensorRT-LLM shows its series only after its first speculative iteration: a server
@@ -272,7 +293,7 @@ def build_result(
         return TargetResult(status="na", url=url, error="; ".join(failed), raw=raw, samples=taken)
     assert not isinstance(before, str) and not isinstance(after, str)
     chain = [before, *(sample for sample in samples if not isinstance(sample, str)), after]
-    windows = _engine_windows(chain)
+    windows = _engine_windows(chain, hints)
     everything = window_increase(chain)
     common = {
         "url": url, "raw": raw, "samples": taken, "restarts": everything.restarts,
@@ -326,7 +347,11 @@ def _combined(
 
 
 def bounded_result(
-    url: str, points: Sequence[tuple[datetime, str, Reading]], start: datetime, end: datetime
+    url: str,
+    points: Sequence[tuple[datetime, str, Reading]],
+    start: datetime,
+    end: datetime,
+    hints: EngineHints = EngineHints(),
 ) -> TargetResult:
     """The result of the part of a window between `start` and `end` (a benchmark's own phase).
 
@@ -337,14 +362,14 @@ def bounded_result(
     """
     good = [(at, phase, r) for at, phase, r in points if not isinstance(r, str) and r]
     if not good:  # nothing to bound: the whole window's reasons
-        return build_result(
-            url, points[0][2] if points else NO_METRICS, points[-1][2] if points else NO_METRICS
-        )
+        first_reading = points[0][2] if points else NO_METRICS
+        return build_result(url, first_reading, points[-1][2] if points else NO_METRICS, (), hints)
     first = max((i for i, (at, _, _) in enumerate(good) if at <= start), default=0)
     last = min((i for i, (at, _, _) in enumerate(good) if at >= end), default=len(good) - 1)
     last = max(first, last)
     chosen = good[first : last + 1]
-    result = build_result(url, chosen[0][2], chosen[-1][2], [r for _, _, r in chosen[1:-1]])
+    middle = [r for _, _, r in chosen[1:-1]]
+    result = build_result(url, chosen[0][2], chosen[-1][2], middle, hints)
     bounds = Bounds(
         requested_start=start, requested_end=end,
         start=chosen[0][0], start_phase=chosen[0][1], end=chosen[-1][0], end_phase=chosen[-1][1],

@@ -129,6 +129,9 @@ class WindowTarget(SQLModel, table=True):
     url: str = Field(max_length=2048)
     # Sent with every scrape of this target, never returned by the API nor logged.
     headers: dict[str, str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # What the start body told of the target's engine (`app.targets.EngineHints`).
+    engine: str | None = Field(default=None, max_length=16)
+    draft_tokens_per_step: int | None = Field(default=None)
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     # Copied from `result` at stop, so that lists filter and sort on them in SQL.
     status: str | None = Field(default=None, max_length=8)

@@ -22,6 +22,20 @@ _HOSTNAME = re.compile(
 )
 
 
+#: Engines a target may be named as in a start body (those recognised from payloads, and
+#: MindIE, whose metrics cannot give a window).
+NAMED_ENGINES = ("vllm", "vllm-v0", "llamacpp", "trtllm", "sglang", "mindie")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHints:
+    """What a start body may tell of a target's engine that its metrics do not: its name, and
+    the draft tokens per step (SGLang's `--speculative-num-draft-tokens` - 1 when chained)."""
+
+    engine: str | None = None
+    draft_tokens_per_step: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """A `/metrics` endpoint to scrape, with the headers to send (never shown or logged)."""
@@ -30,6 +44,7 @@ class Target:
     port: int
     url: str
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    hints: EngineHints = field(default_factory=EngineHints)
 
     @property
     def key(self) -> str:
@@ -165,25 +180,39 @@ def _parse_headers(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(headers)
 
 
+def _parse_hints(value: Mapping[str, Any]) -> EngineHints:
+    engine, per_step = value.get("engine"), value.get("draft_tokens_per_step")
+    if engine is not None and engine not in NAMED_ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(NAMED_ENGINES)}")
+    if per_step is not None and (
+        isinstance(per_step, bool) or not isinstance(per_step, int) or not 1 <= per_step <= 64
+    ):
+        raise ValueError("draft_tokens_per_step must be a whole number of 1-64")
+    return EngineHints(engine, per_step)
+
+
 def parse_target(value: str | Mapping[str, Any]) -> Target:
     """Parse one target in any accepted form; raise `ValueError` saying what is wrong.
 
     Objects are an AISBench model entry (`host_ip`, `host_port`) or `{"url": ...}`; either may
-    carry `headers` to send with each scrape (for targets behind auth).
+    carry `headers` to send with each scrape (for targets behind auth), and `engine` and
+    `draft_tokens_per_step` (`EngineHints`).
     """
     if isinstance(value, Mapping):
         headers = _parse_headers(value.get("headers"))
+        hints = _parse_hints(value)
         if "url" in value:
             if not isinstance(value["url"], str):
                 raise ValueError("url must be a string")
-            return replace(parse_target(value["url"]), headers=headers)
+            return replace(parse_target(value["url"]), headers=headers, hints=hints)
         if "host_ip" not in value or "host_port" not in value:
             raise ValueError("an object target needs url, or host_ip and host_port")
         if not isinstance(value["host_ip"], str):
             raise ValueError("host_ip must be a string")
         return replace(
-            _from_host_port(value["host_ip"].strip(), value["host_port"]), headers=headers
-        )
+            _from_host_port(value["host_ip"].strip(), value["host_port"]),
+            headers=headers, hints=hints,
+        )  # fmt: skip
     if not isinstance(value, str):
         raise ValueError("a target is a string or an object with host_ip and host_port")
     text = value.strip()

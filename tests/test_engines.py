@@ -9,6 +9,7 @@ from fractions import Fraction
 from app.engines import (
     EARLY_V1_NOTE,
     LLAMACPP_COMPLETION_NOTE,
+    MINDIE_REASON,
     SGLANG_NOTES,
     TRTLLM_NOTE,
     V0_REASON,
@@ -16,6 +17,7 @@ from app.engines import (
 )
 from app.promtext import Series, extract_spec_decode
 from app.report import render_block
+from app.targets import EngineHints
 
 URL = "http://10.0.0.1:8080/metrics"
 
@@ -204,3 +206,18 @@ def test_engines_of_other_meanings_are_not_summed() -> None:
     assert result.notes is not None and result.notes[0] == (
         "the engines' figures do not mean the same: these are trtllm's; see `engines`"
     )
+
+
+def test_sglang_with_its_draft_tokens_per_step_gives_draft_tokens_and_the_rate() -> None:
+    hints = EngineHints("sglang", draft_tokens_per_step=4)
+    result = build_result(URL, sglang(100, 1000, 40), sglang(160, 1250, 50), (), hints)
+    assert result.data is not None
+    assert result.data.draft_tokens == 60 * 4
+    assert result.data.acceptance_rate == float(Fraction(180 * 100, 240))
+    assert result.notes is not None
+    assert result.notes[-1] == "draft tokens from the configured 4 per step (draft_tokens_per_step)"
+
+
+def test_a_target_named_mindie_is_na_saying_why() -> None:
+    result = build_result(URL, {}, {}, (), EngineHints("mindie"))
+    assert (result.status, result.engine, result.error) == ("na", "mindie", MINDIE_REASON)

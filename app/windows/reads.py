@@ -94,6 +94,6 @@ def read_bounded_results(
     """(`host:port`, result) of every target of a closed window over the snapshots that
     enclose `start`..`end` (see `bounded_result`)."""
     return [
-        (target.key, bounded_result(target.url, points, start, end))
+        (target.key, bounded_result(target.url, points, start, end, target.hints))
         for target, points in _points_of(engine, team, window_id, None, closed_only=True)
     ]

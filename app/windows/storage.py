@@ -287,7 +287,9 @@ def insert_window(
         # One Core executemany that returns the new ids in order: no ORM objects, no read-back.
         rows = [
             {"window_pk": window.id, "ordinal": ordinal, "target": target.key,
-             "url": target.url, "headers": dict(target.headers) or None}
+             "url": target.url, "headers": dict(target.headers) or None,
+             "engine": target.hints.engine,
+             "draft_tokens_per_step": target.hints.draft_tokens_per_step}
             for ordinal, target in enumerate(targets)
         ]  # fmt: skip
         table = TABLES["window_target"]
@@ -306,7 +308,7 @@ def insert_window(
         session.expunge(window)  # kept as flushed: a commit would expire what it holds
         session.commit()
         stored = [
-            StoredTarget(target_id, target.key, target.url, None, target.headers)
+            StoredTarget(target_id, target.key, target.url, None, target.headers, target.hints)
             for target_id, target in zip(ids, targets, strict=True)
         ]
         return StoredWindow(window, stored)
@@ -381,6 +383,7 @@ def close_window(
                 reading_of(before, catalog),
                 reading_of(after, catalog),
                 [reading_of(sample, catalog) for sample in samples],
+                target.hints,
             )
             results[target.id] = result.with_overlaps(overlaps[target.key])
         # One executemany for all targets (an ORM bulk update by primary key).

@@ -6,7 +6,7 @@ from typing import Protocol
 
 from app.models import Window, WindowTarget
 from app.results import TargetResult
-from app.targets import Target, parse_target
+from app.targets import EngineHints, Target, parse_target
 
 NO_BASELINE = "baseline was never stored (the collector stopped before the start scrape finished)"
 
@@ -40,17 +40,19 @@ class StoredTarget:
     url: str
     result: TargetResult | None
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    hints: EngineHints = field(default_factory=EngineHints)
 
     @classmethod
     def of(cls, row: WindowTarget) -> "StoredTarget":
         """From its row."""
         headers = tuple((row.headers or {}).items())
         result = None if row.result is None else TargetResult.from_stored(row.result, row.url)
-        return cls(row.id or 0, row.target, row.url, result, headers)
+        hints = EngineHints(row.engine, row.draft_tokens_per_step)
+        return cls(row.id or 0, row.target, row.url, result, headers, hints)
 
     def parsed(self) -> Target:
         """The `Target` to scrape, with its headers."""
-        return replace(parse_target(self.url), headers=self.headers)
+        return replace(parse_target(self.url), headers=self.headers, hints=self.hints)
 
 
 @dataclass(frozen=True, slots=True)

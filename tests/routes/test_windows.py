@@ -425,3 +425,25 @@ def test_a_real_vllm_server_without_spec_decoding(api: httpx.Client) -> None:
         "[before] No spec decode metrics found on server; "
         "[after] No spec decode metrics found on server"
     )
+
+
+def test_a_start_body_tells_an_sglang_targets_draft_tokens_per_step(api: httpx.Client) -> None:
+    def payload(calls: int, generated: int, requests: int) -> bytes:
+        return (
+            f"sglang:spec_verify_calls_total {calls}.0\n"
+            f"sglang:generation_tokens_total {generated}.0\nsglang:num_requests_total {requests}.0\n"
+        ).encode()
+
+    with serve_metrics(body=payload(0, 0, 0)) as server:
+        bad = {"url": server.url, "engine": "tgi"}
+        refused = api.post("/windows/sg/start", json={"targets": [bad]})
+        assert refused.status_code == 422 and "engine must be one of" in refused.text
+        target = {"url": server.url, "engine": "sglang", "draft_tokens_per_step": 3}
+        assert api.post("/windows/sg/start", json={"targets": [target]}).is_success
+        server.replace(payload(50, 200, 10))  # accepted = 200 - 10 - 50 = 140
+        result = api.post("/windows/sg/stop").json()["targets"][0]["result"]
+    assert (result["engine"], result["exact"]) == ("sglang", False)
+    assert result["data"]["num_drafts"] == 50 and result["data"]["draft_tokens"] == 150
+    assert result["data"]["accepted_tokens"] == 140
+    assert result["data"]["acceptance_rate"] == 140 / 150 * 100
+    assert result["data"]["acceptance_length"] == (200 - 10) / 50
