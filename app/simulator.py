@@ -29,6 +29,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel
 
+from app import simulated_engines
+from app.simulated_engines import METRICS_PATHS
+
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -59,6 +62,7 @@ class EngineCounters:
     drafts: int = 0
     accepted_at: list[int] = field(default_factory=list)
     requests: int = 0
+    tokens: int = 0  # emitted by its steps
 
 
 @dataclass
@@ -73,8 +77,14 @@ class SimulatedServer:
     reset_after: int | None = None
     started: float = field(default_factory=time.time)
     seed: int | None = None
+    # Whose families `/metrics` serves (see `app.simulated_engines`).
+    engine: str = "vllm"
 
     def __post_init__(self) -> None:
+        if self.engine not in METRICS_PATHS:
+            raise ValueError(f"engine is one of {', '.join(METRICS_PATHS)}")
+        if self.engine != "vllm":
+            self.drafts_per_s = 0.0  # the other engines count requests only
         self.acceptance = check_acceptance(self.acceptance or default_acceptance(self.k))
         if len(self.acceptance) != self.k:
             raise ValueError("acceptance needs one rate per position")
@@ -109,6 +119,7 @@ class SimulatedServer:
                 steps.append(accepted + 1)
                 produced += accepted + 1
             counters.requests += 1
+            counters.tokens += produced
             self._requests += 1
             if self.reset_after and self._requests % self.reset_after == 0:
                 # Engine 0 restarts: counters from zero, a new `_created`.
@@ -120,12 +131,28 @@ class SimulatedServer:
         now = time.time() if now is None else now
         out: list[str] = []
         _process_block(out, self.started, now)
+        if self.engine != "vllm":
+            with self._lock:
+                _other_engine(out, self)
+            return "\n".join(out) + "\n"
         for engine in range(self.engines):
             _engine_gauges(out, engine, self.model_name)
         _histograms(out, self.engines, self.model_name, now - self.started)
         with self._lock:
             _spec_decode(out, self, now)
         return "\n".join(out) + "\n"
+
+
+def _other_engine(out: list[str], server: SimulatedServer) -> None:
+    counted, k = server.counters, server.k
+    if server.engine == "llamacpp":
+        simulated_engines.llamacpp(out, counted, k)
+    elif server.engine == "trtllm":
+        simulated_engines.trtllm(out, counted, k)
+    elif server.engine == "sglang":
+        simulated_engines.sglang(out, counted, k, server.model_name)
+    else:
+        simulated_engines.vllm_v0(out, counted, k, server.model_name)
 
 
 def _family(out: list[str], name: str, kind: str, help_text: str) -> None:
@@ -321,9 +348,16 @@ def create_simulator_app(server: SimulatedServer) -> FastAPI:
         """A chat completion of `max_tokens` tokens, streamed or not."""
         return _completion(server, body, chat=True)
 
-    @app.get("/metrics", response_class=PlainTextResponse)
+    @app.get(METRICS_PATHS[server.engine], response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
-        """The vLLM-shaped exposition text, counters as of now."""
+        """The engine's exposition text, counters as of now."""
         return PlainTextResponse(server.render(), media_type=CONTENT_TYPE)
+
+    if server.engine == "trtllm":
+
+        @app.get("/metrics")
+        def trtllm_json_stream() -> JSONResponse:
+            """TensorRT-LLM's own /metrics: iteration stats as JSON, emptied by every read."""
+            return JSONResponse([])
 
     return app

@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--reset-after", type=_positive_int, help="restart engine 0 every N requests"
     )
     simulate.add_argument("--seed", type=int, help="random seed of the acceptance draws")
+    simulate.add_argument(
+        "--engine",
+        choices=["vllm", "llamacpp", "trtllm", "sglang", "vllm-v0"],
+        default="vllm",
+        help="whose spec-decode metrics to serve, with its names, endpoint and printing",
+    )
     simulate.set_defaults(handler=service.simulate)
 
     def client_command(name: str, help_text: str) -> argparse.ArgumentParser:

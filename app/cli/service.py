@@ -72,14 +72,18 @@ def simulate(args: argparse.Namespace) -> int:
             model_name=args.model_name,
             reset_after=args.reset_after,
             seed=args.seed,
+            engine=args.engine,
         )
     except ValueError as exc:
         print(f"specdec simulate: {exc}", file=sys.stderr)
         return 2
+    from app.simulated_engines import METRICS_PATHS
+
     print(
-        f"simulating a vLLM server: {args.engines} engine(s), k={server.k}, "
+        f"simulating a {server.engine} server: {args.engines} engine(s), k={server.k}, "
         f"per-position acceptance {list(server.acceptance)}, model {server.model_name}\n"
-        f"  OpenAI API at http://{args.host}:{args.port}/v1, metrics at /metrics",
+        f"  OpenAI API at http://{args.host}:{args.port}/v1, "
+        f"metrics at {METRICS_PATHS[server.engine]}",
         flush=True,
     )
     uvicorn.run(create_simulator_app(server), host=args.host, port=args.port, log_level="warning")

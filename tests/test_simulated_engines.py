@@ -1,0 +1,102 @@
+"""`specdec simulate --engine E`: each engine's families as that engine serves them, measured
+by a real window; every expected figure comes from the steps the client saw streamed."""
+
+import json
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import httpx
+import pytest
+
+from app.engines import SGLANG_NOTES, TRTLLM_NOTE, V0_REASON
+from tests.collector import run_simulator
+
+K = 3
+
+
+def _streamed_steps(base_url: str, requests: int) -> list[int]:
+    """Every streamed chunk is one speculative step; its tokens are accepted + 1."""
+    steps: list[int] = []
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        for index in range(requests):
+            body = {"prompt": f"q{index}", "max_tokens": 24, "stream": True}
+            with http.stream("POST", "/v1/completions", json=body) as answer:
+                for line in answer.iter_lines():
+                    if line.startswith("data: {"):
+                        steps.append(json.loads(line[6:])["choices"][0]["text"].count("tok "))
+    return steps
+
+
+class Measure(Protocol):
+    def __call__(
+        self, engine: str, path: str = "/metrics", requests: int = 12
+    ) -> tuple[dict[str, Any], list[int]]: ...
+
+
+@pytest.fixture
+def measure(api: httpx.Client) -> Iterator[Measure]:
+    """A window over `specdec simulate --engine E` while the client streams requests."""
+
+    def run(
+        engine: str, path: str = "/metrics", requests: int = 12
+    ) -> tuple[dict[str, Any], list[int]]:
+        args = ("--engine", engine, "--acceptance", "0.8,0.5,0.3", "--seed", "5")
+        with run_simulator(*args) as url:
+            window = f"sim-{engine}"
+            assert api.post(f"/windows/{window}/start", json={"targets": [url + path]}).is_success
+            steps = _streamed_steps(url, requests)
+            result = api.post(f"/windows/{window}/stop").json()["targets"][0]["result"]
+        return result, steps
+
+    yield run
+
+
+def _by_hand(steps: list[int]) -> tuple[int, int, list[int]]:
+    """Drafts, accepted tokens, and accepted at each position, from the client's steps."""
+    accepted_at = [sum(step - 1 > position for step in steps) for position in range(K)]
+    return len(steps), sum(step - 1 for step in steps), accepted_at
+
+
+def test_llamacpp(measure: Measure) -> None:
+    result, steps = measure("llamacpp")
+    drafts, accepted, at = _by_hand(steps)
+    assert (result["engine"], result["exact"]) == ("llamacpp", True)  # all below 10^6
+    assert result["data"]["num_drafts"] == drafts
+    assert result["data"]["draft_tokens"] == K * drafts
+    assert result["data"]["accepted_tokens"] == accepted
+    assert result["data"]["per_position_acceptance_rates"] == {
+        str(i): round(n / drafts, 4) for i, n in enumerate(at)
+    }
+
+
+def test_trtllm_at_its_own_endpoint(measure: Measure) -> None:
+    result, steps = measure("trtllm", "/prometheus/metrics")
+    drafts, accepted, at = _by_hand(steps)
+    assert (result["engine"], result["exact"], result["notes"]) == ("trtllm", False, [TRTLLM_NOTE])
+    assert result["data"]["acceptance_rate"] == accepted / (K * drafts) * 100
+    assert result["data"]["num_drafts"] == drafts
+    assert result["data"]["acceptance_length"] == 1 + accepted / drafts
+    assert result["data"]["per_position_acceptance_rates"]["2"] == round(at[2] / drafts, 4)
+
+
+def test_trtllm_json_metrics_say_which_endpoint(measure: Measure) -> None:
+    result, _ = measure("trtllm", "/metrics", requests=1)
+    assert "use http://host:port/prometheus/metrics" in result["error"]
+
+
+def test_sglang(measure: Measure) -> None:
+    result, steps = measure("sglang")
+    drafts, accepted, _ = _by_hand(steps)
+    assert (result["engine"], result["exact"], result["notes"]) == ("sglang", False, SGLANG_NOTES)
+    assert result["data"]["num_drafts"] == drafts
+    assert result["data"]["accepted_tokens"] == accepted
+    assert result["data"]["acceptance_length"] == sum(steps) / drafts
+    assert result["data"]["draft_tokens"] is None and result["data"]["acceptance_rate"] is None
+
+
+def test_vllm_v0(measure: Measure) -> None:
+    result, steps = measure("vllm-v0", requests=3)
+    drafts, accepted, _ = _by_hand(steps)
+    assert (result["status"], result["engine"], result["error"]) == ("na", "vllm-v0", V0_REASON)
+    (lifetime,) = result["lifetime"]
+    assert lifetime["draft_acceptance_rate"] == accepted / (K * drafts)
