@@ -130,7 +130,7 @@ class WindowTarget(SQLModel, table=True):
     # Sent with every scrape of this target, never returned by the API nor logged.
     headers: dict[str, str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     # What the start body told of the target's engine (`app.targets.EngineHints`).
-    engine: str | None = Field(default=None, max_length=16)
+    named_engine: str | None = Field(default=None, max_length=16)
     draft_tokens_per_step: int | None = Field(default=None)
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     # Copied from `result` at stop, so that lists filter and sort on them in SQL.
@@ -138,6 +138,8 @@ class WindowTarget(SQLModel, table=True):
     acceptance_rate: float | None = Field(default=None, index=True)
     acceptance_length: float | None = Field(default=None)
     num_drafts: float | None = Field(default=None)
+    result_engine: str | None = Field(default=None, max_length=64)
+    exact: bool | None = Field(default=None)
 
 
 class TargetSeries(SQLModel, table=True):
@@ -227,6 +229,8 @@ class WindowPublic(WindowBase):
 class TargetSummary(SQLModel):
     target: str
     status: str | None = None
+    engine: str | None = None
+    exact: bool | None = None
     acceptance_rate: float | None = None
     acceptance_length: float | None = None
     num_drafts: int | float | None = None

@@ -115,6 +115,8 @@ def windows_csv(windows: Sequence[Any]) -> str:
             "labels",
             "target",
             "status",
+            "engine",
+            "exact",
             "acceptance_rate",
             "acceptance_length",
             "num_drafts",
@@ -134,12 +136,14 @@ def windows_csv(windows: Sequence[Any]) -> str:
                         [
                             target.target,
                             csv_cell(target.status),
+                            csv_cell(target.engine),
+                            csv_cell(target.exact),
                             csv_cell(target.acceptance_rate),
                             csv_cell(target.acceptance_length),
                             csv_cell(target.num_drafts),
                         ]
                         if target is not None
-                        else [""] * 5
+                        else [""] * 7
                     ),
                 ]
             )

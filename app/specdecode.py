@@ -277,6 +277,8 @@ def compare_results(
                     "window": window_id,
                     "status": "open" if result is None else result.status,
                     "error": None if result is None else result.error,
+                    "engine": None if result is None else result.engine,
+                    "exact": None if result is None else result.exact,
                     "acceptance_rate": None if data is None else data.acceptance_rate,
                     "acceptance_length": None if data is None else data.acceptance_length,
                     "num_drafts": None if data is None else data.num_drafts,

@@ -1,5 +1,6 @@
 """The schema comes from the migrations, and the migrations agree with the models."""
 
+import hashlib
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -147,3 +148,43 @@ def test_0007_gives_stored_results_full_floats(database_url: str) -> None:
         k: v for k, v in stored.items() if k != "data"
     }
     assert tuple(na) == (failed, None, None)
+
+
+def test_0008_and_0009_carry_stored_series_and_results_over(database_url: str) -> None:
+    """0008 keys each stored series by the SHA-256 of its labels; 0009 summarises the results
+    stored before engines were told apart as vLLM's, exact."""
+    command.upgrade(alembic_config(database_url), "0007")
+    labels = '[["engine","0"],["model_name","m"]]'
+    engine = create_db_engine(database_url)
+    window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
+                   column("started_at"), column("team"), column("started_by"))  # fmt: skip
+    target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
+                   column("target"), column("url"), column("status"))  # fmt: skip
+    series = table("target_series", column("id"), column("target_id"), column("family"),
+                   column("labels"))  # fmt: skip
+    try:
+        with engine.begin() as connection:
+            connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
+                                                      started_at=datetime(2026, 11, 30, tzinfo=UTC),
+                                                      team="default", started_by="anonymous"))  # fmt: skip
+            for row_id, status in ((1, "ok"), (2, "na")):
+                connection.execute(target.insert().values(id=row_id, window_pk=1, ordinal=row_id,
+                                                          target=f"h:{row_id}", url="u", status=status))  # fmt: skip
+            connection.execute(series.insert().values(id=7, target_id=1, family="num_drafts",
+                                                      labels=labels))  # fmt: skip
+        upgrade_database(database_url)
+        with engine.connect() as connection:
+            stored = connection.execute(
+                text("SELECT id, family, labels, labels_digest FROM target_series")
+            ).all()
+            summaries = connection.execute(
+                text("SELECT id, result_engine, exact FROM window_target ORDER BY id")
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(row) for row in stored] == [
+        (7, "num_drafts", labels, hashlib.sha256(labels.encode()).hexdigest())
+    ]
+    assert [(row[0], row[1], None if row[2] is None else bool(row[2])) for row in summaries] == [
+        (1, "vllm", True), (2, None, None)
+    ]  # fmt: skip

@@ -116,18 +116,22 @@ def list_windows(
                 col(WindowTarget.acceptance_rate),
                 col(WindowTarget.acceptance_length),
                 col(WindowTarget.num_drafts),
+                col(WindowTarget.result_engine),
+                col(WindowTarget.exact),
             )
             .where(col(WindowTarget.window_pk).in_([w.id for w in windows]))
             .order_by(col(WindowTarget.window_pk), col(WindowTarget.ordinal))
         ).all()
     by_window: dict[int, list[TargetSummary]] = defaultdict(list)
-    for window_pk, target, status, acceptance_rate, acceptance_length, num_drafts in rows:
+    for window_pk, target, status, rate, length, num_drafts, result_engine, exact in rows:
         by_window[window_pk].append(
             TargetSummary(
                 target=target,
                 status=status,
-                acceptance_rate=acceptance_rate,
-                acceptance_length=acceptance_length,
+                engine=result_engine,
+                exact=exact,
+                acceptance_rate=rate,
+                acceptance_length=length,
                 num_drafts=as_number(num_drafts) if num_drafts is not None else None,
             )
         )

@@ -143,6 +143,8 @@ def summary_columns(result: TargetResult) -> dict[str, Any]:
         "acceptance_rate": None if data is None else data.acceptance_rate,
         "acceptance_length": None if data is None else data.acceptance_length,
         "num_drafts": None if data is None else data.num_drafts,
+        "result_engine": result.engine,
+        "exact": result.exact,
     }
 
 
@@ -288,7 +290,7 @@ def insert_window(
         rows = [
             {"window_pk": window.id, "ordinal": ordinal, "target": target.key,
              "url": target.url, "headers": dict(target.headers) or None,
-             "engine": target.hints.engine,
+             "named_engine": target.hints.engine,
              "draft_tokens_per_step": target.hints.draft_tokens_per_step}
             for ordinal, target in enumerate(targets)
         ]  # fmt: skip

@@ -47,7 +47,7 @@ class StoredTarget:
         """From its row."""
         headers = tuple((row.headers or {}).items())
         result = None if row.result is None else TargetResult.from_stored(row.result, row.url)
-        hints = EngineHints(row.engine, row.draft_tokens_per_step)
+        hints = EngineHints(row.named_engine, row.draft_tokens_per_step)
         return cls(row.id or 0, row.target, row.url, result, headers, hints)
 
     def parsed(self) -> Target:

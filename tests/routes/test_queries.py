@@ -88,6 +88,8 @@ def test_filters(api: httpx.Client, stored: dict[str, Any]) -> None:
     assert summary == {
         "target": stored["one"],
         "status": "ok",
+        "engine": "vllm",
+        "exact": True,
         "acceptance_rate": 80.0,
         "acceptance_length": 3.4,
         "num_drafts": 100,
@@ -115,6 +117,7 @@ def test_windows_as_csv(api: httpx.Client, stored: dict[str, Any]) -> None:
     rows = list(csv.DictReader(io.StringIO(answer.text)))
     assert [r["id"] for r in rows] == ["ngram-2", "eagle-2", "ngram-1", "eagle-1"]
     assert rows[3]["acceptance_rate"] == "80.0" and rows[3]["labels"] == "method=eagle"
+    assert (rows[3]["engine"], rows[3]["exact"]) == ("vllm", "True")
     assert (
         api.get("/windows", headers={"Accept": "text/csv"})
         .text.splitlines()[0]
@@ -130,6 +133,7 @@ def test_compare_two_configurations(api: httpx.Client, stored: dict[str, Any]) -
     by_target = {row["target"]: row for row in body["targets"]}
     one = by_target[stored["one"]]
     assert [r["window"] if r else None for r in one["results"]] == ["eagle-1", "ngram-1", None]
+    assert [(r["engine"], r["exact"]) for r in one["results"] if r] == [("vllm", True)] * 2
     assert one["differences"] == [
         {"window": "ngram-1", "versus": "eagle-1",
          "acceptance_rate": pytest.approx(float(Fraction(35) - 80), rel=1e-15),
