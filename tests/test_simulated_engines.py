@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from app.engines import SGLANG_NOTES, TRTLLM_NOTE, V0_REASON
+from app.simulator import SimulatedServer
 from tests.collector import run_simulator
 
 K = 3
@@ -100,3 +101,11 @@ def test_vllm_v0(measure: Measure) -> None:
     assert (result["status"], result["engine"], result["error"]) == ("na", "vllm-v0", V0_REASON)
     (lifetime,) = result["lifetime"]
     assert lifetime["draft_acceptance_rate"] == accepted / (K * drafts)
+
+
+def test_llamacpp_prints_six_significant_digits_as_llamacpp_does() -> None:
+    server = SimulatedServer(engine="llamacpp", k=K, seed=1)
+    server.counters[0].drafts = 3_054_061
+    lines = server.render().splitlines()
+    assert "llamacpp:spec_decode_num_drafts_total 3.05406e+06" in lines
+    assert f"llamacpp:spec_decode_num_draft_tokens_total {3_054_061 * K:g}" in lines

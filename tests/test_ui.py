@@ -110,6 +110,8 @@ def test_dashboard_pages_draw_real_data(
     card = page.locator(".card").first
     assert card.get_attribute("data-target") == server.target
     assert card.locator("dd.rate").inner_text() == "70.00 %"  # (90+70+50)*2 / (3*200)
+    assert card.locator("dd.engine").inner_text() == "vllm, exact"
+    assert card.locator("ul.notes").count() == 0
     bars = card.locator("svg.positions rect.bar")
     assert bars.count() == 3
     assert [float(bars.nth(i).get_attribute("data-rate") or "nan") for i in range(3)] == [
@@ -144,5 +146,22 @@ def test_dashboard_pages_draw_real_data(
     eagle, ngram = float(Fraction(210 * 100, 300)), float(Fraction(100 * 100, 300))
     assert f"+{eagle - ngram:.2f}" in page.locator(".card table").inner_text()
     page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
+
+    # Another engine: said on its card (with why it is approximate) and in the list.
+    trtllm = "trtllm_spec_decode"
+    with serve_metrics(body=b"") as other, team.client() as api:
+        api.post("/windows/trt-run/start", json={"targets": [other.url]})
+        other.replace(
+            f"{trtllm}_num_draft_tokens_total 300.0\n{trtllm}_num_accepted_tokens_total 150.0\n"
+            f'{trtllm}_drafted_tokens_total{{token_position="0"}} 100.0\n'.encode()
+        )
+        api.post("/windows/trt-run/stop")
+    _open(page, team.base_url, "#/window/trt-run")
+    card = page.locator(".card").first
+    assert card.locator("dd.rate").inner_text() == "50.00 %"  # 150 / 300
+    assert card.locator("dd.engine").inner_text() == "trtllm, approximate"
+    assert "finished requests only" in card.locator("ul.notes").inner_text()
+    _open(page, team.base_url, "#/")
+    assert "trtllm, approximate" in page.locator("#windows tr[data-id=trt-run]").inner_text()
     for name in ("windows", "window", "compare"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000

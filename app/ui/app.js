@@ -40,6 +40,8 @@ document.getElementById("forget-key").onclick = () => { sessionStorage.removeIte
 // --- small helpers -------------------------------------------------------------------------
 const esc = (text) => String(text ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const fmt = (value, digits) => (value === null || value === undefined ? "–" : Number(value).toFixed(digits));
+// Another engine than vLLM, or a figure that is not exact, is said beside the figures.
+const engineTag = (r) => (r.engine && (r.engine !== "vllm" || r.exact === false) ? ` <span class="engine-tag">${esc(r.engine)}${r.exact === false ? ", approximate" : ""}</span>` : "");
 const when = (iso) => (iso ? iso.replace("T", " ").slice(0, 19) : "–");
 const svgNS = "http://www.w3.org/2000/svg";
 
@@ -131,7 +133,7 @@ async function windowsPage(params) {
       <tr data-id="${esc(w.id)}"><td><input type="checkbox" value="${esc(w.id)}" aria-label="select ${esc(w.id)}"></td>
         <td><a href="#/window/${encodeURIComponent(w.id)}">${esc(w.id)}</a></td><td>${esc(w.state)}</td><td>${when(w.started_at)}</td>
         <td>${Object.entries(w.labels).map(([k, v]) => `${esc(k)}=${esc(v)}`).join(", ")}</td>
-        <td>${w.targets.map((t) => `${esc(t.target)}: <span class="${t.status === "ok" ? "ok" : "na"}">${t.status === "ok" ? fmt(t.acceptance_rate, 2) + " %" : esc(t.status || "open")}</span>`).join("<br>")}</td></tr>`).join("")}
+        <td>${w.targets.map((t) => `${esc(t.target)}: <span class="${t.status === "ok" ? "ok" : "na"}">${t.status === "ok" ? fmt(t.acceptance_rate, 2) + " %" : esc(t.status || "open")}</span>${engineTag(t)}`).join("<br>")}</td></tr>`).join("")}
     </tbody></table>
     ${page.next_cursor ? `<p><a id="next" href="#/?${new URLSearchParams({ ...Object.fromEntries(params), cursor: page.next_cursor })}">Next page</a></p>` : ""}`;
   document.getElementById("filters").onsubmit = (event) => {
@@ -162,12 +164,14 @@ async function windowPage(id) {
     card.dataset.target = target.target;
     const result = target.result;
     const data = result && result.data;
+    const engine = result && result.engine ? `<dt>Engine</dt><dd class="engine">${esc(result.engine)}, ${result.exact ? "exact" : "approximate"}</dd>` : "";
+    const notes = result && result.notes && result.notes.length ? `<ul class="notes">${result.notes.map((n) => `<li>${esc(n)}</li>`).join("")}</ul>` : "";
     card.innerHTML = `<h3>${esc(target.target)}</h3>` + (data ? `
       <dl class="kv"><dt>Acceptance rate</dt><dd class="rate">${fmt(data.acceptance_rate, 2)} %</dd>
       <dt>Acceptance length</dt><dd class="length">${fmt(data.acceptance_length, 2)}</dd>
-      <dt>Drafts</dt><dd>${esc(data.num_drafts)}</dd><dt>Draft tokens</dt><dd>${esc(data.draft_tokens)}</dd>
-      <dt>Accepted tokens</dt><dd>${esc(data.accepted_tokens)}</dd></dl><h2>Per-position acceptance</h2>`
-      : result ? `<p class="error">N/A: ${esc(result.error)}</p>` : `<p class="muted">open: results come with the stop</p>`);
+      <dt>Drafts</dt><dd>${esc(data.num_drafts ?? "–")}</dd><dt>Draft tokens</dt><dd>${esc(data.draft_tokens ?? "–")}</dd>
+      <dt>Accepted tokens</dt><dd>${esc(data.accepted_tokens)}</dd>${engine}</dl>${notes}<h2>Per-position acceptance</h2>`
+      : result ? `<p class="error">N/A: ${esc(result.error)}</p><dl class="kv">${engine}</dl>${notes}` : `<p class="muted">open: results come with the stop</p>`);
     if (data) card.appendChild(positionChart([{ name: window_.id, rates: data.per_position_acceptance_rates }]));
     const heading = document.createElement("h2");
     heading.textContent = "Over time";
@@ -190,7 +194,7 @@ async function comparePage(ids) {
     const differences = Object.fromEntries(row.differences.map((d) => [d.window, d]));
     card.innerHTML = `<h3>${esc(row.target)}</h3><table><thead><tr><th>Window</th><th>Acceptance (%)</th><th>Length</th><th>Drafts</th></tr></thead><tbody>
       ${row.results.map((r, i) => r === null ? `<tr><td>${esc(body.windows[i].id)}</td><td colspan="3" class="muted">not on this target</td></tr>` :
-        `<tr><td>${esc(r.window)}</td><td>${fmt(r.acceptance_rate, 2)} ${diff(differences[r.window]?.acceptance_rate, 2)}</td>
+        `<tr><td>${esc(r.window)}${engineTag(r)}</td><td>${fmt(r.acceptance_rate, 2)} ${diff(differences[r.window]?.acceptance_rate, 2)}</td>
          <td>${fmt(r.acceptance_length, 2)} ${diff(differences[r.window]?.acceptance_length, 3)}</td><td>${esc(r.num_drafts ?? r.status)}</td></tr>`).join("")}
       </tbody></table><h2>Per-position acceptance</h2>`;
     card.appendChild(positionChart(row.results.filter((r) => r && r.status === "ok").map((r) => ({ name: r.window, rates: r.per_position_acceptance_rates }))));
