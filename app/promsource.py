@@ -1,0 +1,168 @@
+"""A window's spec-decode samples read from a Prometheus server instead of scraped.
+
+Prometheus, Thanos, Mimir and VictoriaMetrics answer the same HTTP API. For a target (an
+`instance="host:port"` or a label selector) and a window `start`..`end`, one instant query
+at `end` of a range selector (`{__name__=~"<every spec-decode family>", ...}[<span>]`) returns
+the raw samples of every spec-decode series: not `increase()`, whose extrapolation invents
+fractions. The samples, grouped by scrape (their timestamp), become the same chain of
+snapshots a scraped window has: the last one at or before `start` is the baseline, the last
+one is the end, and the per-series reset rule runs over every one in between.
+
+Pure functions here (the query text, the answer read into snapshots); the HTTP call is the
+caller's (`app.promsource_client` when wired in).
+"""
+
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from app.counters import ROLE_OF_FAMILY, ROLE_OF_GAUGE, Role, ServingEngine
+from app.promtext import Series, SeriesKey, SeriesValue
+
+#: Labels Prometheus adds to every series it scrapes: not the engine's own.
+TARGET_LABELS = frozenset({"instance", "job"})
+
+_FAMILIES = sorted(
+    [f"{family}_total" for family in ROLE_OF_FAMILY]
+    + [f"{family}_created" for family in ROLE_OF_FAMILY]
+    + list(ROLE_OF_GAUGE)
+)
+#: Every spec-decode sample name, as one regular expression for `__name__=~`.
+NAME_PATTERN = "|".join(re.escape(name) for name in _FAMILIES)
+
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
+
+
+class SourceError(ValueError):
+    """What Prometheus answered cannot give the window: the text says why, AISBench-style."""
+
+
+def parse_selector(text: str) -> list[tuple[str, str, str]]:
+    """The matchers of a label selector `{name="value", ...}` (no metric name, no `__name__`);
+    `ValueError` saying what is wrong."""
+    text = text.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError('a selector is {label="value", ...} (no metric name)')
+    body, matchers, pos = text[1:-1], [], 0
+    while pos < len(body):
+        match = _MATCHER.match(body, pos)
+        if match is None:
+            raise ValueError(f'a selector\'s matchers are label="value": {body[pos : pos + 40]!r}')
+        if match[1] == "__name__":
+            raise ValueError("a selector names no metric: the collector reads the spec-decode ones")
+        matchers.append((match[1], match[2], match[3]))
+        pos = match.end()
+        if pos < len(body):
+            if body[pos] != ",":
+                raise ValueError(f"matchers are separated by commas: {body[pos : pos + 40]!r}")
+            pos += 1
+    if not matchers:
+        raise ValueError("a selector needs at least one matcher")
+    return matchers
+
+
+def instance_selector(target_key: str) -> str:
+    """The selector of a `host:port` target: Prometheus' `instance` label."""
+    return '{instance="' + target_key.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+
+
+def range_query(selector: str, start: datetime, end: datetime, lookback_s: float) -> str:
+    """The PromQL of every spec-decode sample of `selector` from `lookback_s` before `start`
+    to `end` (evaluated at `end`): the baseline is the last sample at or before `start`."""
+    matchers = parse_selector(selector)
+    span = max(1, math.ceil((end - start).total_seconds() + lookback_s))
+    inner = ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers)
+    return f'{{__name__=~"{NAME_PATTERN}", {inner}}}[{span}s]'
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshots:
+    """The samples of one target grouped by scrape: (time, series) in time order."""
+
+    points: list[tuple[datetime, Series]] = field(default_factory=list)
+
+    def window(self, start: datetime) -> tuple[Series, list[Series], Series, datetime, datetime]:
+        """The baseline (last at or before `start`), the samples after it, the last one, and
+        the times of the two ends; `SourceError` if Prometheus holds no sample that early."""
+        before = [i for i, (at, _) in enumerate(self.points) if at <= start]
+        if not before:
+            raise SourceError(
+                "Prometheus holds no sample at or before the window's start for this target"
+            )
+        first = before[-1]
+        chain = [series for _, series in self.points[first:]]
+        return (chain[0], chain[1:-1], chain[-1], self.points[first][0], self.points[-1][0])
+
+
+def _key(labels: dict[str, str]) -> tuple[tuple[SeriesKey, bool] | None, str | None]:
+    """The series key of one Prometheus series, whether it is a `_created` one, and its
+    instance; None for a name no schema reads."""
+    name = labels.get("__name__", "")
+    own = tuple(
+        sorted((k, v) for k, v in labels.items() if k != "__name__" and k not in TARGET_LABELS)
+    )
+    instance = labels.get("instance")
+    found: tuple[ServingEngine, Role] | None
+    if name.endswith("_total"):
+        found, created = ROLE_OF_FAMILY.get(name[: -len("_total")]), False
+    elif name.endswith("_created"):
+        found, created = ROLE_OF_FAMILY.get(name[: -len("_created")]), True
+    else:
+        found, created = ROLE_OF_GAUGE.get(name), False
+    if found is None:
+        return None, instance
+    engine, role = found
+    return (SeriesKey(role, own, engine), created), instance
+
+
+def snapshots_of(answer: dict[str, Any]) -> Snapshots:
+    """The range-vector answer of `range_query`, grouped by scrape; `SourceError` for an error
+    answer, a non-matrix one, or series of more than one instance (never a sum of servers)."""
+    if answer.get("status") != "success":
+        raise SourceError(f"Prometheus answered an error: {answer.get('error', 'no error text')}")
+    data = answer.get("data") or {}
+    if data.get("resultType") != "matrix":
+        raise SourceError(
+            f"Prometheus answered a {data.get('resultType')!r}, not a range of samples"
+        )
+    by_time: dict[float, Series] = {}
+    created_at: dict[tuple[float, SeriesKey], float] = {}
+    instances: set[str] = set()
+    for entry in data.get("result") or []:
+        parsed, instance = _key(entry.get("metric") or {})
+        if parsed is None:
+            continue
+        if instance is not None:
+            instances.add(instance)
+        key, created = parsed
+        for stamp, text in entry.get("values") or []:
+            value = float(text)
+            if not math.isfinite(value):
+                continue
+            if created:
+                created_at[(float(stamp), key)] = value
+            else:
+                by_time.setdefault(float(stamp), {})[key] = SeriesValue(value)
+    if len(instances) > 1:
+        raise SourceError(
+            "the selector matches more than one server (instances "
+            f"{', '.join(sorted(instances))}): narrow it to one; the collector never sums servers"
+        )
+    for (stamp, key), value in created_at.items():
+        slot = by_time.get(stamp, {}).get(key)
+        if slot is not None:
+            slot.created = value
+    points = [(datetime.fromtimestamp(stamp, UTC), by_time[stamp]) for stamp in sorted(by_time)]
+    return Snapshots(points)
+
+
+def sample_spacing(points: Sequence[tuple[datetime, Series]]) -> float | None:
+    """The typical seconds between two scrapes of the target (their median), or None."""
+    gaps = sorted(
+        (later - earlier).total_seconds() for (earlier, _), (later, _) in itertools.pairwise(points)
+    )
+    return gaps[len(gaps) // 2] if gaps else None

@@ -1,0 +1,105 @@
+"""Windows read from Prometheus: the query, and its answer read into the chain of snapshots.
+
+The answers are written here as Prometheus' HTTP API answers an instant query of a range
+selector (`resultType: matrix`); a test against a real Prometheus server is below them."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from app.engines import build_result
+from app.promsource import (
+    NAME_PATTERN,
+    SourceError,
+    instance_selector,
+    parse_selector,
+    range_query,
+    sample_spacing,
+    snapshots_of,
+)
+
+T0 = 1_796_000_000.0
+LABELS = {"engine": "0", "model_name": "m", "instance": "10.0.0.1:8000", "job": "vllm"}
+
+
+def matrix(*series: tuple[str, dict[str, str], list[tuple[float, float]]]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {"metric": {"__name__": name, **labels},
+                 "values": [[stamp, repr(value)] for stamp, value in values]}
+                for name, labels, values in series
+            ],
+        },
+    }  # fmt: skip
+
+
+def test_the_query_reads_every_spec_decode_sample_raw_over_the_window() -> None:
+    start = datetime.fromtimestamp(T0, UTC)
+    query = range_query(
+        instance_selector("10.0.0.1:8000"), start, start + timedelta(seconds=60), 30
+    )
+    assert query == f'{{__name__=~"{NAME_PATTERN}", instance="10.0.0.1:8000"}}[90s]'
+    assert "increase(" not in query and "rate(" not in query
+    assert "vllm:spec_decode_num_drafts_total" in NAME_PATTERN.replace("\\", "")
+    assert "sglang:spec_verify_calls_total" in NAME_PATTERN.replace("\\", "")
+    custom = range_query('{job="vllm", pod=~"decode-3"}', start, start, 5)
+    assert custom.endswith(', job="vllm", pod=~"decode-3"}[5s]')
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("job=\"x\"", "a selector is"), ('{__name__="x"}', "names no metric"), ("{}", "at least one"),
+     ('{job="x" pod="y"}', "separated by commas"), ("{job=x}", 'label="value"')],
+)  # fmt: skip
+def test_bad_selectors(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_selector(text)
+
+
+def test_the_answer_becomes_the_chain_with_every_reset_counted() -> None:
+    """Scrapes every 10 s; the engine restarts between the 2nd and 3rd sample (its `_created`
+    moves on): 250 - 100 before, then 40 + (90 - 40) after."""
+    drafts = [(T0 - 5, 100.0), (T0 + 5, 250.0), (T0 + 15, 40.0), (T0 + 25, 90.0)]
+    created = [(T0 - 5, 1.0), (T0 + 5, 1.0), (T0 + 15, 2.0), (T0 + 25, 2.0)]
+    answer = matrix(
+        ("vllm:spec_decode_num_drafts_total", LABELS, drafts),
+        ("vllm:spec_decode_num_drafts_created", LABELS, created),
+        ("vllm:spec_decode_num_draft_tokens_total", LABELS, [(t, 3 * v) for t, v in drafts]),
+        ("vllm:spec_decode_num_accepted_tokens_total", LABELS, [(t, 2 * v) for t, v in drafts]),
+        ("process_cpu_seconds_total", LABELS, [(T0, 1.0)]),  # not ours: never read
+    )
+    snapshots = snapshots_of(answer)
+    assert sample_spacing(snapshots.points) == 10.0
+    before, middle, after, began, ended = snapshots.window(datetime.fromtimestamp(T0, UTC))
+    assert began == datetime.fromtimestamp(T0 - 5, UTC)  # the last sample at or before start
+    assert ended == datetime.fromtimestamp(T0 + 25, UTC)
+    result = build_result("http://10.0.0.1:8000/metrics", before, after, middle)
+    assert result.data is not None and result.data.num_drafts == (250 - 100) + 40 + (90 - 40)
+    assert result.data.acceptance_rate == 2 / 3 * 100
+    assert (result.restarts, result.series_resets) == (1, 3)
+
+
+def test_a_selector_that_matches_two_servers_is_refused_never_summed() -> None:
+    other = {**LABELS, "instance": "10.0.0.2:8000"}
+    answer = matrix(
+        ("vllm:spec_decode_num_drafts_total", LABELS, [(T0, 1.0)]),
+        ("vllm:spec_decode_num_drafts_total", other, [(T0, 1.0)]),
+    )
+    with pytest.raises(
+        SourceError, match=r"matches more than one server .*10\.0\.0\.1:8000, 10\.0\.0\.2:8000"
+    ):
+        snapshots_of(answer)
+
+
+def test_error_answers_and_windows_before_the_first_sample() -> None:
+    with pytest.raises(SourceError, match="Prometheus answered an error: query timed out"):
+        snapshots_of({"status": "error", "errorType": "timeout", "error": "query timed out"})
+    with pytest.raises(SourceError, match="'vector', not a range"):
+        snapshots_of({"status": "success", "data": {"resultType": "vector", "result": []}})
+    late = snapshots_of(matrix(("vllm:spec_decode_num_drafts_total", LABELS, [(T0 + 5, 1.0)])))
+    with pytest.raises(SourceError, match="no sample at or before the window's start"):
+        late.window(datetime.fromtimestamp(T0, UTC))
