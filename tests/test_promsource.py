@@ -3,9 +3,11 @@
 The answers are written here as Prometheus' HTTP API answers an instant query of a range
 selector (`resultType: matrix`); a test against a real Prometheus server is below them."""
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
 from app.engines import build_result
@@ -18,6 +20,10 @@ from app.promsource import (
     sample_spacing,
     snapshots_of,
 )
+from app.promtext import extract_spec_decode
+from tests.collector import run_simulator
+from tests.prometheus_server import run_prometheus
+from tests.waiting import wait_for
 
 T0 = 1_796_000_000.0
 LABELS = {"engine": "0", "model_name": "m", "instance": "10.0.0.1:8000", "job": "vllm"}
@@ -103,3 +109,53 @@ def test_error_answers_and_windows_before_the_first_sample() -> None:
     late = snapshots_of(matrix(("vllm:spec_decode_num_drafts_total", LABELS, [(T0 + 5, 1.0)])))
     with pytest.raises(SourceError, match="no sample at or before the window's start"):
         late.window(datetime.fromtimestamp(T0, UTC))
+
+
+# --- against a real Prometheus server --------------------------------------------------------
+
+
+def _query(prometheus: str, promql: str, at: float) -> dict[str, Any]:
+    answer = httpx.get(
+        f"{prometheus}/api/v1/query", params={"query": promql, "time": at}, timeout=30
+    )
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def _has_sample_after(prometheus: str, instance: str, moment: float) -> bool | None:
+    promql = f'timestamp(vllm:spec_decode_num_drafts_total{{instance="{instance}"}})'
+    result = _query(prometheus, promql, time.time())["data"]["result"]
+    return True if result and float(result[0]["value"][1]) >= moment else None
+
+
+@pytest.mark.slow
+def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape() -> None:
+    """The simulator counts only requests; quiet seconds before and after the load let both
+    ways see the same counts: the range query's raw samples, and the server's own /metrics."""
+    with run_simulator("--drafts-per-s", "0", "--seed", "4", "--engines", "2") as simulator:
+        instance = simulator.removeprefix("http://")
+        with run_prometheus([instance]) as prometheus:
+            wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
+            direct_before = extract_spec_decode(httpx.get(f"{simulator}/metrics").text)
+            start = time.time()
+            time.sleep(1.5)  # a scrape after the start, before the load
+            with httpx.Client(base_url=simulator, timeout=30) as http:
+                for index in range(20):
+                    http.post("/v1/completions", json={"prompt": f"q{index}", "max_tokens": 32})
+            time.sleep(1.5)
+            end = time.time()
+            direct_after = extract_spec_decode(httpx.get(f"{simulator}/metrics").text)
+            wait_for(lambda: _has_sample_after(prometheus, instance, end), "a sample after the end")
+            answer = _query(
+                prometheus,
+                range_query(instance_selector(instance), datetime.fromtimestamp(start, UTC),
+                            datetime.fromtimestamp(end, UTC), lookback_s=10),
+                end,
+            )  # fmt: skip
+    before, middle, after, _, _ = snapshots_of(answer).window(datetime.fromtimestamp(start, UTC))
+    through_prometheus = build_result("u", before, after, middle)
+    direct = build_result("u", direct_before, direct_after)
+    assert through_prometheus.data is not None and direct.data is not None
+    assert through_prometheus.data == direct.data
+    assert (direct.data.num_drafts or 0) > 0
+    assert len(middle) >= 1  # the scrapes in between, each read raw
