@@ -58,6 +58,35 @@ class Settings(BaseSettings):
         default=0.25, gt=0, le=60, description="How often a replica looks for windows to sample."
     )
 
+    # --- Prometheus as a source ------------------------------------------------------------
+    prometheus_url: str | None = Field(
+        default=None,
+        description="Base URL of the Prometheus HTTP API (Prometheus, Thanos, Mimir, "
+        "VictoriaMetrics) that windows with source prometheus read.",
+    )
+    prometheus_bearer_token: str | None = Field(default=None, description="Sent as a Bearer.")
+    prometheus_username: str | None = Field(default=None, description="Basic auth user.")
+    prometheus_password: str | None = Field(default=None, description="Basic auth password.")
+    prometheus_timeout_s: float = Field(
+        default=10.0, gt=0, le=300, description="Timeout of one query (also Prometheus' own)."
+    )
+    prometheus_lookback_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=86400,
+        description="How far before a window's start a baseline sample may be.",
+    )
+    prometheus_max_bytes: int = Field(
+        default=32 * 1024 * 1024, ge=1024, description="Largest query answer read."
+    )
+    prometheus_wait_max_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=600,
+        description="Longest a stop waits for a sample at or after its time (two scrape "
+        "intervals, as the samples' own spacing shows, within this bound).",
+    )
+
     # --- shared deployments ---------------------------------------------------------------
     api_keys: str = Field(
         default="",

@@ -20,6 +20,7 @@ from app.db import create_db_engine, database_unavailable, upgrade_database
 from app.exception_handlers import add_exception_handlers
 from app.metrics import REGISTRY, DatabaseMetrics
 from app.middleware import BodySizeLimit, LoopbackHostOnly
+from app.prometheus import PrometheusSource
 from app.resolver import SystemResolver
 from app.routes import compare, health, windows
 from app.sampler import Sampler
@@ -77,9 +78,11 @@ def create_app(
             replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
             scan_interval_s=settings.sampler_scan_s,
         )
+        prometheus = PrometheusSource(settings, client) if settings.prometheus_url else None
         windows = WindowService(
-            engine, client, scrape, sampler, settings, ResultsCache(settings.results_cache_windows)
-        )
+            engine, client, scrape, sampler, settings,
+            ResultsCache(settings.results_cache_windows), prometheus,
+        )  # fmt: skip
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         services = Services(engine, env_keys, open_mode, windows)
         database_metrics = DatabaseMetrics(engine)

@@ -9,9 +9,9 @@ keeps a one-engine sample under 1 KB. The schema is created only by the Alembic 
 """
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import AwareDatetime, field_validator, model_validator
 from sqlalchemy import JSON, Column, DateTime, Index, MetaData, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -51,9 +51,16 @@ class WindowBase(SQLModel):
 
 
 class WindowCreate(WindowBase):
-    """Body of `POST /windows/{id}/start`; `models` is accepted in place of `targets`."""
+    """Body of `POST /windows/{id}/start`; `models` is accepted in place of `targets`.
+
+    `source` says where the counters come from: `scrape` (the collector scrapes each target),
+    or `prometheus` (read from the deployment's Prometheus at the stop; targets are `host:port`
+    matched to `instance`, or `{"selector": "{...}"}`); `at` starts such a window in the past.
+    """
 
     targets: list[str | dict[str, Any]]
+    source: Literal["scrape", "prometheus"] = "scrape"
+    at: AwareDatetime | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -84,12 +91,22 @@ class WindowCreate(WindowBase):
         return targets
 
     def parsed_targets(self) -> list[Target]:
-        """The targets, parsed and unique by `host:port`, in the order first given."""
+        """The targets, parsed and unique by `host:port`, in the order first given (for a
+        window read from Prometheus, as Prometheus knows them)."""
         unique: dict[str, Target] = {}
         for value in self.targets:
             target = parse_target(value)
+            if self.source == "prometheus":
+                target = target.in_prometheus()
             unique.setdefault(target.key, target)
         return list(unique.values())
+
+
+class WindowStop(SQLModel):
+    """Body of `POST /windows/{id}/stop` (optional): `at` stops a window read from Prometheus
+    at a past time."""
+
+    at: AwareDatetime | None = None
 
 
 class Window(WindowBase, table=True):
@@ -116,6 +133,9 @@ class Window(WindowBase, table=True):
     # The replica that samples this window, and until when (Unix seconds) its lease holds.
     sampler_owner: str | None = Field(default=None, max_length=128)
     sampler_lease_until: float | None = Field(default=None)
+    # Where the counters come from: `scrape` (the collector scrapes each target) or
+    # `prometheus` (read from SPECDEC_PROMETHEUS_URL at the stop).
+    source: str = Field(default="scrape", max_length=16)
 
 
 class WindowTarget(SQLModel, table=True):

@@ -45,11 +45,23 @@ class Target:
     url: str
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     hints: EngineHints = field(default_factory=EngineHints)
+    # A Prometheus label selector, for a target of a window read from Prometheus that is named
+    # by its labels rather than its `host:port` (then `host` is empty and `port` 0).
+    selector: str | None = None
 
     @property
     def key(self) -> str:
-        """`host:port`, with an IPv6 host in brackets: the target's name within a window."""
+        """`host:port`, with an IPv6 host in brackets, or the selector: its name in a window."""
+        if self.selector is not None and not self.host:
+            return self.selector
         return f"{_url_host(self.host)}:{self.port}"
+
+    def in_prometheus(self) -> "Target":
+        """This target as Prometheus knows it: its `instance` label, unless a selector."""
+        if self.selector is not None:
+            return self
+        selector = '{instance="' + self.key + '"}'
+        return replace(self, url=PROMETHEUS_PREFIX + selector, selector=selector)
 
 
 def _url_host(host: str) -> str:
@@ -180,6 +192,23 @@ def _parse_headers(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(headers)
 
 
+#: The stored `url` of a target read from Prometheus: this prefix, then its selector.
+PROMETHEUS_PREFIX = "prometheus:"
+MAX_SELECTOR_CHARS = 300
+
+
+def _from_selector(value: Any) -> Target:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError('selector must be a label selector string, e.g. {job="vllm"}')
+    text = value.strip()
+    if len(text) > MAX_SELECTOR_CHARS or not _URL_TEXT.match(text.replace(" ", "")):
+        raise ValueError(f"a selector is at most {MAX_SELECTOR_CHARS} printable characters")
+    from app.promsource import parse_selector  # the grammar is Prometheus'
+
+    parse_selector(text)
+    return Target("", 0, PROMETHEUS_PREFIX + text, selector=text)
+
+
 def _parse_hints(value: Mapping[str, Any]) -> EngineHints:
     engine, per_step = value.get("engine"), value.get("draft_tokens_per_step")
     if engine is not None and engine not in NAMED_ENGINES:
@@ -201,6 +230,8 @@ def parse_target(value: str | Mapping[str, Any]) -> Target:
     if isinstance(value, Mapping):
         headers = _parse_headers(value.get("headers"))
         hints = _parse_hints(value)
+        if "selector" in value:
+            return replace(_from_selector(value["selector"]), headers=headers, hints=hints)
         if "url" in value:
             if not isinstance(value["url"], str):
                 raise ValueError("url must be a string")
@@ -215,6 +246,12 @@ def parse_target(value: str | Mapping[str, Any]) -> Target:
         )  # fmt: skip
     if not isinstance(value, str):
         raise ValueError("a target is a string or an object with host_ip and host_port")
+    if value.startswith(PROMETHEUS_PREFIX):  # as stored for a window read from Prometheus
+        selector = value[len(PROMETHEUS_PREFIX) :]
+        instance = re.fullmatch(r'\{instance="([^"]*)"\}', selector)
+        if instance:
+            return replace(parse_target(instance[1]), url=value, selector=selector)
+        return _from_selector(selector)
     text = value.strip()
     if len(text) > 2048:
         raise ValueError("a target is at most 2048 characters")

@@ -5,6 +5,7 @@ selector (`resultType: matrix`); a test against a real Prometheus server is belo
 
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,7 +22,7 @@ from app.promsource import (
     snapshots_of,
 )
 from app.promtext import extract_spec_decode
-from tests.collector import run_simulator
+from tests.collector import run_collector, run_simulator
 from tests.prometheus_server import run_prometheus
 from tests.waiting import wait_for
 
@@ -159,3 +160,46 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape() -> None
     assert through_prometheus.data == direct.data
     assert (direct.data.num_drafts or 0) > 0
     assert len(middle) >= 1  # the scrapes in between, each read raw
+
+
+@pytest.mark.slow
+def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) -> None:
+    """A Prometheus-source window equals a scraped window over the same run; one created a
+    while after the run, with the run's start and stop times, equals the live one."""
+    with run_simulator("--drafts-per-s", "0", "--seed", "9") as simulator:
+        instance = simulator.removeprefix("http://")
+        with run_prometheus([instance]) as prometheus:
+            wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
+            env = {"SPECDEC_PROMETHEUS_URL": prometheus}
+            with run_collector(f"sqlite:///{tmp_path}/p.db", tmp_path, **env) as collector:
+                api = httpx.Client(base_url=collector.base_url, timeout=120)
+                assert api.post("/windows/direct/start", json={"targets": [instance]}).is_success
+                live = {"targets": [instance], "source": "prometheus"}
+                started = api.post("/windows/live/start", json=live)
+                assert started.status_code == 201, started.text
+                time.sleep(1.5)
+                with httpx.Client(base_url=simulator, timeout=30) as http:
+                    for index in range(16):
+                        http.post("/v1/completions", json={"prompt": f"q{index}", "max_tokens": 24})
+                time.sleep(1.5)
+                direct = api.post("/windows/direct/stop").json()["targets"][0]["result"]
+                stopped = api.post("/windows/live/stop")  # waits for a sample after the stop
+                assert stopped.status_code == 200, stopped.text
+                window = stopped.json()
+                through_prometheus = window["targets"][0]["result"]
+                time.sleep(2)  # the run is over; now measure it after the fact
+                past = {**live, "at": window["started_at"]}
+                assert api.post("/windows/later/start", json=past).status_code == 201
+                later = api.post("/windows/later/stop", json={"at": window["stopped_at"]})
+                after_the_fact = later.json()["targets"][0]["result"]
+                refused = api.post(
+                    "/windows/x/start", json={"targets": [instance], "at": window["started_at"]}
+                )
+                samples = api.get("/windows/live/samples").json()
+    assert direct["status"] == through_prometheus["status"] == "ok", through_prometheus
+    assert through_prometheus["data"] == direct["data"]
+    assert after_the_fact["data"] == direct["data"]
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "at"]
+    points = samples["series"][0]["points"]
+    assert points[0]["phase"] == "before" and points[-1]["phase"] == "after"
+    assert len(points) >= 4  # Prometheus' scrapes in between, each a sample of the window

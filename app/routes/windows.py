@@ -18,6 +18,7 @@ from app.models import (
     WindowCreate,
     WindowPage,
     WindowPublic,
+    WindowStop,
 )
 from app.report import render_report, timeline_csv, windows_csv
 from app.results import TargetResult
@@ -141,9 +142,16 @@ async def start(
 
 
 @router.post("/{window_id}/stop", responses=error_responses(404))
-async def stop(window_id: WindowId, windows: WindowsDep, actor: ActorDep) -> WindowPublic:
-    """Take the final scrapes, store every target's result and close the window."""
-    return await stop_window(windows, actor, window_id)
+async def stop(
+    window_id: WindowId,
+    windows: WindowsDep,
+    actor: ActorDep,
+    body: Annotated[WindowStop | None, Body()] = None,
+) -> WindowPublic:
+    """Take the final scrapes, store every target's result and close the window (a window read
+    from Prometheus: read its samples, waiting for one at or after the stop; `at` stops it in
+    the past)."""
+    return await stop_window(windows, actor, window_id, at=body.at if body else None)
 
 
 @router.post("/{window_id}/force-close", responses=error_responses(403, 404))

@@ -1,8 +1,10 @@
 """The window calls: start (with its checks) and stop, over the scrapes and the store."""
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import httpx
 from sqlalchemy.engine import Engine
@@ -11,14 +13,21 @@ from starlette.concurrency import run_in_threadpool
 from app.config import Settings
 from app.exceptions import InvalidInput, WindowConflict
 from app.leases import first_lease_seconds
-from app.models import WindowCreate, WindowPublic, utcnow
+from app.models import WindowCreate, WindowPublic, as_utc, utcnow
+from app.prometheus import PrometheusRead, PrometheusSource, SourceError
 from app.safetext import has_control_characters, safe_error_text
 from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Reading
 from app.targets import Target
 from app.windows.cache import ClosedResults, ResultsCache
 from app.windows.reads import read_results
-from app.windows.storage import close_window, insert_window, load_window, store_baseline
+from app.windows.storage import (
+    close_window,
+    insert_window,
+    load_window,
+    store_baseline,
+    store_earlier_snapshots,
+)
 from app.windows.stored import Actor, SamplerHandle, StoredWindow
 from app.windows.views import read_window, view_of
 
@@ -39,6 +48,8 @@ class WindowService:
     sampler: SamplerHandle
     settings: Settings
     results: ResultsCache
+    # The deployment's Prometheus, when SPECDEC_PROMETHEUS_URL names one.
+    prometheus: PrometheusSource | None = None
 
 
 async def _check_body(
@@ -69,12 +80,48 @@ async def _check_body(
                 f"label names and values are 1-{settings.max_label_chars} characters, "
                 "without control characters",
             )
+    if body.source == "prometheus":
+        _check_prometheus_body(service, body)
+        return
+    if body.at is not None:
+        raise InvalidInput(
+            ["body", "at"], "only a window read from Prometheus (source prometheus) may start in "
+            "the past: a scraped window starts now"
+        )  # fmt: skip
+    for index, target in enumerate(targets):
+        if target.selector is not None:
+            raise InvalidInput(
+                ["body", "targets", index], "a selector names a target of a window read from "
+                "Prometheus (source prometheus)"
+            )  # fmt: skip
     for index, reason in enumerate(await refusals(targets, service.scrape)):
         if reason is not None:
             raise InvalidInput(
                 ["body", "targets", index],
                 f"target {index} ({targets[index].key}) is refused: {reason}",
             )
+
+
+# How far in the future a client's clock may put `at` (clocks drift).
+CLOCK_SLACK_S = 5.0
+
+
+def _check_prometheus_body(service: WindowService, body: WindowCreate) -> None:
+    if service.prometheus is None:
+        raise InvalidInput(
+            ["body", "source"], "this collector reads no Prometheus (SPECDEC_PROMETHEUS_URL)"
+        )
+    if body.sample_interval_s is not None:
+        raise InvalidInput(
+            ["body", "sample_interval_s"],
+            "a window read from Prometheus has Prometheus' own samples: no sampling",
+        )
+    _check_at(body.at, ["body", "at"])
+
+
+def _check_at(at: datetime | None, loc: list[str | int]) -> None:
+    if at is not None and (at - utcnow()).total_seconds() > CLOCK_SLACK_S:
+        raise InvalidInput(loc, "at is in the future")
 
 
 async def start_window(
@@ -101,6 +148,7 @@ async def start_window(
         # Long enough for the baseline scrape and the first sample: nobody takes it meanwhile.
         first_lease_seconds(body.sample_interval_s or 0, service.scrape.timeout_s),
         service.settings.max_scrapes_per_second_per_team,
+        body.at,
     )
     if inserted is None:
         stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
@@ -111,6 +159,10 @@ async def start_window(
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
         return False, await run_in_threadpool(read_window, engine, actor.team, window_id)
     stored = inserted
+    if body.source == "prometheus":  # nothing to scrape: Prometheus is read at the stop
+        logger.info("window %s/%s started by %s from Prometheus: %d targets",
+                    actor.team, window_id, actor.key, len(targets))  # fmt: skip
+        return True, await run_in_threadpool(view_of, engine, stored, {})
     outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
     await run_in_threadpool(store_baseline, engine, stored, outcomes)
     baselines: dict[int, Reading] = {
@@ -140,7 +192,12 @@ FORCE_CLOSED = "Window force-closed by an admin: no final scrape was taken"
 
 
 async def stop_window(
-    service: WindowService, actor: Actor, window_id: str, *, force: bool = False
+    service: WindowService,
+    actor: Actor,
+    window_id: str,
+    *,
+    force: bool = False,
+    at: datetime | None = None,
 ) -> WindowPublic:
     """Stop sampling, take the final scrape, store every target's result, close the window.
 
@@ -151,6 +208,13 @@ async def stop_window(
     stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
     if stored.window.state == "closed":
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
+    if at is not None and stored.window.source != "prometheus":
+        raise InvalidInput(
+            ["body", "at"], "only a window read from Prometheus may stop in the past"
+        )
+    if stored.window.source == "prometheus" and not force:
+        _check_at(at, ["body", "at"])
+        return await _stop_from_prometheus(service, actor, stored, at)
     service.sampler.unwatch(stored.pk)
     targets = [t.parsed() for t in stored.targets]
     if force:
@@ -168,3 +232,48 @@ async def stop_window(
         len(window.targets),
     )  # fmt: skip
     return window
+
+
+async def _stop_from_prometheus(
+    service: WindowService, actor: Actor, stored: StoredWindow, at: datetime | None
+) -> WindowPublic:
+    """Read every target's samples of the window from Prometheus, store them as a scraped
+    window would have stored them, and close it with their results."""
+    assert service.prometheus is not None, "a window read from Prometheus needs one"
+    source = service.prometheus
+    start, end = as_utc(stored.window.started_at), at or utcnow()
+    if end < start:
+        raise InvalidInput(["body", "at"], "the stop is before the window's start")
+    targets = [t.parsed() for t in stored.targets]
+
+    async def read(target: Target) -> PrometheusRead | str:
+        try:
+            return await source.read(target.selector or "", start, end, wait=at is None)
+        except SourceError as exc:
+            return str(exc)
+
+    readings = await asyncio.gather(*(read(target) for target in targets))
+    befores, samples, afters, notes = [], [], [], {}
+    for stored_target, target, reading in zip(stored.targets, targets, readings, strict=True):
+        try:
+            if isinstance(reading, str):
+                raise SourceError(reading)
+            before, middle, after, began, ended = reading.snapshots.window(start)
+        except SourceError as exc:
+            befores.append(ScrapeOutcome(target, start, error=str(exc)))
+            afters.append(ScrapeOutcome(target, end, error=str(exc)))
+            continue
+        points = reading.snapshots.points
+        befores.append(ScrapeOutcome(target, began, series=before))
+        samples += [ScrapeOutcome(target, when, series=series) for when, series in points
+                    if began < when < ended]  # fmt: skip
+        afters.append(ScrapeOutcome(target, ended, series=after))
+        del middle
+        if reading.note:
+            notes[stored_target.id] = [reading.note]
+    engine = service.engine
+    await run_in_threadpool(store_earlier_snapshots, engine, stored, befores, samples)
+    closed = await run_in_threadpool(close_window, engine, stored, actor, afters, end, notes)
+    if closed is None:
+        return await run_in_threadpool(read_window, engine, actor.team, stored.window.window_id)
+    return await run_in_threadpool(view_of, engine, stored, closed.baselines, closed.results)

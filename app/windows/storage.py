@@ -5,6 +5,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, update
@@ -248,6 +249,7 @@ def insert_window(
     sampler_owner: str,
     first_lease_s: float,
     scrape_budget: float = math.inf,
+    started_at: datetime | None = None,
 ) -> StoredWindow | None:
     """Add the window and its targets; None if the team has a window of this id already.
 
@@ -265,6 +267,8 @@ def insert_window(
             # The replica that starts a sampled window holds its first lease.
             sampler_owner=sampler_owner if interval_s else None,
             sampler_lease_until=time.time() + first_lease_s if interval_s else None,
+            source=body.source,
+            started_at=started_at or utcnow(),
         )
         session.add(window)
         try:
@@ -345,11 +349,33 @@ class ClosedWindow:
     results: dict[int, TargetResult | None]
 
 
+def store_earlier_snapshots(
+    engine: Engine,
+    stored: StoredWindow,
+    before: Sequence[ScrapeOutcome],
+    samples: Sequence[ScrapeOutcome],
+) -> None:
+    """Store a window's baselines and samples at once (a window read from Prometheus at its
+    stop: what a scraped window stores as it goes)."""
+    with write_session(engine) as session:
+        ids = {t.key: t.id for t in stored.targets}
+        store_snapshots(session, ids, "before", before)
+        store_snapshots(session, ids, "sample", samples)
+        session.commit()
+
+
 def close_window(
-    engine: Engine, stored: StoredWindow, actor: Actor, outcomes: Sequence[ScrapeOutcome]
+    engine: Engine,
+    stored: StoredWindow,
+    actor: Actor,
+    outcomes: Sequence[ScrapeOutcome],
+    stopped_at: datetime | None = None,
+    notes: dict[int, list[str]] | None = None,
 ) -> ClosedWindow | None:
-    """Store the final scrape and every target's result; None if another stop came first."""
-    stopped_at = utcnow()
+    """Store the final scrape and every target's result; None if another stop came first.
+    `stopped_at` is now unless given (a window read from Prometheus may stop in the past);
+    `notes` are added to the results of the targets (by id) they are given for."""
+    stopped_at = stopped_at or utcnow()
     with write_session(engine) as session:
         # The conditional update goes first: it takes the write lock, so no sample lands while
         # the results are computed, and of two concurrent stops only the first stores results.
@@ -387,6 +413,9 @@ def close_window(
                 [reading_of(sample, catalog) for sample in samples],
                 target.hints,
             )
+            extra = (notes or {}).get(target.id)
+            if extra:
+                result = result.model_copy(update={"notes": [*(result.notes or []), *extra]})
             results[target.id] = result.with_overlaps(overlaps[target.key])
         # One executemany for all targets (an ORM bulk update by primary key).
         session.execute(
