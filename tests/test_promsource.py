@@ -23,6 +23,7 @@ from app.promsource import (
 )
 from app.promtext import extract_spec_decode
 from tests.collector import run_collector, run_simulator
+from tests.metrics_server import free_port
 from tests.prometheus_server import run_prometheus
 from tests.waiting import wait_for
 
@@ -203,3 +204,28 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
     points = samples["series"][0]["points"]
     assert points[0]["phase"] == "before" and points[-1]["phase"] == "after"
     assert len(points) >= 4  # Prometheus' scrapes in between, each a sample of the window
+
+
+@pytest.mark.slow
+def test_prometheus_failures_are_na_with_their_reason(tmp_path: Path) -> None:
+    """A target Prometheus does not scrape, and a Prometheus that does not answer."""
+    with run_simulator("--drafts-per-s", "0") as simulator:
+        instance = simulator.removeprefix("http://")
+        with run_prometheus([instance]) as prometheus:
+            wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
+            gone = f"http://127.0.0.1:{free_port()}"
+            for url, target, reason in (
+                (prometheus, "10.9.9.9:8000",
+                 'Prometheus holds no spec-decode series for {instance="10.9.9.9:8000"}'),
+                (gone, instance, f"Failed to query Prometheus at {gone}: ConnectError"),
+            ):  # fmt: skip
+                env = {"SPECDEC_PROMETHEUS_URL": url, "SPECDEC_PROMETHEUS_WAIT_MAX_S": "1"}
+                folder = tmp_path / str(free_port())
+                folder.mkdir()
+                with run_collector(f"sqlite:///{folder}/db", folder, **env) as collector:
+                    api = httpx.Client(base_url=collector.base_url, timeout=60)
+                    body = {"targets": [target], "source": "prometheus"}
+                    assert api.post("/windows/f/start", json=body).status_code == 201
+                    result = api.post("/windows/f/stop").json()["targets"][0]["result"]
+                assert result["status"] == "na"
+                assert result["error"].startswith(f"[before] {reason}"), result["error"]
