@@ -183,6 +183,7 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
                     for index in range(16):
                         http.post("/v1/completions", json={"prompt": f"q{index}", "max_tokens": 24})
                 time.sleep(1.5)
+                while_open = api.get("/windows/live/samples").json()["series"][0]["points"]
                 direct = api.post("/windows/direct/stop").json()["targets"][0]["result"]
                 stopped = api.post("/windows/live/stop")  # waits for a sample after the stop
                 assert stopped.status_code == 200, stopped.text
@@ -201,6 +202,9 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
     assert through_prometheus["data"] == direct["data"]
     assert after_the_fact["data"] == direct["data"]
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "at"]
+    # While open, the timeline is Prometheus' samples so far; once closed, the ones stored.
+    assert while_open[0]["phase"] == "before" and len(while_open) >= 3
+    assert while_open[-1]["num_drafts"] == direct["data"]["num_drafts"]
     points = samples["series"][0]["points"]
     assert points[0]["phase"] == "before" and points[-1]["phase"] == "after"
     assert len(points) >= 4  # Prometheus' scrapes in between, each a sample of the window

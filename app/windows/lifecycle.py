@@ -5,19 +5,20 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import httpx
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
-from app.exceptions import InvalidInput, WindowConflict
+from app.exceptions import InvalidInput, TargetNotInWindow, WindowConflict
 from app.leases import first_lease_seconds
 from app.models import WindowCreate, WindowPublic, as_utc, utcnow
 from app.prometheus import PrometheusRead, PrometheusSource, SourceError
 from app.safetext import has_control_characters, safe_error_text
 from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
-from app.specdecode import Reading
+from app.specdecode import Reading, timeline
 from app.targets import Target
 from app.windows.cache import ClosedResults, ResultsCache
 from app.windows.reads import read_results
@@ -28,7 +29,7 @@ from app.windows.storage import (
     store_baseline,
     store_earlier_snapshots,
 )
-from app.windows.stored import Actor, SamplerHandle, StoredWindow
+from app.windows.stored import Actor, SamplerHandle, StoredTarget, StoredWindow
 from app.windows.views import read_window, view_of
 
 logger = logging.getLogger(__name__)
@@ -277,3 +278,32 @@ async def _stop_from_prometheus(
     if closed is None:
         return await run_in_threadpool(read_window, engine, actor.team, stored.window.window_id)
     return await run_in_threadpool(view_of, engine, stored, closed.baselines, closed.results)
+
+
+async def live_timeline(
+    service: WindowService, team: str, window_id: str, target_key: str | None
+) -> list[tuple[str, list[dict[str, Any]]]] | None:
+    """The timelines of an open window read from Prometheus, from Prometheus' samples so far
+    (its first point is the baseline); None for any other window (its stored snapshots)."""
+    stored = await run_in_threadpool(load_window, service.engine, team, window_id)
+    if stored.window.state != "open" or stored.window.source != "prometheus":
+        return None
+    assert service.prometheus is not None, "a window read from Prometheus needs one"
+    source, start, now = service.prometheus, as_utc(stored.window.started_at), utcnow()
+    chosen = [t for t in stored.targets if target_key is None or t.key == target_key]
+    if target_key is not None and not chosen:
+        raise TargetNotInWindow(window_id, target_key)
+
+    async def one(target: StoredTarget) -> tuple[str, list[dict[str, Any]]]:
+        try:
+            read = await source.read(target.parsed().selector or "", start, now, wait=False)
+            before, _, _, began, _ = read.snapshots.window(start)
+        except SourceError as exc:
+            return target.key, timeline([(now, "before", str(exc))])
+        points: list[tuple[Any, str, Reading]] = [(began, "before", before)]
+        points += [
+            (when, "sample", series) for when, series in read.snapshots.points if when > began
+        ]
+        return target.key, timeline(points)
+
+    return list(await asyncio.gather(*(one(target) for target in chosen)))
