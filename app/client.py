@@ -38,14 +38,30 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a window's counters come from: scraped (the default), or read from the collector's
+    Prometheus, `at` a past time when given."""
+
+    prometheus: bool = False
+    at: datetime | None = None
+
+
 def _start_body(
-    targets: Sequence[Target], labels: Mapping[str, str] | None, sample_interval_s: float | None
+    targets: Sequence[Target],
+    labels: Mapping[str, str] | None,
+    sample_interval_s: float | None,
+    source: Source,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"targets": list(targets)}
     if labels:
         body["labels"] = dict(labels)
     if sample_interval_s is not None:
         body["sample_interval_s"] = sample_interval_s
+    if source.prometheus:
+        body["source"] = "prometheus"
+    if source.at is not None:
+        body["at"] = source.at.isoformat()
     return body
 
 
@@ -105,16 +121,18 @@ class BaseClient:
         targets: Sequence[Target],
         labels: Labels,
         sample_interval_s: float | None,
+        source: Source = Source(),
     ) -> Call:
         return Call(
             "POST",
             f"/windows/{window_id}/start",
-            body=_start_body(targets, labels, sample_interval_s),
+            body=_start_body(targets, labels, sample_interval_s, source),
         )
 
     @staticmethod
-    def stopping(window_id: str) -> Call:
-        return Call("POST", f"/windows/{window_id}/stop")
+    def stopping(window_id: str, at: datetime | None = None) -> Call:
+        body = {"at": at.isoformat()} if at is not None else None
+        return Call("POST", f"/windows/{window_id}/stop", body=body)
 
     @staticmethod
     def getting(window_id: str) -> Call:
@@ -175,15 +193,22 @@ class CollectorClient(BaseClient):
             raise self._unavailable(exc) from exc
 
     def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
-              sample_interval_s: float | None = None) -> WindowPublic:  # fmt: skip
+              sample_interval_s: float | None = None,
+              source: Source = Source()) -> WindowPublic:  # fmt: skip
         """Open a window (a retry of the same start is harmless)."""
         return self.window_of(
-            self._send(self.starting(window_id, targets, labels, sample_interval_s))
+            self._send(self.starting(window_id, targets, labels, sample_interval_s, source))
         )
 
-    def stop(self, window_id: str) -> WindowPublic:
-        """Close a window; its targets carry their results."""
-        return self.window_of(self._send(self.stopping(window_id)))
+    def stop(self, window_id: str, at: datetime | None = None) -> WindowPublic:
+        """Close a window (one read from Prometheus may close `at` a past time)."""
+        return self.window_of(self._send(self.stopping(window_id, at)))
+
+    def measure_past(self, window_id: str, targets: Sequence[Target], start: datetime,
+                     end: datetime, labels: Labels = None) -> WindowPublic:  # fmt: skip
+        """A window over a run that is over, read from the collector's Prometheus: one call."""
+        self.start(window_id, targets, labels, None, Source(prometheus=True, at=start))
+        return self.stop(window_id, end)
 
     def get(self, window_id: str) -> WindowPublic:
         """The window with its targets and results."""
@@ -236,14 +261,21 @@ class AsyncCollectorClient(BaseClient):
             raise self._unavailable(exc) from exc
 
     async def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
-                    sample_interval_s: float | None = None) -> WindowPublic:  # fmt: skip
+                    sample_interval_s: float | None = None,
+                    source: Source = Source()) -> WindowPublic:  # fmt: skip
         """Open a window (a retry of the same start is harmless)."""
-        call = self.starting(window_id, targets, labels, sample_interval_s)
+        call = self.starting(window_id, targets, labels, sample_interval_s, source)
         return self.window_of(await self._send(call))
 
-    async def stop(self, window_id: str) -> WindowPublic:
-        """Close a window; its targets carry their results."""
-        return self.window_of(await self._send(self.stopping(window_id)))
+    async def stop(self, window_id: str, at: datetime | None = None) -> WindowPublic:
+        """Close a window (one read from Prometheus may close `at` a past time)."""
+        return self.window_of(await self._send(self.stopping(window_id, at)))
+
+    async def measure_past(self, window_id: str, targets: Sequence[Target], start: datetime,
+                           end: datetime, labels: Labels = None) -> WindowPublic:  # fmt: skip
+        """A window over a run that is over, read from the collector's Prometheus: one call."""
+        await self.start(window_id, targets, labels, None, Source(prometheus=True, at=start))
+        return await self.stop(window_id, end)
 
     async def get(self, window_id: str) -> WindowPublic:
         """The window with its targets and results."""

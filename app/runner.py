@@ -25,7 +25,7 @@ import httpx
 
 from app.aisbench.files import newest_output_dir, write_result
 from app.aisbench.records import inference_span
-from app.client import CollectorClient, CollectorError, CollectorUnavailable, Target
+from app.client import CollectorClient, CollectorError, CollectorUnavailable, Source, Target
 from app.report import render_block
 from app.results import TargetResult
 
@@ -46,6 +46,8 @@ class RunOptions:
     nothing_to_measure: str | None = None
     # Measure AISBench's inference phase only, bounded by its own request records.
     aisbench_phase: bool = False
+    # Read the window from the collector's Prometheus instead of scraping.
+    from_prometheus: bool = False
 
 
 def run_command(command: Sequence[str], say: Callable[[str], None]) -> int:
@@ -98,8 +100,9 @@ def run_wrapped(
         return run_command(options.command, say)
     try:
         window = client.start(
-            options.window_id, options.targets, options.labels, options.sample_interval_s
-        )
+            options.window_id, options.targets, options.labels, options.sample_interval_s,
+            Source(prometheus=options.from_prometheus),
+        )  # fmt: skip
         started = True
         say(f"specdec: window {options.window_id} started on {len(window.targets)} target(s)")
     except (CollectorError, CollectorUnavailable) as exc:

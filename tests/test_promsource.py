@@ -3,6 +3,7 @@
 The answers are written here as Prometheus' HTTP API answers an instant query of a range
 selector (`resultType: matrix`); a test against a real Prometheus server is below them."""
 
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,7 +23,7 @@ from app.promsource import (
     snapshots_of,
 )
 from app.promtext import extract_spec_decode
-from tests.collector import run_collector, run_simulator
+from tests.collector import run_collector, run_simulator, specdec_command
 from tests.metrics_server import free_port
 from tests.prometheus_server import run_prometheus
 from tests.waiting import wait_for
@@ -198,9 +199,18 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
                     "/windows/x/start", json={"targets": [instance], "at": window["started_at"]}
                 )
                 samples = api.get("/windows/live/samples").json()
+                one_call = subprocess.run(
+                    [*specdec_command(), "run", "--server", collector.base_url, "--id", "cli",
+                     "--source", "prometheus", "--target", instance,
+                     "--from", window["started_at"], "--to", window["stopped_at"]],
+                    capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
     assert direct["status"] == through_prometheus["status"] == "ok", through_prometheus
     assert through_prometheus["data"] == direct["data"]
     assert after_the_fact["data"] == direct["data"]
+    assert one_call.returncode == 0, one_call.stderr
+    drafts_row = f"{'Drafts':<45} {direct['data']['num_drafts']}"
+    assert drafts_row in one_call.stdout.splitlines()
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "at"]
     # While open, the timeline is Prometheus' samples so far; once closed, the ones stored.
     assert while_open[0]["phase"] == "before" and len(while_open) >= 3

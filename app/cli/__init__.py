@@ -97,9 +97,19 @@ def build_parser() -> argparse.ArgumentParser:
     start = client_command("start", "open a window on a collector")
     start.add_argument("id")
     target_options(start)
+    start.add_argument(
+        "--source",
+        choices=["scrape", "prometheus"],
+        default="scrape",
+        help="where the counters come from (prometheus: the collector's SPECDEC_PROMETHEUS_URL)",
+    )
+    start.add_argument(
+        "--at", metavar="TIME", help="prometheus source: start in the past (RFC 3339)"
+    )
     start.set_defaults(handler=remote.start)
     stop = client_command("stop", "close a window and print its report")
     stop.add_argument("id")
+    stop.add_argument("--at", metavar="TIME", help="prometheus source: stop in the past (RFC 3339)")
     stop.set_defaults(handler=remote.stop)
     get = client_command("get", "show a window and its results")
     get.add_argument("id")
@@ -121,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
         "<work dir>/<run>/performances the command made - AISBench's -w, default "
         "outputs/default - else .); beside AISBench's own file of that name, never over it",
     )
+    run.add_argument(
+        "--source",
+        choices=["scrape", "prometheus"],
+        default="scrape",
+        help="where the counters come from (prometheus: the collector's SPECDEC_PROMETHEUS_URL)",
+    )
+    run.add_argument("--from", dest="from_", metavar="TIME", help="a past run's start (RFC 3339)")
+    run.add_argument("--to", metavar="TIME", help="a past run's end: with --from, no command")
     run.add_argument(
         "--whole-command",
         action="store_true",

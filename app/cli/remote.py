@@ -8,6 +8,7 @@ import secrets
 import sys
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,9 +94,28 @@ def _client_call(args: argparse.Namespace, call: "Callable[[CollectorClient], in
             return 2
 
 
+def _moment(text: str | None, option: str) -> datetime | None:
+    """An RFC 3339 time with its zone (`2026-11-30T12:00:00Z`), or None."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SystemExit(f"specdec: {option} {text!r} is not an RFC 3339 time") from None
+    if moment.tzinfo is None:
+        raise SystemExit(f"specdec: {option} {text!r} needs a zone (Z or +hh:mm)")
+    return moment
+
+
 def start(args: argparse.Namespace) -> int:
+    from app.client import Source
+
+    source = Source(prometheus=args.source == "prometheus", at=_moment(args.at, "--at"))
+
     def call(client: "CollectorClient") -> int:
-        window = client.start(args.id, _targets(args), _labels(args.label), args.sample_interval)
+        window = client.start(
+            args.id, _targets(args), _labels(args.label), args.sample_interval, source
+        )
         print(f"window {window.id} open on {', '.join(t.target for t in window.targets)}")
         return 0
 
@@ -113,7 +133,13 @@ def _print_text(args: argparse.Namespace, text_of: "Callable[[CollectorClient], 
 
 
 def stop(args: argparse.Namespace) -> int:
-    return _print_text(args, lambda client: client.stop_and_report(args.id))
+    at = _moment(args.at, "--at")
+
+    def stopped(client: "CollectorClient") -> str:
+        client.stop(args.id, at)
+        return client.report(args.id)
+
+    return _print_text(args, stopped)
 
 
 def get(args: argparse.Namespace) -> int:
@@ -170,15 +196,18 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    window_id = args.id or time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    if args.from_ is not None or args.to is not None:
+        return _run_past(args, window_id, command)
     if not command:
         raise SystemExit(
             "specdec run: give the command after --, e.g. specdec run --target h:p -- ais_bench ..."
         )
-    window_id = args.id or time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
     targets, work_dir, problem, aisbench_perf = _run_targets(args, command, Path.cwd())
     phase = aisbench_perf and not args.whole_command
     interval = args.sample_interval
-    if phase and interval is None:
+    prometheus = args.source == "prometheus"
+    if phase and interval is None and not prometheus:
         interval = AISBENCH_SAMPLE_INTERVAL_S  # samples make the phase's bounds tight
     options = RunOptions(
         window_id=window_id,
@@ -190,9 +219,30 @@ def run(args: argparse.Namespace) -> int:
         work_dir=work_dir,
         nothing_to_measure=problem,
         aisbench_phase=phase,
+        from_prometheus=prometheus,
     )
     with _client(args) as client:
         return run_wrapped(client, options)
+
+
+def _run_past(args: argparse.Namespace, window_id: str, command: list[str]) -> int:
+    """`specdec run --source prometheus --from T --to T`: a window over a run that is over,
+    read from the collector's Prometheus, in one call; its report printed."""
+    if command or args.source != "prometheus":
+        raise SystemExit(
+            "specdec run: --from/--to measure a past run: --source prometheus, no command"
+        )
+    start, end = _moment(args.from_, "--from"), _moment(args.to, "--to")
+    if start is None or end is None:
+        raise SystemExit("specdec run: a past run needs both --from and --to")
+    targets = _targets(args)
+
+    def call(client: "CollectorClient") -> int:
+        client.measure_past(window_id, targets, start, end, _labels(args.label))
+        print(client.report(window_id), end="")
+        return 0
+
+    return _client_call(args, call)
 
 
 def load(args: argparse.Namespace) -> int:
