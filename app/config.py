@@ -70,12 +70,6 @@ class Settings(BaseSettings):
     prometheus_timeout_s: float = Field(
         default=10.0, gt=0, le=300, description="Timeout of one query (also Prometheus' own)."
     )
-    prometheus_lookback_s: float = Field(
-        default=300.0,
-        gt=0,
-        le=86400,
-        description="How far before a window's start a baseline sample may be.",
-    )
     prometheus_max_bytes: int = Field(
         default=32 * 1024 * 1024, ge=1024, description="Largest query answer read."
     )

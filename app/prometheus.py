@@ -12,18 +12,29 @@ import base64
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 
 from app.config import Settings
-from app.promsource import Snapshots, SourceError, range_query, sample_spacing, snapshots_of
+from app.promsource import (
+    Snapshots,
+    SourceError,
+    baseline_of,
+    range_query,
+    sample_spacing,
+    scrape_time_query,
+    series_query,
+    snapshots_of,
+)
 from app.safetext import safe_error_text
 
 # Without a known spacing (one sample so far), how long a stop waits at most for the next.
 DEFAULT_WAIT_S = 30.0
 POLL_S = 0.5
+# The recent samples whose spacing tells a target's scrape interval.
+SPACING_SPAN_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +52,6 @@ class PrometheusSource:
         assert settings.prometheus_url is not None
         self.base_url = settings.prometheus_url.rstrip("/")
         self.timeout_s = settings.prometheus_timeout_s
-        self.lookback_s = settings.prometheus_lookback_s
         self.max_bytes = settings.prometheus_max_bytes
         self.wait_max_s = settings.prometheus_wait_max_s
         self.client = client
@@ -96,25 +106,43 @@ class PrometheusSource:
     async def read(
         self, selector: str, start: datetime, end: datetime, wait: bool
     ) -> PrometheusRead:
-        """The target's samples from `lookback_s` before `start` to `end`. With `wait`, a stop
-        happening now, wait until a sample at or after `end` is in (or say it is not)."""
-        promql = range_query(selector, start, end, self.lookback_s)
-        began = time.monotonic()
+        """The target's samples: the last at or before `start`, and every one after it up to
+        `end`. With `wait` (a stop happening now), first wait until a sample at or after `end`
+        is in, or say in a note that none came within the bound."""
+        instant = series_query(selector)
+        note = await self._wait_for(selector, end) if wait else None
+        values = await self.query(instant, start)
+        times = await self.query(scrape_time_query(selector), start)
+        answer = await self.query(range_query(selector, start, end), end)
+        snapshots = snapshots_of(answer, baseline_of(values, times))
+        if not snapshots.points:
+            raise SourceError(f"Prometheus holds no spec-decode series for {selector}")
+        return PrometheusRead(snapshots, note)
+
+    async def _latest(self, promql: str) -> float | None:
+        result = (await self.query(promql, datetime.now(UTC)))["data"]["result"]
+        return float(result[0]["value"][1]) if result else None
+
+    async def _wait_for(self, selector: str, end: datetime) -> str | None:
+        """Wait until Prometheus holds a sample at or after `end`: two scrape intervals (as
+        the samples' own spacing over the last 30 s shows), within `wait_max_s`."""
+        began, bound = time.monotonic(), None
         while True:
-            snapshots = snapshots_of(await self.query(promql, end))
-            if not snapshots.points:
-                raise SourceError(f"Prometheus holds no spec-decode series for {selector}")
-            last = snapshots.points[-1][0]
-            if not wait or last >= end:
-                return PrometheusRead(snapshots)
-            spacing = sample_spacing(snapshots.points)
-            bound = min(self.wait_max_s, 2 * spacing if spacing else DEFAULT_WAIT_S)
+            latest = await self._latest(scrape_time_query(selector))
+            if latest is None or latest >= end.timestamp():
+                return None  # no series at all (the reading says so), or the sample is in
+            if bound is None:
+                recent = datetime.now(UTC)
+                since = recent - timedelta(seconds=SPACING_SPAN_S)
+                answer = await self.query(range_query(selector, since, recent), recent)
+                spacing = sample_spacing(snapshots_of(answer).points)
+                bound = min(self.wait_max_s, 2 * spacing if spacing else DEFAULT_WAIT_S)
             if time.monotonic() - began >= bound:
-                note = (
+                last = datetime.fromtimestamp(latest, UTC)
+                return (
                     f"computed with Prometheus' samples up to {last:%H:%M:%S} UTC: none at or "
                     f"after the stop came within {bound:g} s"
                 )
-                return PrometheusRead(snapshots, note)
             await asyncio.sleep(POLL_S)
 
 

@@ -70,13 +70,28 @@ def instance_selector(target_key: str) -> str:
     return '{instance="' + target_key.replace("\\", "\\\\").replace('"', '\\"') + '"}'
 
 
-def range_query(selector: str, start: datetime, end: datetime, lookback_s: float) -> str:
-    """The PromQL of every spec-decode sample of `selector` from `lookback_s` before `start`
-    to `end` (evaluated at `end`): the baseline is the last sample at or before `start`."""
+def series_query(selector: str) -> str:
+    """The instant-vector PromQL of every spec-decode series of `selector`: evaluated at a
+    moment, the last sample of each at or before it (within Prometheus' lookback, 5 min by
+    default); `scrape_time_query` gives the time of their scrape."""
     matchers = parse_selector(selector)
-    span = max(1, math.ceil((end - start).total_seconds() + lookback_s))
     inner = ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers)
-    return f'{{__name__=~"{NAME_PATTERN}", {inner}}}[{span}s]'
+    return f'{{__name__=~"{NAME_PATTERN}", {inner}}}'
+
+
+def scrape_time_query(selector: str) -> str:
+    """The PromQL of the time of the last scrape of `selector`'s series (at the evaluation
+    time). `timestamp()` drops the metric name, which would leave two series of one label set:
+    the name is first copied to a label of its own."""
+    named = f'label_replace({series_query(selector)}, "specdec_family", "$1", "__name__", "(.+)")'
+    return f"max(timestamp({named}))"
+
+
+def range_query(selector: str, start: datetime, end: datetime) -> str:
+    """The PromQL of every raw spec-decode sample of `selector` after `start` up to `end`
+    (evaluated at `end`); the baseline comes from `series_query` at `start`."""
+    span = max(1, math.ceil((end - start).total_seconds()))
+    return f"{series_query(selector)}[{span}s]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,20 +134,38 @@ def _key(labels: dict[str, str]) -> tuple[tuple[SeriesKey, bool] | None, str | N
     return (SeriesKey(role, own, engine), created), instance
 
 
-def snapshots_of(answer: dict[str, Any]) -> Snapshots:
-    """The range-vector answer of `range_query`, grouped by scrape; `SourceError` for an error
-    answer, a non-matrix one, or series of more than one instance (never a sum of servers)."""
+def _result(answer: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     if answer.get("status") != "success":
         raise SourceError(f"Prometheus answered an error: {answer.get('error', 'no error text')}")
     data = answer.get("data") or {}
-    if data.get("resultType") != "matrix":
-        raise SourceError(
-            f"Prometheus answered a {data.get('resultType')!r}, not a range of samples"
+    if data.get("resultType") != kind:
+        raise SourceError(f"Prometheus answered a {data.get('resultType')!r}, not a {kind}")
+    result: list[dict[str, Any]] = data.get("result") or []
+    return result
+
+
+def baseline_of(values: dict[str, Any], latest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answers of `series_query` and of `scrape_time_query` at a window's start,
+    as matrix entries of one sample each, at the time of the scrape they come from (a target's
+    series are scraped together), not at the query's time."""
+    stamps = [float(entry["value"][1]) for entry in _result(latest, "vector")]
+    entries = []
+    for entry in _result(values, "vector"):
+        stamp = stamps[0] if stamps else float(entry["value"][0])
+        entries.append(
+            {"metric": entry.get("metric") or {}, "values": [[stamp, entry["value"][1]]]}
         )
+    return entries
+
+
+def snapshots_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) -> Snapshots:
+    """The range-vector answer of `range_query` (after the `baseline_of` entries), grouped by
+    scrape; `SourceError` for an error answer, a non-matrix one, or series of more than one
+    instance (never a sum of servers)."""
     by_time: dict[float, Series] = {}
     created_at: dict[tuple[float, SeriesKey], float] = {}
     instances: set[str] = set()
-    for entry in data.get("result") or []:
+    for entry in [*baseline, *_result(answer, "matrix")]:
         parsed, instance = _key(entry.get("metric") or {})
         if parsed is None:
             continue

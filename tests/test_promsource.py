@@ -16,10 +16,13 @@ from app.engines import build_result
 from app.promsource import (
     NAME_PATTERN,
     SourceError,
+    baseline_of,
     instance_selector,
     parse_selector,
     range_query,
     sample_spacing,
+    scrape_time_query,
+    series_query,
     snapshots_of,
 )
 from app.promtext import extract_spec_decode
@@ -48,15 +51,30 @@ def matrix(*series: tuple[str, dict[str, str], list[tuple[float, float]]]) -> di
 
 def test_the_query_reads_every_spec_decode_sample_raw_over_the_window() -> None:
     start = datetime.fromtimestamp(T0, UTC)
-    query = range_query(
-        instance_selector("10.0.0.1:8000"), start, start + timedelta(seconds=60), 30
+    query = range_query(instance_selector("10.0.0.1:8000"), start, start + timedelta(seconds=60))
+    assert query == f'{{__name__=~"{NAME_PATTERN}", instance="10.0.0.1:8000"}}[60s]'
+    assert (
+        series_query(instance_selector("h:1")) == f'{{__name__=~"{NAME_PATTERN}", instance="h:1"}}'
     )
-    assert query == f'{{__name__=~"{NAME_PATTERN}", instance="10.0.0.1:8000"}}[90s]'
     assert "increase(" not in query and "rate(" not in query
     assert "vllm:spec_decode_num_drafts_total" in NAME_PATTERN.replace("\\", "")
     assert "sglang:spec_verify_calls_total" in NAME_PATTERN.replace("\\", "")
-    custom = range_query('{job="vllm", pod=~"decode-3"}', start, start, 5)
-    assert custom.endswith(', job="vllm", pod=~"decode-3"}[5s]')
+    custom = range_query('{job="vllm", pod=~"decode-3"}', start, start)
+    assert custom.endswith(', job="vllm", pod=~"decode-3"}[1s]')
+
+
+def test_the_baseline_is_each_series_last_sample_at_its_own_time() -> None:
+    """An instant query at the start gives values at the query's time; `max(timestamp())`
+    gives the time of the scrape they come from."""
+    metric = {"__name__": "vllm:spec_decode_num_drafts_total", **LABELS}
+    values = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": metric, "value": [T0, "42"]}]}}  # fmt: skip
+    times = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {}, "value": [T0, str(T0 - 0.7)]}]}}  # fmt: skip
+    assert baseline_of(values, times) == [{"metric": metric, "values": [[T0 - 0.7, "42"]]}]
+    later = matrix(("vllm:spec_decode_num_drafts_total", LABELS, [(T0 + 0.3, 50.0)]))
+    snapshots = snapshots_of(later, baseline_of(values, times))
+    assert [at.timestamp() for at, _ in snapshots.points] == [T0 - 0.7, T0 + 0.3]
 
 
 @pytest.mark.parametrize(
@@ -107,7 +125,7 @@ def test_a_selector_that_matches_two_servers_is_refused_never_summed() -> None:
 def test_error_answers_and_windows_before_the_first_sample() -> None:
     with pytest.raises(SourceError, match="Prometheus answered an error: query timed out"):
         snapshots_of({"status": "error", "errorType": "timeout", "error": "query timed out"})
-    with pytest.raises(SourceError, match="'vector', not a range"):
+    with pytest.raises(SourceError, match="'vector', not a matrix"):
         snapshots_of({"status": "success", "data": {"resultType": "vector", "result": []}})
     late = snapshots_of(matrix(("vllm:spec_decode_num_drafts_total", LABELS, [(T0 + 5, 1.0)])))
     with pytest.raises(SourceError, match="no sample at or before the window's start"):
@@ -149,13 +167,17 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape() -> None
             end = time.time()
             direct_after = extract_spec_decode(httpx.get(f"{simulator}/metrics").text)
             wait_for(lambda: _has_sample_after(prometheus, instance, end), "a sample after the end")
+            selector = instance_selector(instance)
+            values = _query(prometheus, series_query(selector), start)
+            times = _query(prometheus, scrape_time_query(selector), start)
             answer = _query(
                 prometheus,
-                range_query(instance_selector(instance), datetime.fromtimestamp(start, UTC),
-                            datetime.fromtimestamp(end, UTC), lookback_s=10),
+                range_query(selector, datetime.fromtimestamp(start, UTC),
+                            datetime.fromtimestamp(end, UTC)),
                 end,
             )  # fmt: skip
-    before, middle, after, _, _ = snapshots_of(answer).window(datetime.fromtimestamp(start, UTC))
+    snapshots = snapshots_of(answer, baseline_of(values, times))
+    before, middle, after, _, _ = snapshots.window(datetime.fromtimestamp(start, UTC))
     through_prometheus = build_result("u", before, after, middle)
     direct = build_result("u", direct_before, direct_after)
     assert through_prometheus.data is not None and direct.data is not None

@@ -19,6 +19,7 @@ BENCHMARKS = [
     "storage",
     "replicas",
     "load",
+    "prometheus_source",
 ]
 
 
