@@ -12,7 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app.config import Settings
 from app.engines import build_result
+from app.prometheus import PrometheusSource
 from app.promsource import (
     NAME_PATTERN,
     SourceError,
@@ -29,6 +31,7 @@ from app.promtext import extract_spec_decode
 from tests.collector import run_collector, run_simulator, specdec_command
 from tests.metrics_server import free_port
 from tests.prometheus_server import run_prometheus
+from tests.streaming import streamed_steps
 from tests.waiting import wait_for
 
 T0 = 1_796_000_000.0
@@ -265,3 +268,44 @@ def test_prometheus_failures_are_na_with_their_reason(tmp_path: Path) -> None:
                     result = api.post("/windows/f/stop").json()["targets"][0]["result"]
                 assert result["status"] == "na"
                 assert result["error"].startswith(f"[before] {reason}"), result["error"]
+
+
+@pytest.mark.slow
+def test_engine_restarts_inside_a_window_read_from_prometheus_are_counted_in_full(
+    tmp_path: Path,
+) -> None:
+    """Engine 0 restarts after every 4th request (its counters fall to 0, its `_created`
+    moves on). Requests 1.3 s apart are each scraped before the next restart: the window
+    counts every draft the client saw streamed, through two restarts."""
+    with run_simulator("--drafts-per-s", "0", "--engines", "2", "--reset-after", "4") as simulator:
+        instance = simulator.removeprefix("http://")
+        with run_prometheus([instance]) as prometheus:
+            wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
+            env = {"SPECDEC_PROMETHEUS_URL": prometheus}
+            with run_collector(f"sqlite:///{tmp_path}/r.db", tmp_path, **env) as collector:
+                api = httpx.Client(base_url=collector.base_url, timeout=120)
+                body = {"targets": [instance], "source": "prometheus"}
+                assert api.post("/windows/restarts/start", json=body).status_code == 201
+                time.sleep(1.3)
+                steps = streamed_steps(simulator, 8, pause_s=1.3)
+                time.sleep(1.3)
+                result = api.post("/windows/restarts/stop").json()["targets"][0]["result"]
+    assert result["status"] == "ok", result
+    assert result["data"]["num_drafts"] == len(steps)
+    assert result["data"]["accepted_tokens"] == sum(step - 1 for step in steps)
+    assert result["restarts"] == 2
+
+
+def test_prometheus_credentials_never_appear_in_an_error() -> None:
+    settings = Settings(prometheus_url="http://prom:9090", prometheus_bearer_token="tok-zz-secret")
+    source = PrometheusSource(settings, httpx.AsyncClient())
+    error = source._failed("a proxy echoed Authorization: Bearer tok-zz-secret")
+    assert "tok-zz-secret" not in str(error) and "[redacted]" in str(error)
+    basic = PrometheusSource(
+        Settings(
+            prometheus_url="http://p", prometheus_username="u", prometheus_password="pw-secret1"
+        ),
+        httpx.AsyncClient(),
+    )
+    assert basic.headers["Authorization"] == "Basic dTpwdy1zZWNyZXQx"  # base64 of u:pw-secret1
+    assert "pw-secret1" not in str(basic._failed("echo pw-secret1"))

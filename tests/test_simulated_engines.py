@@ -1,7 +1,6 @@
 """`specdec simulate --engine E`: each engine's families as that engine serves them, measured
 by a real window; every expected figure comes from the steps the client saw streamed."""
 
-import json
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -11,21 +10,9 @@ import pytest
 from app.engines import SGLANG_NOTES, TRTLLM_NOTE, V0_REASON
 from app.simulator import SimulatedServer
 from tests.collector import run_simulator
+from tests.streaming import streamed_steps
 
 K = 3
-
-
-def _streamed_steps(base_url: str, requests: int) -> list[int]:
-    """Every streamed chunk is one speculative step; its tokens are accepted + 1."""
-    steps: list[int] = []
-    with httpx.Client(base_url=base_url, timeout=60) as http:
-        for index in range(requests):
-            body = {"prompt": f"q{index}", "max_tokens": 24, "stream": True}
-            with http.stream("POST", "/v1/completions", json=body) as answer:
-                for line in answer.iter_lines():
-                    if line.startswith("data: {"):
-                        steps.append(json.loads(line[6:])["choices"][0]["text"].count("tok "))
-    return steps
 
 
 class Measure(Protocol):
@@ -45,7 +32,7 @@ def measure(api: httpx.Client) -> Iterator[Measure]:
         with run_simulator(*args) as url:
             window = f"sim-{engine}"
             assert api.post(f"/windows/{window}/start", json={"targets": [url + path]}).is_success
-            steps = _streamed_steps(url, requests)
+            steps = streamed_steps(url, requests)
             result = api.post(f"/windows/{window}/stop").json()["targets"][0]["result"]
         return result, steps
 
