@@ -10,7 +10,10 @@ AISBench style; the token or password never appears in it.
 import asyncio
 import base64
 import json
+import math
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,11 +25,13 @@ from app.promsource import (
     Snapshots,
     SourceError,
     baseline_of,
+    instances_selector,
     range_query,
     sample_spacing,
     scrape_time_query,
     series_query,
     snapshots_of,
+    split_by_instance,
 )
 from app.safetext import safe_error_text
 
@@ -72,11 +77,9 @@ class PrometheusSource:
 
     async def query(self, promql: str, at: datetime) -> dict[str, Any]:
         """The JSON answer of an instant query at `at`; `SourceError` on any failure."""
-        params = {
-            "query": promql,
-            "time": f"{at.timestamp():.3f}",
-            "timeout": f"{self.timeout_s:g}s",
-        }
+        # Milliseconds, rounded down: a query at a window's start never sees past it.
+        stamp = math.floor(at.timestamp() * 1000) / 1000
+        params = {"query": promql, "time": f"{stamp:.3f}", "timeout": f"{self.timeout_s:g}s"}
         try:
             async with asyncio.timeout(self.timeout_s + 1):
                 request = self.client.build_request(
@@ -103,47 +106,116 @@ class PrometheusSource:
             raise self._failed(f"Prometheus answered: {answer.get('error', 'no error text')}")
         return answer
 
+    async def read_many(
+        self, selectors: Sequence[str], start: datetime, end: datetime, wait: bool
+    ) -> list[PrometheusRead | str]:
+        """Every target's samples (`read`), or the error text of its failure, in order. The
+        targets named by `instance` are read together, with one query each time."""
+        keys = [_instance_of(selector) for selector in selectors]
+        by_instance = [key for key in keys if key is not None]
+        jobs = (
+            [self._group(instances_selector(by_instance), start, end, wait)] if by_instance else []
+        )
+        jobs += [
+            self._group(sel, start, end, wait)
+            for sel, key in zip(selectors, keys, strict=True)
+            if key is None
+        ]
+        groups = list(await asyncio.gather(*jobs, return_exceptions=True))
+        batch = groups.pop(0) if by_instance else {}
+        reads: list[PrometheusRead | str] = []
+        for selector, key in zip(selectors, keys, strict=True):
+            group = batch if key is not None else groups.pop(0)
+            if isinstance(group, SourceError):
+                reads.append(str(group))
+            elif isinstance(group, BaseException):
+                raise group
+            elif key is not None:
+                reads.append(group.get(key) or _no_series(selector))
+            elif len(group) > 1:
+                reads.append(
+                    f"the selector {selector} matches more than one server (instances "
+                    f"{', '.join(sorted(group))}): narrow it to one; the collector never "
+                    "sums servers"
+                )
+            else:
+                reads.append(next(iter(group.values()), None) or _no_series(selector))
+        return reads
+
     async def read(
         self, selector: str, start: datetime, end: datetime, wait: bool
     ) -> PrometheusRead:
-        """The target's samples: the last at or before `start`, and every one after it up to
+        """One target's samples: the last at or before `start`, and every one after it up to
         `end`. With `wait` (a stop happening now), first wait until a sample at or after `end`
         is in, or say in a note that none came within the bound."""
-        instant = series_query(selector)
-        note = await self._wait_for(selector, end) if wait else None
-        values = await self.query(instant, start)
-        times = await self.query(scrape_time_query(selector), start)
-        answer = await self.query(range_query(selector, start, end), end)
-        snapshots = snapshots_of(answer, baseline_of(values, times))
-        if not snapshots.points:
-            raise SourceError(f"Prometheus holds no spec-decode series for {selector}")
-        return PrometheusRead(snapshots, note)
+        (found,) = await self.read_many([selector], start, end, wait)
+        if isinstance(found, str):
+            raise SourceError(found)
+        return found
 
-    async def _latest(self, promql: str) -> float | None:
-        result = (await self.query(promql, datetime.now(UTC)))["data"]["result"]
-        return float(result[0]["value"][1]) if result else None
+    async def _group(
+        self, selector: str, start: datetime, end: datetime, wait: bool
+    ) -> dict[str, PrometheusRead]:
+        """The samples of every instance `selector` matches, by instance."""
+        note, end = await self._wait_for(selector, end) if wait else (None, end)
+        values = split_by_instance(await self.query(series_query(selector), start), "vector")
+        times = split_by_instance(await self.query(scrape_time_query(selector), start), "vector")
+        ranges = split_by_instance(
+            await self.query(range_query(selector, start, end), end), "matrix"
+        )
+        empty = {"status": "success", "data": {"resultType": "vector", "result": []}}
+        reads = {}
+        for instance, answer in ranges.items():
+            baseline = baseline_of(values.get(instance, empty), times.get(instance, empty))
+            snapshots = snapshots_of(answer, baseline)
+            if snapshots.points:
+                reads[instance] = PrometheusRead(snapshots, note)
+        for instance in set(values) - set(ranges):  # no sample in the window: the baseline alone
+            baseline = baseline_of(values[instance], times.get(instance, empty))
+            matrix = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+            reads[instance] = PrometheusRead(snapshots_of(matrix, baseline), note)
+        return reads
 
-    async def _wait_for(self, selector: str, end: datetime) -> str | None:
-        """Wait until Prometheus holds a sample at or after `end`: two scrape intervals (as
-        the samples' own spacing over the last 30 s shows), within `wait_max_s`."""
+    async def _wait_for(self, selector: str, end: datetime) -> tuple[str | None, datetime]:
+        """Wait until Prometheus holds a sample at or after `end` of every instance `selector`
+        matches: two scrape intervals (as the samples' own spacing over the last 30 s shows),
+        within `wait_max_s`. The note if none came, and the moment to read up to: that
+        sample's (the first scrape after the stop ends the window), else `end`."""
         began, bound = time.monotonic(), None
         while True:
-            latest = await self._latest(scrape_time_query(selector))
-            if latest is None or latest >= end.timestamp():
-                return None  # no series at all (the reading says so), or the sample is in
+            now = datetime.now(UTC)
+            answer = await self.query(scrape_time_query(selector), now)
+            latest = [float(entry["value"][1]) for entry in answer["data"]["result"]]
+            if not latest:
+                return None, end  # no series at all: the reading says so
+            if min(latest) >= end.timestamp():
+                return None, datetime.fromtimestamp(min(latest), UTC)
             if bound is None:
-                recent = datetime.now(UTC)
-                since = recent - timedelta(seconds=SPACING_SPAN_S)
-                answer = await self.query(range_query(selector, since, recent), recent)
-                spacing = sample_spacing(snapshots_of(answer).points)
+                since = now - timedelta(seconds=SPACING_SPAN_S)
+                recent = split_by_instance(
+                    await self.query(range_query(selector, since, now), now), "matrix"
+                )
+                spacings = [sample_spacing(snapshots_of(part).points) for part in recent.values()]
+                spacing = max((s for s in spacings if s), default=None)
                 bound = min(self.wait_max_s, 2 * spacing if spacing else DEFAULT_WAIT_S)
             if time.monotonic() - began >= bound:
-                last = datetime.fromtimestamp(latest, UTC)
-                return (
+                last = datetime.fromtimestamp(min(latest), UTC)
+                note = (
                     f"computed with Prometheus' samples up to {last:%H:%M:%S} UTC: none at or "
                     f"after the stop came within {bound:g} s"
                 )
+                return note, end
             await asyncio.sleep(POLL_S)
+
+
+def _instance_of(selector: str) -> str | None:
+    """The `host:port` of a selector that names one instance exactly, else None."""
+    found = re.fullmatch(r'\{instance="([^"\\]*)"\}', selector)
+    return found[1] if found else None
+
+
+def _no_series(selector: str) -> str:
+    return f"Prometheus holds no spec-decode series for {selector}"
 
 
 __all__ = ["PrometheusRead", "PrometheusSource", "SourceError"]

@@ -80,11 +80,33 @@ def series_query(selector: str) -> str:
 
 
 def scrape_time_query(selector: str) -> str:
-    """The PromQL of the time of the last scrape of `selector`'s series (at the evaluation
-    time). `timestamp()` drops the metric name, which would leave two series of one label set:
-    the name is first copied to a label of its own."""
-    named = f'label_replace({series_query(selector)}, "specdec_family", "$1", "__name__", "(.+)")'
-    return f"max(timestamp({named}))"
+    """The PromQL of the time of the last scrape of each instance `selector` matches: the
+    timestamp of its `up` series, which Prometheus writes at every scrape of a target (the
+    spec-decode series themselves cannot be asked: `timestamp()` drops their names, and two of
+    one label set are refused)."""
+    matchers = parse_selector(selector)
+    inner = ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers)
+    return f"max by (instance) (timestamp(up{{{inner}}}))"
+
+
+def instances_selector(keys: Sequence[str]) -> str:
+    """One selector for the `instance`s `keys` (`host:port`): a window's targets read with one
+    query each time instead of one per target."""
+    # A regular expression of the exact names, inside a PromQL string (its own escaping).
+    literal = "|".join(re.escape(key) for key in keys).replace("\\", "\\\\")
+    return '{instance=~"' + literal + '"}'
+
+
+def split_by_instance(answer: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    """An answer of several instances' series, as one answer per instance (none for an
+    instance without series)."""
+    parts: dict[str, list[dict[str, Any]]] = {}
+    for entry in _result(answer, kind):
+        parts.setdefault((entry.get("metric") or {}).get("instance", ""), []).append(entry)
+    return {
+        instance: {"status": "success", "data": {"resultType": kind, "result": entries}}
+        for instance, entries in parts.items()
+    }
 
 
 def range_query(selector: str, start: datetime, end: datetime) -> str:
@@ -148,10 +170,14 @@ def baseline_of(values: dict[str, Any], latest: dict[str, Any]) -> list[dict[str
     """The answers of `series_query` and of `scrape_time_query` at a window's start,
     as matrix entries of one sample each, at the time of the scrape they come from (a target's
     series are scraped together), not at the query's time."""
-    stamps = [float(entry["value"][1]) for entry in _result(latest, "vector")]
+    stamps = {
+        (entry.get("metric") or {}).get("instance", ""): float(entry["value"][1])
+        for entry in _result(latest, "vector")
+    }
     entries = []
     for entry in _result(values, "vector"):
-        stamp = stamps[0] if stamps else float(entry["value"][0])
+        instance = (entry.get("metric") or {}).get("instance", "")
+        stamp = stamps.get(instance, float(entry["value"][0]))
         entries.append(
             {"metric": entry.get("metric") or {}, "values": [[stamp, entry["value"][1]]]}
         )

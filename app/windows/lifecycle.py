@@ -1,6 +1,5 @@
 """The window calls: start (with its checks) and stop, over the scrapes and the store."""
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -246,14 +245,8 @@ async def _stop_from_prometheus(
     if end < start:
         raise InvalidInput(["body", "at"], "the stop is before the window's start")
     targets = [t.parsed() for t in stored.targets]
-
-    async def read(target: Target) -> PrometheusRead | str:
-        try:
-            return await source.read(target.selector or "", start, end, wait=at is None)
-        except SourceError as exc:
-            return str(exc)
-
-    readings = await asyncio.gather(*(read(target) for target in targets))
+    selectors = [target.selector or "" for target in targets]
+    readings = await source.read_many(selectors, start, end, wait=at is None)
     befores, samples, afters, notes = [], [], [], {}
     for stored_target, target, reading in zip(stored.targets, targets, readings, strict=True):
         try:
@@ -294,9 +287,13 @@ async def live_timeline(
     if target_key is not None and not chosen:
         raise TargetNotInWindow(window_id, target_key)
 
-    async def one(target: StoredTarget) -> tuple[str, list[dict[str, Any]]]:
+    selectors = [target.parsed().selector or "" for target in chosen]
+    reads = await source.read_many(selectors, start, now, wait=False)
+
+    def one(target: StoredTarget, read: PrometheusRead | str) -> tuple[str, list[dict[str, Any]]]:
         try:
-            read = await source.read(target.parsed().selector or "", start, now, wait=False)
+            if isinstance(read, str):
+                raise SourceError(read)
             before, _, _, began, _ = read.snapshots.window(start)
         except SourceError as exc:
             return target.key, timeline([(now, "before", str(exc))])
@@ -306,4 +303,4 @@ async def live_timeline(
         ]
         return target.key, timeline(points)
 
-    return list(await asyncio.gather(*(one(target) for target in chosen)))
+    return [one(target, read) for target, read in zip(chosen, reads, strict=True)]
