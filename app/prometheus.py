@@ -176,6 +176,11 @@ class PrometheusSource:
             reads[instance] = PrometheusRead(snapshots_of(matrix, baseline), note)
         return reads
 
+    async def _scraped_at_all(self, selector: str, now: datetime) -> bool:
+        """Whether Prometheus scrapes the target at all (its latest scrape may have failed)."""
+        any_scrape = scrape_time_query(selector, successful_only=False)
+        return bool((await self.query(any_scrape, now))["data"]["result"])
+
     async def _wait_for(self, selector: str, end: datetime) -> tuple[str | None, datetime]:
         """Wait until Prometheus holds a sample at or after `end` of every instance `selector`
         matches: two scrape intervals (as the samples' own spacing over the last 30 s shows),
@@ -186,9 +191,9 @@ class PrometheusSource:
             now = datetime.now(UTC)
             answer = await self.query(scrape_time_query(selector), now)
             latest = [float(entry["value"][1]) for entry in answer["data"]["result"]]
-            if not latest:
-                return None, end  # no series at all: the reading says so
-            if min(latest) >= end.timestamp():
+            if not latest and not await self._scraped_at_all(selector, now):
+                return None, end  # no such target: the reading says so
+            if latest and min(latest) >= end.timestamp():
                 return None, datetime.fromtimestamp(min(latest), UTC)
             if bound is None:
                 since = now - timedelta(seconds=SPACING_SPAN_S)
@@ -199,10 +204,9 @@ class PrometheusSource:
                 spacing = max((s for s in spacings if s), default=None)
                 bound = min(self.wait_max_s, 2 * spacing if spacing else DEFAULT_WAIT_S)
             if time.monotonic() - began >= bound:
-                last = datetime.fromtimestamp(min(latest), UTC)
                 note = (
-                    f"computed with Prometheus' samples up to {last:%H:%M:%S} UTC: none at or "
-                    f"after the stop came within {bound:g} s"
+                    f"computed with the samples Prometheus held: none at or after the stop "
+                    f"came within {bound:g} s"
                 )
                 return note, end
             await asyncio.sleep(POLL_S)

@@ -79,14 +79,17 @@ def series_query(selector: str) -> str:
     return f'{{__name__=~"{NAME_PATTERN}", {inner}}}'
 
 
-def scrape_time_query(selector: str) -> str:
-    """The PromQL of the time of the last scrape of each instance `selector` matches: the
-    timestamp of its `up` series, which Prometheus writes at every scrape of a target (the
-    spec-decode series themselves cannot be asked: `timestamp()` drops their names, and two of
-    one label set are refused)."""
+def scrape_time_query(selector: str, successful_only: bool = True) -> str:
+    """The PromQL of the time of the last (successful) scrape of each instance `selector`
+    matches: the timestamp of its `up` series, which Prometheus writes at every scrape of a
+    target. (The spec-decode series cannot be asked: `timestamp()` drops their names, and two
+    of one label set are refused. `timestamp()` of an expression is the query's time: the
+    filter to successful scrapes comes after it, with `and`.)"""
     matchers = parse_selector(selector)
-    inner = ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers)
-    return f"max by (instance) (timestamp(up{{{inner}}}))"
+    up = "up{" + ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers) + "}"
+    if not successful_only:
+        return f"max by (instance) (timestamp({up}))"
+    return f"max by (instance) (timestamp({up}) and {up} == 1)"
 
 
 def instances_selector(keys: Sequence[str]) -> str:

@@ -29,7 +29,8 @@ from app.promsource import (
 )
 from app.promtext import extract_spec_decode
 from tests.collector import run_collector, run_simulator, specdec_command
-from tests.metrics_server import free_port
+from tests.metrics_server import free_port, serve_metrics
+from tests.payloads import drafts_payload
 from tests.prometheus_server import run_prometheus
 from tests.streaming import streamed_steps
 from tests.waiting import wait_for
@@ -311,3 +312,28 @@ def test_prometheus_credentials_never_appear_in_an_error() -> None:
     )
     assert basic.headers["Authorization"] == "Basic dTpwdy1zZWNyZXQx"  # base64 of u:pw-secret1
     assert "pw-secret1" not in str(basic._failed("echo pw-secret1"))
+
+
+@pytest.mark.slow
+def test_a_stop_that_gets_no_later_sample_computes_with_what_is_there_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """The server fails before the stop: no sample at or after it will come. The stop waits
+    two scrape intervals, then computes with the samples Prometheus holds, and says so."""
+    with serve_metrics(body=drafts_payload(10)) as server:
+        instance = server.target
+        with run_prometheus([instance]) as prometheus:
+            wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
+            env = {"SPECDEC_PROMETHEUS_URL": prometheus}
+            with run_collector(f"sqlite:///{tmp_path}/n.db", tmp_path, **env) as collector:
+                api = httpx.Client(base_url=collector.base_url, timeout=120)
+                body = {"targets": [instance], "source": "prometheus"}
+                assert api.post("/windows/gone/start", json=body).status_code == 201
+                changed = time.time()
+                server.replace(drafts_payload(30))
+                wait_for(lambda: _has_sample_after(prometheus, instance, changed), "its scrape")
+                server.status = 503  # every later scrape fails
+                result = api.post("/windows/gone/stop").json()["targets"][0]["result"]
+    assert result["status"] == "ok" and result["data"]["num_drafts"] == 20
+    (note,) = [n for n in result["notes"] if "none at or after the stop came within" in n]
+    assert note.startswith("computed with the samples Prometheus held: ")
