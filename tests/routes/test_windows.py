@@ -447,3 +447,19 @@ def test_a_start_body_tells_an_sglang_targets_draft_tokens_per_step(api: httpx.C
     assert result["data"]["accepted_tokens"] == 140
     assert result["data"]["acceptance_rate"] == 140 / 150 * 100
     assert result["data"]["acceptance_length"] == (200 - 10) / 50
+
+
+def test_sources_are_never_mixed_and_need_a_prometheus(api: httpx.Client) -> None:
+    """A selector names a target of a window read from Prometheus only; this collector has
+    none configured; a scraped window never starts or stops in the past."""
+    mixed = api.post(
+        "/windows/m/start", json={"targets": ["127.0.0.1:9", {"selector": '{job="v"}'}]}
+    )
+    assert mixed.status_code == 422 and mixed.json()["detail"][0]["loc"] == ["body", "targets", 1]
+    none = api.post("/windows/m/start", json={"targets": ["127.0.0.1:9"], "source": "prometheus"})
+    assert none.status_code == 422 and none.json()["detail"][0]["loc"] == ["body", "source"]
+    assert "SPECDEC_PROMETHEUS_URL" in none.json()["detail"][0]["msg"]
+    bad = api.post(
+        "/windows/m/start", json={"targets": [{"selector": "job=v"}], "source": "prometheus"}
+    )
+    assert bad.status_code == 422 and "a selector is" in bad.text
