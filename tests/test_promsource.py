@@ -5,6 +5,8 @@ selector (`resultType: matrix`); a test against a real Prometheus server is belo
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from app.promsource import (
     snapshots_of,
 )
 from app.promtext import extract_spec_decode
-from tests.collector import run_collector, run_simulator, specdec_command
+from tests.collector import CollectorProcess, run_collector, run_simulator, specdec_command
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import drafts_payload
 from tests.prometheus_server import run_prometheus
@@ -190,6 +192,22 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape() -> None
     assert len(middle) >= 1  # the scrapes in between, each read raw
 
 
+@contextmanager
+def collector_reading_prometheus(
+    instance: str, tmp_path: Path
+) -> Iterator[tuple[CollectorProcess, httpx.Client]]:
+    """A real Prometheus scraping `instance` every second (once it has), and a collector that
+    reads it; yields the collector and a client of it."""
+    with run_prometheus([instance]) as prometheus:
+        wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
+        env = {"SPECDEC_PROMETHEUS_URL": prometheus}
+        with (
+            run_collector(f"sqlite:///{tmp_path}/p.db", tmp_path, **env) as collector,
+            httpx.Client(base_url=collector.base_url, timeout=120) as api,
+        ):
+            yield collector, api
+
+
 @pytest.mark.slow
 def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) -> None:
     """A Prometheus-source window equals a scraped window over the same run; one created a
@@ -280,18 +298,14 @@ def test_engine_restarts_inside_a_window_read_from_prometheus_are_counted_in_ful
     counts every draft the client saw streamed, through two restarts, up to the last one."""
     with run_simulator("--drafts-per-s", "0", "--engines", "2", "--reset-after", "4") as simulator:
         instance = simulator.removeprefix("http://")
-        with run_prometheus([instance]) as prometheus:
-            wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
-            env = {"SPECDEC_PROMETHEUS_URL": prometheus}
-            with run_collector(f"sqlite:///{tmp_path}/r.db", tmp_path, **env) as collector:
-                api = httpx.Client(base_url=collector.base_url, timeout=120)
-                body = {"targets": [instance], "source": "prometheus"}
-                assert api.post("/windows/restarts/start", json=body).status_code == 201
-                time.sleep(1.3)
-                steps = streamed_steps(simulator, 8, pause_s=1.3)
-                # Stopped at once: the last request is counted only if the stop waits for
-                # Prometheus' next scrape, as it does (up to two scrape intervals).
-                result = api.post("/windows/restarts/stop").json()["targets"][0]["result"]
+        with collector_reading_prometheus(instance, tmp_path) as (_, api):
+            body = {"targets": [instance], "source": "prometheus"}
+            assert api.post("/windows/restarts/start", json=body).status_code == 201
+            time.sleep(1.3)
+            steps = streamed_steps(simulator, 8, pause_s=1.3)
+            # Stopped at once: the last request is counted only if the stop waits for
+            # Prometheus' next scrape, as it does (up to two scrape intervals).
+            result = api.post("/windows/restarts/stop").json()["targets"][0]["result"]
     assert result["status"] == "ok", result
     assert result["data"]["num_drafts"] == len(steps)
     assert result["data"]["accepted_tokens"] == sum(step - 1 for step in steps)
@@ -322,18 +336,13 @@ def test_a_stop_that_gets_no_later_sample_computes_with_what_is_there_and_says_s
     two scrape intervals, then computes with the samples Prometheus holds, and says so."""
     with serve_metrics(body=drafts_payload(10)) as server:
         instance = server.target
-        with run_prometheus([instance]) as prometheus:
-            wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
-            env = {"SPECDEC_PROMETHEUS_URL": prometheus}
-            with run_collector(f"sqlite:///{tmp_path}/n.db", tmp_path, **env) as collector:
-                api = httpx.Client(base_url=collector.base_url, timeout=120)
-                body = {"targets": [instance], "source": "prometheus"}
-                assert api.post("/windows/gone/start", json=body).status_code == 201
-                changed = time.time()
-                server.replace(drafts_payload(30))
-                wait_for(lambda: _has_sample_after(prometheus, instance, changed), "its scrape")
-                server.status = 503  # every later scrape fails
-                result = api.post("/windows/gone/stop").json()["targets"][0]["result"]
+        with collector_reading_prometheus(instance, tmp_path) as (_, api):
+            body = {"targets": [instance], "source": "prometheus"}
+            assert api.post("/windows/gone/start", json=body).status_code == 201
+            server.replace(drafts_payload(30))
+            server.wait_served()  # by Prometheus' scrape
+            server.status = 503  # every later scrape fails
+            result = api.post("/windows/gone/stop").json()["targets"][0]["result"]
     assert result["status"] == "ok" and result["data"]["num_drafts"] == 20
     (note,) = [n for n in result["notes"] if "none at or after the stop came within" in n]
     assert note.startswith("computed with the samples Prometheus held: ")
