@@ -40,6 +40,8 @@ DEFAULT_WAIT_S = 30.0
 POLL_S = 0.5
 # The recent samples whose spacing tells a target's scrape interval.
 SPACING_SPAN_S = 30.0
+# How far after a past stop a window's ending scrape is looked for (a scrape interval's worth).
+LOOKAHEAD_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,18 +158,24 @@ class PrometheusSource:
     async def _group(
         self, selector: str, start: datetime, end: datetime, wait: bool
     ) -> dict[str, PrometheusRead]:
-        """The samples of every instance `selector` matches, by instance."""
-        note, end = await self._wait_for(selector, end) if wait else (None, end)
+        """The samples of every instance `selector` matches, by instance, each ending at its
+        first scrape at or after `end` (waited for with `wait`; for a past `end`, looked for up
+        to LOOKAHEAD_S after it)."""
+        if wait:
+            note, until = await self._wait_for(selector, end)
+        else:
+            note, until = None, min(datetime.now(UTC), end + timedelta(seconds=LOOKAHEAD_S))
+        until = max(until, end)
         values = split_by_instance(await self.query(series_query(selector), start), "vector")
         times = split_by_instance(await self.query(scrape_time_query(selector), start), "vector")
         ranges = split_by_instance(
-            await self.query(range_query(selector, start, end), end), "matrix"
+            await self.query(range_query(selector, start, until), until), "matrix"
         )
         empty = {"status": "success", "data": {"resultType": "vector", "result": []}}
         reads = {}
         for instance, answer in ranges.items():
             baseline = baseline_of(values.get(instance, empty), times.get(instance, empty))
-            snapshots = snapshots_of(answer, baseline)
+            snapshots = snapshots_of(answer, baseline).until(end)
             if snapshots.points:
                 reads[instance] = PrometheusRead(snapshots, note)
         for instance in set(values) - set(ranges):  # no sample in the window: the baseline alone
@@ -184,8 +192,9 @@ class PrometheusSource:
     async def _wait_for(self, selector: str, end: datetime) -> tuple[str | None, datetime]:
         """Wait until Prometheus holds a sample at or after `end` of every instance `selector`
         matches: two scrape intervals (as the samples' own spacing over the last 30 s shows),
-        within `wait_max_s`. The note if none came, and the moment to read up to: that
-        sample's (the first scrape after the stop ends the window), else `end`."""
+        within `wait_max_s`. The note if none came, and the moment to read up to: the latest
+        of those samples (each instance's first scrape after the stop ends its window), else
+        `end`."""
         began, bound = time.monotonic(), None
         while True:
             now = datetime.now(UTC)
@@ -194,7 +203,7 @@ class PrometheusSource:
             if not latest and not await self._scraped_at_all(selector, now):
                 return None, end  # no such target: the reading says so
             if latest and min(latest) >= end.timestamp():
-                return None, datetime.fromtimestamp(min(latest), UTC)
+                return None, datetime.fromtimestamp(max(latest), UTC)
             if bound is None:
                 since = now - timedelta(seconds=SPACING_SPAN_S)
                 recent = split_by_instance(

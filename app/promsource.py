@@ -125,6 +125,12 @@ class Snapshots:
 
     points: list[tuple[datetime, Series]] = field(default_factory=list)
 
+    def until(self, stop: datetime) -> "Snapshots":
+        """The points up to the first one at or after `stop`, which ends a window (its scrape
+        holds the window's last seconds)."""
+        after = next((i for i, (at, _) in enumerate(self.points) if at >= stop), None)
+        return self if after is None else Snapshots(self.points[: after + 1])
+
     def window(self, start: datetime) -> tuple[Series, list[Series], Series, datetime, datetime]:
         """The baseline (last at or before `start`), the samples after it, the last one, and
         the times of the two ends; `SourceError` if Prometheus holds no sample that early."""

@@ -346,3 +346,11 @@ def test_a_stop_that_gets_no_later_sample_computes_with_what_is_there_and_says_s
     assert result["status"] == "ok" and result["data"]["num_drafts"] == 20
     (note,) = [n for n in result["notes"] if "none at or after the stop came within" in n]
     assert note.startswith("computed with the samples Prometheus held: ")
+
+
+def test_a_window_ends_at_its_first_scrape_at_or_after_the_stop() -> None:
+    drafts = [(T0 - 1, 10.0), (T0 + 1, 20.0), (T0 + 2, 35.0), (T0 + 3, 50.0)]
+    snapshots = snapshots_of(matrix(("vllm:spec_decode_num_drafts_total", LABELS, drafts)))
+    ended = snapshots.until(datetime.fromtimestamp(T0 + 1.5, UTC))
+    assert [at.timestamp() for at, _ in ended.points] == [T0 - 1, T0 + 1, T0 + 2]
+    assert snapshots.until(datetime.fromtimestamp(T0 + 9, UTC)) == snapshots  # none after
