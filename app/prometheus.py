@@ -144,17 +144,6 @@ class PrometheusSource:
                 reads.append(next(iter(group.values()), None) or _no_series(selector))
         return reads
 
-    async def read(
-        self, selector: str, start: datetime, end: datetime, wait: bool
-    ) -> PrometheusRead:
-        """One target's samples: the last at or before `start`, and every one after it up to
-        `end`. With `wait` (a stop happening now), first wait until a sample at or after `end`
-        is in, or say in a note that none came within the bound."""
-        (found,) = await self.read_many([selector], start, end, wait)
-        if isinstance(found, str):
-            raise SourceError(found)
-        return found
-
     async def _group(
         self, selector: str, start: datetime, end: datetime, wait: bool
     ) -> dict[str, PrometheusRead]:

@@ -131,17 +131,22 @@ class Snapshots:
         after = next((i for i, (at, _) in enumerate(self.points) if at >= stop), None)
         return self if after is None else Snapshots(self.points[: after + 1])
 
-    def window(self, start: datetime) -> tuple[Series, list[Series], Series, datetime, datetime]:
-        """The baseline (last at or before `start`), the samples after it, the last one, and
-        the times of the two ends; `SourceError` if Prometheus holds no sample that early."""
+    def since(self, start: datetime) -> "Snapshots":
+        """The points from the baseline (the last one at or before `start`) on; `SourceError`
+        if Prometheus holds no sample that early."""
         before = [i for i, (at, _) in enumerate(self.points) if at <= start]
         if not before:
             raise SourceError(
                 "Prometheus holds no sample at or before the window's start for this target"
             )
-        first = before[-1]
-        chain = [series for _, series in self.points[first:]]
-        return (chain[0], chain[1:-1], chain[-1], self.points[first][0], self.points[-1][0])
+        return Snapshots(self.points[before[-1] :])
+
+    def window(self, start: datetime) -> tuple[Series, list[Series], Series, datetime, datetime]:
+        """The baseline (`since`), the samples after it, the last one, and the times of the
+        two ends."""
+        chain = self.since(start).points
+        series = [points for _, points in chain]
+        return series[0], series[1:-1], series[-1], chain[0][0], chain[-1][0]
 
 
 def _key(labels: dict[str, str]) -> tuple[tuple[SeriesKey, bool] | None, str | None]:

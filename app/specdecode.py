@@ -61,10 +61,8 @@ class Totals:
         self.num_drafts += other.num_drafts
         self.num_draft_tokens += other.num_draft_tokens
         self.num_accepted_tokens += other.num_accepted_tokens
-        for position, amount in other.accepted_per_pos.items():
-            self.accepted_per_pos[position] = self.accepted_per_pos.get(position, 0.0) + amount
-        for position, amount in other.drafted_per_pos.items():
-            self.drafted_per_pos[position] = self.drafted_per_pos.get(position, 0.0) + amount
+        _merge(self.accepted_per_pos, other.accepted_per_pos)
+        _merge(self.drafted_per_pos, other.drafted_per_pos)
         self.verify_calls += other.verify_calls
         self.generation_tokens += other.generation_tokens
         self.requests += other.requests
@@ -87,6 +85,12 @@ def _add_at(by_position: dict[int, float], key: SeriesKey, amount: float) -> Non
     position = _position(key)
     if position is not None:
         by_position[position] = by_position.get(position, 0.0) + amount
+
+
+def _merge(into: dict[int, float], more: dict[int, float]) -> None:
+    """Add every per-position amount of `more` to `into`."""
+    for position, amount in more.items():
+        into[position] = into.get(position, 0.0) + amount
 
 
 def _position(key: SeriesKey) -> int | None:

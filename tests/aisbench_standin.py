@@ -1,8 +1,7 @@
 """A stand-in for the real `ais_bench` (which pulls several GB): what `specdec run` meets.
 
-It behaves as `../shared/AISBENCH.md` sets down, read from AISBench's source (its
-`cli/workers.py`, `spec_decode/reporter.py`, `spec_decode/urls.py` and config loading), not
-copied from it:
+It behaves as AISBench's source shows (its `cli/workers.py`, `spec_decode/reporter.py`,
+`spec_decode/urls.py`, config loading and perf summarizer), read and not copied:
 
 - `--models NAME...`: NAME is a file if one exists at that path; else `NAME.py` is searched,
   recursively and case-insensitively, under `--config-dir`'s `models/` (default `./configs`);

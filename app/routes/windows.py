@@ -28,6 +28,7 @@ from app.targets import WINDOW_ID_PATTERN, parse_target_key
 from app.windows.lifecycle import closed_results, live_timeline, start_window, stop_window
 from app.windows.listing import WindowFilter, list_windows
 from app.windows.reads import read_bounded_results, read_timeline
+from app.windows.storage import load_window
 from app.windows.views import read_window
 
 router = APIRouter(
@@ -245,9 +246,11 @@ async def get_samples(
 ) -> Response:
     """Every snapshot of the window's targets over time (live while the window is open)."""
     key = None if target is None else _target_key(target, "query")
-    series = await live_timeline(windows, scope, window_id, key)
-    if series is None:
-        series = await run_in_threadpool(read_timeline, windows.engine, scope, window_id, key)
+    stored = await run_in_threadpool(load_window, windows.engine, scope, window_id)
+    if stored.window.state == "open" and stored.window.source == "prometheus":
+        series = await live_timeline(windows, stored, key)  # Prometheus' samples so far
+    else:
+        series = await run_in_threadpool(read_timeline, windows.engine, stored, key)
     if _wants_csv(request, format):
         return Response(timeline_csv(series), media_type="text/csv; charset=utf-8")
     body = {"id": window_id, "series": [{"target": k, "points": rows} for k, rows in series]}

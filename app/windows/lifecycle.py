@@ -11,10 +11,11 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
-from app.exceptions import InvalidInput, TargetNotInWindow, WindowConflict
+from app.exceptions import InvalidInput, WindowConflict
 from app.leases import first_lease_seconds
 from app.models import WindowCreate, WindowPublic, as_utc, utcnow
 from app.prometheus import PrometheusRead, PrometheusSource, SourceError
+from app.promtext import Series
 from app.safetext import has_control_characters, safe_error_text
 from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Reading, timeline
@@ -250,20 +251,16 @@ async def _stop_from_prometheus(
     befores, samples, afters, notes = [], [], [], {}
     for stored_target, target, reading in zip(stored.targets, targets, readings, strict=True):
         try:
-            if isinstance(reading, str):
-                raise SourceError(reading)
-            before, middle, after, began, ended = reading.snapshots.window(start)
+            chain = _chain(reading, start)
         except SourceError as exc:
             befores.append(ScrapeOutcome(target, start, error=str(exc)))
             afters.append(ScrapeOutcome(target, end, error=str(exc)))
             continue
-        points = reading.snapshots.points
+        (began, before), (ended, after) = chain[0], chain[-1]
         befores.append(ScrapeOutcome(target, began, series=before))
-        samples += [ScrapeOutcome(target, when, series=series) for when, series in points
-                    if began < when < ended]  # fmt: skip
+        samples += [ScrapeOutcome(target, when, series=series) for when, series in chain[1:-1]]
         afters.append(ScrapeOutcome(target, ended, series=after))
-        del middle
-        if reading.note:
+        if isinstance(reading, PrometheusRead) and reading.note:
             notes[stored_target.id] = [reading.note]
     engine = service.engine
     await run_in_threadpool(store_earlier_snapshots, engine, stored, befores, samples)
@@ -273,34 +270,33 @@ async def _stop_from_prometheus(
     return await run_in_threadpool(view_of, engine, stored, closed.baselines, closed.results)
 
 
+def _chain(reading: PrometheusRead | str, start: datetime) -> list[tuple[datetime, Series]]:
+    """A target's scrapes from its baseline on, as Prometheus holds them; `SourceError` with
+    the reason where there are none."""
+    if isinstance(reading, str):
+        raise SourceError(reading)
+    return reading.snapshots.since(start).points
+
+
 async def live_timeline(
-    service: WindowService, team: str, window_id: str, target_key: str | None
-) -> list[tuple[str, list[dict[str, Any]]]] | None:
+    service: WindowService, stored: StoredWindow, target_key: str | None
+) -> list[tuple[str, list[dict[str, Any]]]]:
     """The timelines of an open window read from Prometheus, from Prometheus' samples so far
-    (its first point is the baseline); None for any other window (its stored snapshots)."""
-    stored = await run_in_threadpool(load_window, service.engine, team, window_id)
-    if stored.window.state != "open" or stored.window.source != "prometheus":
-        return None
+    (its first point is the baseline)."""
     assert service.prometheus is not None, "a window read from Prometheus needs one"
     source, start, now = service.prometheus, as_utc(stored.window.started_at), utcnow()
-    chosen = [t for t in stored.targets if target_key is None or t.key == target_key]
-    if target_key is not None and not chosen:
-        raise TargetNotInWindow(window_id, target_key)
-
+    chosen = stored.targets_named(target_key)
     selectors = [target.parsed().selector or "" for target in chosen]
     reads = await source.read_many(selectors, start, now, wait=False)
 
     def one(target: StoredTarget, read: PrometheusRead | str) -> tuple[str, list[dict[str, Any]]]:
         try:
-            if isinstance(read, str):
-                raise SourceError(read)
-            before, _, _, began, _ = read.snapshots.window(start)
+            chain = _chain(read, start)
         except SourceError as exc:
             return target.key, timeline([(now, "before", str(exc))])
-        points: list[tuple[Any, str, Reading]] = [(began, "before", before)]
-        points += [
-            (when, "sample", series) for when, series in read.snapshots.points if when > began
-        ]
-        return target.key, timeline(points)
+        phases = ["before", *["sample"] * (len(chain) - 1)]
+        return target.key, timeline(
+            [(when, phase, series) for phase, (when, series) in zip(phases, chain, strict=True)]
+        )
 
     return [one(target, read) for target, read in zip(chosen, reads, strict=True)]

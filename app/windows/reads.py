@@ -8,13 +8,20 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from app.engines import bounded_result
-from app.exceptions import TargetNotInWindow, WindowNotFound, WindowOpen
+from app.exceptions import WindowNotFound, WindowOpen
 from app.models import as_utc
 from app.results import TargetResult
 from app.specdecode import Reading, compare_results, timeline
 from app.windows.overlaps import with_overlaps
-from app.windows.storage import catalogue, find_window, in_chain_order, reading_of, snapshots_of
-from app.windows.stored import StoredTarget
+from app.windows.storage import (
+    catalogue,
+    find_window,
+    in_chain_order,
+    load_window,
+    reading_of,
+    snapshots_of,
+)
+from app.windows.stored import StoredTarget, StoredWindow
 from app.windows.views import window_fields
 
 
@@ -51,19 +58,11 @@ def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, T
 
 
 def _points_of(
-    engine: Engine, team: str, window_id: str, target_key: str | None, closed_only: bool = False
+    engine: Engine, targets: list[StoredTarget]
 ) -> list[tuple[StoredTarget, list[tuple[datetime, str, Reading]]]]:
     """Each target's snapshots, in chain order, as (time, phase, reading)."""
+    ids = [t.id for t in targets]
     with Session(engine) as session:
-        stored = find_window(session, team, window_id)
-        if stored is None:
-            raise WindowNotFound(window_id)
-        if closed_only and stored.window.state != "closed":
-            raise WindowOpen(window_id)
-        targets = [t for t in stored.targets if target_key is None or t.key == target_key]
-        if target_key is not None and not targets:
-            raise TargetNotInWindow(window_id, target_key)
-        ids = [t.id for t in targets]
         chains = snapshots_of(session, ids)
         catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
     return [
@@ -79,12 +78,12 @@ def _points_of(
 
 
 def read_timeline(
-    engine: Engine, team: str, window_id: str, target_key: str | None
+    engine: Engine, stored: StoredWindow, target_key: str | None
 ) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(`host:port`, timeline rows) of the window's targets, or of the one named."""
+    """(`host:port`, timeline rows) of the stored window's targets, or of the one named."""
     return [
         (target.key, timeline(points))
-        for target, points in _points_of(engine, team, window_id, target_key)
+        for target, points in _points_of(engine, stored.targets_named(target_key))
     ]
 
 
@@ -93,7 +92,10 @@ def read_bounded_results(
 ) -> list[tuple[str, TargetResult]]:
     """(`host:port`, result) of every target of a closed window over the snapshots that
     enclose `start`..`end` (see `bounded_result`)."""
+    stored = load_window(engine, team, window_id)
+    if stored.window.state != "closed":
+        raise WindowOpen(window_id)
     return [
         (target.key, bounded_result(target.url, points, start, end, target.hints))
-        for target, points in _points_of(engine, team, window_id, None, closed_only=True)
+        for target, points in _points_of(engine, stored.targets)
     ]

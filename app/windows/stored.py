@@ -4,6 +4,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from app.exceptions import TargetNotInWindow
 from app.models import Window, WindowTarget
 from app.results import TargetResult
 from app.targets import EngineHints, Target, parse_target
@@ -64,3 +65,12 @@ class StoredWindow:
     def pk(self) -> int:
         assert self.window.id is not None
         return self.window.id
+
+    def targets_named(self, target_key: str | None) -> list[StoredTarget]:
+        """Every target, or the one of `host:port` `target_key` (`TargetNotInWindow` if none)."""
+        if target_key is None:
+            return self.targets
+        chosen = [t for t in self.targets if t.key == target_key]
+        if not chosen:
+            raise TargetNotInWindow(self.window.window_id, target_key)
+        return chosen
