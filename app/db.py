@@ -80,6 +80,14 @@ def create_db_engine(
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.close()
 
+    @event.listens_for(engine, "handle_error")
+    def _read_only_connection_is_lost(context: Any) -> None:
+        # SQLite opens the file read-only when it cannot open it for writing (a read-only or
+        # full disk, an immutable file) and the connection stays so after the file is writable
+        # again: treated as lost, the pool opens a fresh one, and the service recovers by itself.
+        if "readonly database" in str(context.original_exception):
+            context.is_disconnect = True
+
     return engine
 
 
