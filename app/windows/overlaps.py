@@ -79,7 +79,9 @@ def with_overlaps(
 ) -> dict[int, TargetResult | None]:
     """The results (by target id) with their overlaps: stored with them since a stop keeps
     them; computed now for a window still open or a result stored before that."""
-    if all(result is not None and result.overlaps is not None for result in results.values()):
+    # An open window has no results yet: nothing to attach overlaps to (computing them for
+    # every start and read of an open window was 18 % of a loaded collector's CPU).
+    if all(result is None or result.overlaps is not None for result in results.values()):
         return results
     overlaps = overlaps_of(session, stored)
     return {
