@@ -1,11 +1,12 @@
 """SQLModel tables and the API models of windows.
 
 Tables: `window` (one per benchmark window), `window_target` (one per target of a window,
-holding its final result once the window is closed), `target_series` (the spec-decode series
-a target has shown: family and labels, stored once) and `snapshot` (one scrape of one target:
-the counter values per series, or the reason it failed). Keeping labels out of the snapshots
-keeps a one-engine sample under 1 KB. The schema is created only by the Alembic migrations in
-`migrations/`; a test checks that the two agree.
+holding its final result once the window is closed), `endpoint_series` (the spec-decode series
+an endpoint has shown: family and labels, stored once for every window that reads it) and
+`snapshot` (one scrape of one target: the counter values per series, or the reason it
+failed). Keeping labels out of the snapshots keeps a one-engine sample under 1 KB. The
+schema is created only by the Alembic migrations in `migrations/`; a test checks that the
+two agree.
 """
 
 from datetime import UTC, datetime
@@ -162,23 +163,24 @@ class WindowTarget(SQLModel, table=True):
     exact: bool | None = Field(default=None)
 
 
-class TargetSeries(SQLModel, table=True):
-    """A series one target has shown: the role of its family (`app.counters.Role`; the column
-    keeps its first name) and canonical label text (`labels`, of any length; unique through
-    its SHA-256, `labels_digest`, which a B-tree index holds whatever the length)."""
+class EndpointSeries(SQLModel, table=True):
+    """A series an endpoint (the URL scraped) has shown, shared by every window that reads it:
+    the role of its family (`app.counters.Role`, prefixed by its engine unless vLLM) and
+    canonical label text (`labels`, of any length; unique through its SHA-256,
+    `labels_digest`, which a B-tree index holds whatever the length). Rows are only added."""
 
-    __tablename__ = "target_series"
-    __table_args__ = (UniqueConstraint("target_id", "family", "labels_digest"),)
+    __tablename__ = "endpoint_series"
+    __table_args__ = (UniqueConstraint("endpoint", "family", "labels_digest"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    target_id: int = Field(foreign_key="window_target.id", ondelete="CASCADE", index=True)
+    endpoint: str = Field(max_length=2048)
     family: str = Field(max_length=32)
     labels: str = Field(sa_column=Column(Text, nullable=False))
     labels_digest: str = Field(max_length=64)
 
 
 class Snapshot(SQLModel, table=True):
-    """One scrape: `counters` rows are `[target_series.id, value, created]`; or an error."""
+    """One scrape: `counters` rows are `[endpoint_series.id, value, created]`; or an error."""
 
     __tablename__ = "snapshot"
 

@@ -4,6 +4,7 @@ import hashlib
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic import command
@@ -27,7 +28,7 @@ def test_upgrade_of_an_empty_database_matches_the_models(database_url: str) -> N
             )
             assert diff == []
             assert set(inspect(connection).get_table_names()) == {
-                "alembic_version", "window", "window_target", "target_series", "snapshot", "api_key", "heartbeat",
+                "alembic_version", "window", "window_target", "endpoint_series", "snapshot", "api_key", "heartbeat",
             }  # fmt: skip
     finally:
         engine.dispose()
@@ -172,7 +173,7 @@ def test_0008_and_0009_carry_stored_series_and_results_over(database_url: str) -
                                                           target=f"h:{row_id}", url="u", status=status))  # fmt: skip
             connection.execute(series.insert().values(id=7, target_id=1, family="num_drafts",
                                                       labels=labels))  # fmt: skip
-        upgrade_database(database_url)
+        command.upgrade(alembic_config(database_url), "0010")
         with engine.connect() as connection:
             stored = connection.execute(
                 text("SELECT id, family, labels, labels_digest FROM target_series")
@@ -188,3 +189,111 @@ def test_0008_and_0009_carry_stored_series_and_results_over(database_url: str) -
     assert [(row[0], row[1], None if row[2] is None else bool(row[2])) for row in summaries] == [
         (1, "vllm", True), (2, None, None)
     ]  # fmt: skip
+
+
+def test_0011_keys_the_catalogue_by_endpoint_and_every_window_reads_as_before(
+    database_url: str,
+) -> None:
+    """Three windows, two of them on one endpoint: after 0011 every stored snapshot reads the
+    same series and values through the shared catalogue, and the downgrade gives them back."""
+    command.upgrade(alembic_config(database_url), "0010")
+    engine = create_db_engine(database_url)
+    window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
+                   column("started_at"), column("team"), column("started_by"))  # fmt: skip
+    target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
+                   column("target"), column("url"))  # fmt: skip
+    series = table("target_series", column("id"), column("target_id"), column("family"),
+                   column("labels"), column("labels_digest"))  # fmt: skip
+    snapshot = table("snapshot", column("id"), column("target_id"), column("phase"),
+                     column("taken_at"), column("error"), column("counters", JSON))  # fmt: skip
+    engine0 = '[["engine","0"]]'
+    engine1 = '[["engine","1"]]'
+    position0 = '[["engine","0"],["position","0"]]'
+    # (series id, target id, family, labels): targets 1 and 3 read one endpoint, in two windows.
+    old_series = [
+        (10, 1, "num_drafts", engine0), (11, 1, "num_draft_tokens", engine0),
+        (12, 1, "accepted_per_position", position0),
+        (20, 3, "num_drafts", engine0), (21, 3, "num_drafts", engine1),
+        (30, 4, "sglang:verify_calls", "[]"),
+    ]  # fmt: skip
+    old_snapshots: list[tuple[int, int, str, str | None, list[list[float | None]] | None]] = [
+        (1, 1, "before", None, [[10, 5.0, 1.5], [11, 15.0, None], [12, 3.0, None]]),
+        (2, 1, "after", None, [[10, 9.0, 1.5], [11, 27.0, None], [12, 8.0, None]]),
+        (3, 3, "before", None, [[20, 7.0, None], [21, 1.0, None]]),
+        (4, 4, "before", None, [[30, 2.0, None]]),
+        (5, 4, "after", "connection refused", None),
+    ]
+    family_labels = {row[0]: (row[2], row[3]) for row in old_series}
+    # What every snapshot reads, by (family, labels): what must come through both ways.
+    expected = {
+        snapshot_id: None if counters is None else
+        sorted((*family_labels[int(c[0] or 0)], c[1], c[2]) for c in counters)
+        for snapshot_id, _, _, _, counters in old_snapshots
+    }  # fmt: skip
+    urls = {1: "http://a:1/metrics", 2: "http://b:2/metrics", 3: "http://a:1/metrics",
+            4: "http://c:3/metrics"}  # fmt: skip
+    moment = datetime(2026, 11, 30, 10, tzinfo=UTC)
+
+    def readings(connection: Any, catalogue_sql: str) -> dict[int, Any]:
+        catalogue = {row[0]: (row[1], row[2], row[3])
+                     for row in connection.execute(text(catalogue_sql))}  # fmt: skip
+        found: dict[int, Any] = {}
+        for snapshot_id, target_id, counters in connection.execute(
+            select(snapshot.c.id, snapshot.c.target_id, snapshot.c.counters)
+        ):
+            if counters is None:
+                found[snapshot_id] = None
+                continue
+            rows = []
+            for series_id, value, created in counters:
+                owner, family, labels = catalogue[int(series_id)]
+                assert owner in (target_id, urls[target_id])  # the snapshot's own target/endpoint
+                rows.append((family, labels, value, created))
+            found[snapshot_id] = sorted(rows)
+        return found
+
+    try:
+        with engine.begin() as connection:
+            for window_pk in (1, 2, 3):
+                connection.execute(window.insert().values(
+                    id=window_pk, window_id=f"w{window_pk}", state="closed", labels="{}",
+                    started_at=moment, team="default", started_by="anonymous"))  # fmt: skip
+            for target_id, window_pk in ((1, 1), (2, 1), (3, 2), (4, 3)):
+                connection.execute(target.insert().values(
+                    id=target_id, window_pk=window_pk, ordinal=target_id,
+                    target=f"h:{target_id}", url=urls[target_id]))  # fmt: skip
+            for series_id, target_id, family, labels in old_series:
+                connection.execute(series.insert().values(
+                    id=series_id, target_id=target_id, family=family, labels=labels,
+                    labels_digest=hashlib.sha256(labels.encode()).hexdigest()))  # fmt: skip
+            for snapshot_id, target_id, phase, error, counters in old_snapshots:
+                connection.execute(snapshot.insert().values(
+                    id=snapshot_id, target_id=target_id, phase=phase, taken_at=moment,
+                    error=error, counters=counters))  # fmt: skip
+        upgrade_database(database_url)
+        with engine.connect() as connection:
+            after_upgrade = readings(
+                connection, "SELECT id, endpoint, family, labels FROM endpoint_series"
+            )
+            endpoints = connection.execute(
+                text("SELECT endpoint, family, labels FROM endpoint_series")
+            ).all()
+            errors = connection.execute(text("SELECT id, error FROM snapshot ORDER BY id")).all()
+        command.downgrade(alembic_config(database_url), "0010")
+        with engine.connect() as connection:
+            after_downgrade = readings(
+                connection, "SELECT id, target_id, family, labels FROM target_series"
+            )
+    finally:
+        engine.dispose()
+    assert after_upgrade == expected
+    # Series 20 is series 10 of the same endpoint (one row); 21 differs by its labels.
+    assert sorted(tuple(row) for row in endpoints) == sorted([
+        ("http://a:1/metrics", "num_drafts", engine0),
+        ("http://a:1/metrics", "num_draft_tokens", engine0),
+        ("http://a:1/metrics", "accepted_per_position", position0),
+        ("http://a:1/metrics", "num_drafts", engine1),
+        ("http://c:3/metrics", "sglang:verify_calls", "[]"),
+    ])  # fmt: skip
+    assert [tuple(row) for row in errors] == [(i, e) for i, _, _, e, _ in old_snapshots]
+    assert after_downgrade == expected

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from app.db import create_db_engine, upgrade_database
-from app.models import TABLES, Snapshot, TargetSeries, WindowCreate
+from app.models import TABLES, EndpointSeries, Snapshot, WindowCreate
 from app.promtext import (
     ExtractionLimits,
     extract_spec_decode,
@@ -53,7 +53,7 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
     committed: list[bool] = []
 
     def commit_baseline_once(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if not committed and ("snapshot" in statement or "target_series" in statement):
+        if not committed and ("snapshot" in statement or "endpoint_series" in statement):
             committed.append(True)
             store_baseline(writer, stored, [outcome])
 
@@ -119,13 +119,13 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
         if (
             not raced
             and statement.lstrip().upper().startswith("SELECT")
-            and "target_series" in statement
+            and "endpoint_series" in statement
         ):
             with other.begin() as connection:
                 raced.append(
                     connection.execute(
-                        TABLES["target_series"].insert().returning(TABLES["target_series"].c.id),
-                        {"target_id": target_id, "family": first.role.value,
+                        TABLES["endpoint_series"].insert().returning(TABLES["endpoint_series"].c.id),
+                        {"endpoint": target.url, "family": first.role.value,
                          "labels": labels_to_text(first.labels),
                          "labels_digest": labels_digest(labels_to_text(first.labels))},
                     ).scalar_one()
@@ -174,7 +174,7 @@ def test_label_sets_of_any_length_are_stored_and_read_back(
     store_baseline(engine, stored, [outcome])
     store_baseline(engine, stored, [outcome])  # the same series again: found, not added twice
     with Session(engine) as session:
-        catalogue = session.exec(select(TargetSeries)).all()
+        catalogue = session.exec(select(EndpointSeries)).all()
     assert len(catalogue) == len(outcome.series or {}) == 6
     assert {labels_from_text(row.labels) for row in catalogue} == {
         key.labels for key in outcome.series or {}
@@ -219,3 +219,55 @@ def test_reading_an_open_window_never_looks_for_overlaps(engines: tuple[Engine, 
     assert shown.state == "open" and shown.targets[0].result is None
     # The overlaps query is the only one that reads windows by their start time.
     assert statements and not [s for s in statements if "window.started_at <" in s]
+
+
+def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """The catalogue is keyed by endpoint: a second window on the same server adds no series,
+    and once they are known a scrape stores its snapshot in one statement."""
+    engine, _ = engines
+    target = _window_of_one_target(engine)
+    series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
+    outcome = ScrapeOutcome(target, datetime.now(UTC), series=series)
+    store_baseline(engine, load_window(engine, "default", "w"), [outcome])
+    assert insert_window(engine, Actor("default", "t"), "w2", WindowCreate(targets=[target.key]),
+                         [target], 10, "r", 0)  # fmt: skip
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "after_cursor_execute", record)
+    store_baseline(engine, load_window(engine, "default", "w2"), [outcome])
+    event.remove(engine, "after_cursor_execute", record)
+    assert [s for s in statements if "endpoint_series" in s] == []
+    assert len([s for s in statements if s.startswith("INSERT INTO snapshot")]) == 1
+    with Session(engine) as session:
+        assert len(session.exec(select(EndpointSeries)).all()) == len(series) == 6
+    for window_id in ("w", "w2"):
+        before = read_window(engine, "default", window_id).targets[0].before
+        assert before is not None and (before.num_drafts, before.num_accepted_tokens) == (5, 6)
+
+
+def test_series_added_by_a_rolled_back_write_are_not_remembered(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """A write that rolls back takes its new series with it (SQLite may give their ids to
+    other rows): the next write adds them again rather than naming ids that do not exist."""
+    engine, _ = engines
+    target = _window_of_one_target(engine)
+    stored = load_window(engine, "default", "w")
+    ids = {target.key: stored.targets[0].id}
+    series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
+    outcome = ScrapeOutcome(target, datetime.now(UTC), series=series)
+    with Session(engine) as session:
+        store_snapshots(session, ids, "before", [outcome])
+        session.rollback()
+    with Session(engine) as session:
+        assert session.exec(select(EndpointSeries)).all() == []
+    store_baseline(engine, stored, [outcome])
+    with Session(engine) as session:
+        assert len(session.exec(select(EndpointSeries)).all()) == len(series)
+    before = read_window(engine, "default", "w").targets[0].before
+    assert before is not None and (before.num_drafts, before.num_draft_tokens) == (5, 15)

@@ -12,15 +12,9 @@ from app.exceptions import WindowNotFound, WindowOpen
 from app.models import as_utc
 from app.results import TargetResult
 from app.specdecode import Reading, compare_results, timeline
+from app.windows.catalogue import keys_of, reading_of
 from app.windows.overlaps import with_overlaps
-from app.windows.storage import (
-    catalogue,
-    find_window,
-    in_chain_order,
-    load_window,
-    reading_of,
-    snapshots_of,
-)
+from app.windows.storage import find_window, in_chain_order, load_window, snapshots_of
 from app.windows.stored import StoredTarget, StoredWindow
 from app.windows.views import window_fields
 
@@ -64,7 +58,7 @@ def _points_of(
     ids = [t.id for t in targets]
     with Session(engine) as session:
         chains = snapshots_of(session, ids)
-        catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
+        catalog = keys_of(session, (s for chain in chains.values() for s in chain))
     return [
         (
             target,

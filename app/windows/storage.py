@@ -1,4 +1,4 @@
-"""Reads and writes of windows, targets, snapshots and the series catalogue."""
+"""Reads and writes of windows, targets and snapshots."""
 
 import math
 import time
@@ -15,34 +15,26 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from app.counters import Role, ServingEngine
-from app.db import upsert_insert, write_session
+from app.db import write_session
 from app.engines import build_result
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
     TABLES,
     Snapshot,
-    TargetSeries,
     Window,
     WindowCreate,
     WindowTarget,
     as_utc,
     utcnow,
 )
-from app.promtext import (
-    Series,
-    SeriesKey,
-    SeriesValue,
-    labels_digest,
-    labels_from_text,
-    labels_to_text,
-)
+from app.promtext import SeriesKey
 from app.results import TargetResult
 from app.scrape import ScrapeOutcome
 from app.specdecode import Reading
 from app.targets import Target
+from app.windows.catalogue import keys_of, reading_of, series_ids
 from app.windows.overlaps import overlaps_of
-from app.windows.stored import NO_BASELINE, Actor, StoredTarget, StoredWindow
+from app.windows.stored import Actor, StoredTarget, StoredWindow
 
 
 def find_window(session: Session, team: str, window_id: str) -> StoredWindow | None:
@@ -68,49 +60,6 @@ def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
     return stored
 
 
-def family_of(key: SeriesKey) -> str:
-    """The stored `family` of a series: its role, prefixed by its engine unless vLLM (whose
-    series were stored before there were other engines)."""
-    if key.engine is ServingEngine.VLLM:
-        return key.role.value
-    return f"{key.engine.value}:{key.role.value}"
-
-
-def series_key(family: str, labels: tuple[tuple[str, str], ...]) -> SeriesKey:
-    """The inverse of `family_of`, with the series' labels."""
-    engine, sep, role = family.rpartition(":")
-    return SeriesKey(Role(role), labels, ServingEngine(engine) if sep else ServingEngine.VLLM)
-
-
-def _catalogue_rows(session: Session, target_ids: Iterable[int]) -> list[tuple[int, int, str, str]]:
-    """(id, target id, family, labels text) of every series of these targets.
-
-    Plain rows, not ORM objects: a window of many targets has thousands of series.
-    """
-    rows = session.execute(
-        sa_select(
-            col(TargetSeries.id),
-            col(TargetSeries.target_id),
-            col(TargetSeries.family),
-            col(TargetSeries.labels),
-        ).where(col(TargetSeries.target_id).in_(list(target_ids)))
-    )
-    return [(series_id, target_id, family, labels) for series_id, target_id, family, labels in rows]
-
-
-def catalogue(session: Session, target_ids: Iterable[int]) -> dict[int, SeriesKey]:
-    """The series catalogue of these targets, by id.
-
-    Read it after the snapshots that refer to it: a snapshot commits with (or after) the
-    series it names, so under READ COMMITTED a catalogue read later knows them all, where one
-    read earlier can miss the series of a snapshot committed in between.
-    """
-    return {
-        series_id: series_key(family, labels_from_text(labels))
-        for series_id, _, family, labels in _catalogue_rows(session, target_ids)
-    }
-
-
 def snapshots_of(
     session: Session, target_ids: Iterable[int], phases: Sequence[str] | None = None
 ) -> dict[int, list[Snapshot]]:
@@ -121,19 +70,6 @@ def snapshots_of(
     for snapshot in session.exec(query.order_by(col(Snapshot.taken_at), col(Snapshot.id))).all():
         by_target[snapshot.target_id].append(snapshot)
     return by_target
-
-
-def reading_of(snapshot: Snapshot | None, catalog: dict[int, SeriesKey]) -> Reading:
-    """What a stored snapshot read (`NO_BASELINE` for a `before` that was never stored)."""
-    if snapshot is None:
-        return NO_BASELINE
-    if snapshot.counters is None:
-        return snapshot.error or "scrape failed"
-    series: Series = {}
-    for series_id, value, created in snapshot.counters:
-        assert series_id is not None
-        series[catalog[int(series_id)]] = SeriesValue(value, created)
-    return series
 
 
 def summary_columns(result: TargetResult) -> dict[str, Any]:
@@ -155,80 +91,28 @@ def in_chain_order(snapshots: list[Snapshot]) -> list[Snapshot]:
     return sorted(snapshots, key=lambda s: rank.get(s.phase, 1))
 
 
-def _catalogue_ids(
-    session: Session, wanted: dict[int, dict[SeriesKey, str]]
-) -> dict[tuple[int, str, str], int]:
-    """Ids of (target, family, labels text) for every series in `wanted`, adding new ones.
-
-    One query reads the catalogue of all these targets; series never seen before cost one
-    insert for all of them, which returns their ids.
-    """
-
-    def read() -> dict[tuple[int, str, str], int]:
-        return {
-            (target_id, family, labels): series_id
-            for series_id, target_id, family, labels in _catalogue_rows(session, wanted)
-        }
-
-    known = read()
-    missing = [
-        {
-            "target_id": target_id,
-            "family": family_of(key),
-            "labels": text,
-            "labels_digest": labels_digest(text),
-        }
-        for target_id, keys in wanted.items()
-        for key, text in keys.items()
-        if (target_id, family_of(key), text) not in known
-    ]
-    if missing:
-        insert = upsert_insert(session.get_bind().dialect.name)
-        table = TABLES["target_series"]
-        # Core executemany, not a multi-row VALUES: its statement is compiled once and
-        # cached, where one of N rows was compiled anew for every window.
-        added = session.execute(
-            insert(table)
-            .on_conflict_do_nothing(index_elements=["target_id", "family", "labels_digest"])
-            .returning(table.c.id, table.c.target_id, table.c.family, table.c.labels),
-            missing,
-        )
-        known.update(
-            {
-                (target_id, family, labels): series_id
-                for series_id, target_id, family, labels in added
-            }
-        )
-        if len(known) < sum(len(keys) for keys in wanted.values()):
-            # Another writer added some of them at the same moment: the unique constraint kept
-            # its rows, our inserts of those did nothing and returned nothing. Read them.
-            known = read()
-    return known
-
-
 def store_snapshots(
     session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
 ) -> None:
-    """Add one snapshot row per outcome (counters, or the error), in two or three statements."""
-    wanted = {
-        ids[outcome.target.key]: {key: labels_to_text(key.labels) for key in outcome.series}
-        for outcome in outcomes
-        if outcome.series is not None
-    }
-    known = _catalogue_ids(session, wanted) if wanted else {}
+    """Add one snapshot row per outcome (counters, or the error): one statement once the
+    series of these endpoints are known (see `app.windows.catalogue`)."""
+    wanted: dict[str, set[SeriesKey]] = defaultdict(set)
+    for outcome in outcomes:
+        if outcome.series is not None:
+            wanted[outcome.target.url].update(outcome.series)
+    known = series_ids(session, wanted) if wanted else {}
     rows = []
     for outcome in outcomes:
-        target_id = ids[outcome.target.key]
         counters: list[list[float | None]] | None = None
         if outcome.series is not None:
-            texts = wanted[target_id]
+            url = outcome.target.url
             counters = [
-                [known[(target_id, family_of(key), texts[key])], value.value, value.created]
+                [known[(url, key)], value.value, value.created]
                 for key, value in outcome.series.items()
             ]
         rows.append(
             {
-                "target_id": target_id,
+                "target_id": ids[outcome.target.key],
                 "phase": phase,
                 "taken_at": outcome.taken_at,
                 "error": outcome.error,
@@ -391,7 +275,7 @@ def close_window(
         session.flush()
         ids = [t.id for t in stored.targets]
         chains = snapshots_of(session, ids)
-        catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
+        catalog = keys_of(session, (s for chain in chains.values() for s in chain))
         overlaps = overlaps_of(session, stored, end=stopped_at)
         baselines: dict[int, Reading] = {}
         results: dict[int, TargetResult] = {}

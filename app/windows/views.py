@@ -9,8 +9,9 @@ from app.exceptions import WindowNotFound
 from app.models import TargetPublic, Window, WindowPublic, as_utc
 from app.results import TargetResult
 from app.specdecode import Reading, absolute_totals
+from app.windows.catalogue import keys_of, reading_of
 from app.windows.overlaps import with_overlaps
-from app.windows.storage import catalogue, find_window, reading_of, snapshots_of
+from app.windows.storage import find_window, snapshots_of
 from app.windows.stored import StoredWindow
 
 
@@ -18,7 +19,7 @@ def _baselines_of(session: Session, stored: StoredWindow) -> dict[int, Reading]:
     """Per target id: the series of its `before` scrape, or that scrape's error."""
     ids = [t.id for t in stored.targets]
     befores = snapshots_of(session, ids, ["before"])
-    catalog = catalogue(session, ids)  # after the snapshots: see `catalogue`
+    catalog = keys_of(session, (s for chain in befores.values() for s in chain))
     return {
         target_id: reading_of(snapshots[0], catalog)
         for target_id, snapshots in befores.items()

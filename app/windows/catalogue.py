@@ -1,0 +1,229 @@
+"""The series catalogue: every spec-decode series an endpoint has shown, by id.
+
+A snapshot stores its counters as `[series id, value, created]` rows; the id names the
+series' family and label set in `endpoint_series`, one row per (endpoint, family, labels)
+shared by every window that reads the endpoint. Rows are only ever added, never changed or
+deleted, so each process remembers the ones it has read or written (`KnownSeries`, one per
+database engine): a scrape of a server seen before costs no catalogue query at all, and a
+stop reads back only the series it does not know yet.
+"""
+
+import threading
+import weakref
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+
+from sqlalchemy import event
+from sqlalchemy import select as sa_select
+from sqlalchemy.engine import Connection, Engine
+from sqlmodel import Session, col
+
+from app.counters import Role, ServingEngine
+from app.db import upsert_insert
+from app.models import TABLES, EndpointSeries, Snapshot
+from app.promtext import (
+    Series,
+    SeriesKey,
+    SeriesValue,
+    labels_digest,
+    labels_from_text,
+    labels_to_text,
+)
+from app.specdecode import Reading
+from app.windows.stored import NO_BASELINE
+
+#: Entries each process keeps per database before starting over: a hostile endpoint whose
+#: labels change on every scrape adds catalogue rows, and must not grow the memory too.
+MAX_KNOWN_SERIES = 200_000
+_IN_LIST = 500  # ids per IN list (SQLite's bound on variables)
+
+
+@lru_cache(maxsize=4096)
+def family_of(key: SeriesKey) -> str:
+    """The stored `family` of a series: its role, prefixed by its engine unless vLLM (whose
+    series were stored before there were other engines)."""
+    if key.engine is ServingEngine.VLLM:
+        return key.role.value
+    return f"{key.engine.value}:{key.role.value}"
+
+
+def series_key(family: str, labels: tuple[tuple[str, str], ...]) -> SeriesKey:
+    """The inverse of `family_of`, with the series' labels."""
+    engine, sep, role = family.rpartition(":")
+    return SeriesKey(Role(role), labels, ServingEngine(engine) if sep else ServingEngine.VLLM)
+
+
+class KnownSeries:
+    """The catalogue rows one process has met, both ways: (endpoint, series) -> id, id -> series."""
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[str, SeriesKey], int] = {}
+        self.keys: dict[int, SeriesKey] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, rows: Iterable[tuple[int, str, SeriesKey]]) -> None:
+        with self._lock:
+            if len(self.keys) > MAX_KNOWN_SERIES:
+                self.ids, self.keys = {}, {}
+            for series_id, endpoint, key in rows:
+                self.ids[(endpoint, key)] = series_id
+                self.keys[series_id] = key
+
+
+_KNOWN: "weakref.WeakKeyDictionary[Engine, KnownSeries]" = weakref.WeakKeyDictionary()
+_KNOWN_LOCK = threading.Lock()
+
+
+def _known(session: Session) -> KnownSeries:
+    bind = session.get_bind()
+    engine = bind.engine if isinstance(bind, Connection) else bind
+    with _KNOWN_LOCK:
+        known = _KNOWN.get(engine)
+        if known is None:
+            known = _KNOWN[engine] = KnownSeries()
+        return known
+
+
+def _stored_rows(
+    session: Session, endpoints: Iterable[str], digests: Iterable[str]
+) -> list[tuple[int, str, SeriesKey]]:
+    """(id, endpoint, series) of the stored rows of these endpoints with these label digests."""
+    columns = (
+        col(EndpointSeries.id),
+        col(EndpointSeries.endpoint),
+        col(EndpointSeries.family),
+        col(EndpointSeries.labels),
+    )
+    wanted_endpoints, wanted_digests = list(set(endpoints)), list(set(digests))
+    rows: list[tuple[int, str, SeriesKey]] = []
+    for first in range(0, len(wanted_digests), _IN_LIST):
+        query = sa_select(*columns).where(
+            col(EndpointSeries.endpoint).in_(wanted_endpoints),
+            col(EndpointSeries.labels_digest).in_(wanted_digests[first : first + _IN_LIST]),
+        )
+        rows += [
+            (series_id, endpoint, series_key(family, labels_from_text(labels)))
+            for series_id, endpoint, family, labels in session.execute(query)
+        ]
+    return rows
+
+
+def series_ids(
+    session: Session, wanted: Mapping[str, Iterable[SeriesKey]]
+) -> dict[tuple[str, SeriesKey], int]:
+    """Ids of the series in `wanted` (by endpoint), adding the ones never stored.
+
+    Known series cost nothing; the others one read and, for those never stored, one insert
+    that returns their ids.
+    """
+    known = _known(session)
+    found: dict[tuple[str, SeriesKey], int] = {}
+    missing: list[tuple[str, SeriesKey]] = []
+    for endpoint, keys in wanted.items():
+        for key in keys:
+            series_id = known.ids.get((endpoint, key))
+            if series_id is None:
+                missing.append((endpoint, key))
+            else:
+                found[(endpoint, key)] = series_id
+    if not missing:
+        return found
+    texts = {key: labels_to_text(key.labels) for _, key in missing}
+    digests = {text: labels_digest(text) for text in texts.values()}
+
+    def read() -> None:
+        rows = _stored_rows(session, (e for e, _ in missing), digests.values())
+        _remember(session, rows, added=False)
+        found.update({(endpoint, key): series_id for series_id, endpoint, key in rows})
+
+    read()
+    new = [(endpoint, key) for endpoint, key in missing if (endpoint, key) not in found]
+    if new:
+        insert = upsert_insert(session.get_bind().dialect.name)
+        table = TABLES["endpoint_series"]
+        # Core executemany, not a multi-row VALUES: its statement is compiled once and
+        # cached, where one of N rows was compiled anew for every window.
+        added = [
+            (series_id, endpoint, series_key(family, labels_from_text(labels)))
+            for series_id, endpoint, family, labels in session.execute(
+                insert(table)
+                .on_conflict_do_nothing(index_elements=["endpoint", "family", "labels_digest"])
+                .returning(table.c.id, table.c.endpoint, table.c.family, table.c.labels),
+                [
+                    {"endpoint": endpoint, "family": family_of(key), "labels": texts[key],
+                     "labels_digest": digests[texts[key]]}
+                    for endpoint, key in new
+                ],
+            )
+        ]  # fmt: skip
+        _remember(session, added, added=True)
+        found.update({(endpoint, key): series_id for series_id, endpoint, key in added})
+        if any((endpoint, key) not in found for endpoint, key in new):
+            # Another writer added some of them at the same moment: the unique constraint kept
+            # its rows, our inserts of those did nothing and returned nothing. Read them.
+            read()
+    return found
+
+
+def _remember(session: Session, rows: list[tuple[int, str, SeriesKey]], added: bool) -> None:
+    """Remember rows this session read or (`added`) inserted.
+
+    Once a session has inserted rows, everything it reads may be its own uncommitted work,
+    which a rollback takes back (and SQLite may then give the ids to other rows): such rows
+    are remembered only when the session commits.
+    """
+    pending: list[tuple[int, str, SeriesKey]] | None = session.info.get("added_series")
+    if pending is None and not added:
+        _known(session).remember(rows)
+        return
+    if pending is None:
+        pending = session.info["added_series"] = []
+
+        def committed(session: Session) -> None:
+            _known(session).remember(session.info.pop("added_series", ()))
+
+        def rolled_back(session: Session, previous_transaction: object) -> None:
+            session.info.pop("added_series", None)
+
+        event.listen(session, "after_commit", committed, once=True)
+        event.listen(session, "after_soft_rollback", rolled_back, once=True)
+    pending.extend(rows)
+
+
+def keys_of(session: Session, snapshots: Iterable[Snapshot]) -> dict[int, SeriesKey]:
+    """The series (by id) the counters of these snapshots name.
+
+    A snapshot commits with (or after) the series it names, so every one is there to read.
+    """
+    known = _known(session)
+    ids = {int(row[0]) for s in snapshots for row in s.counters or () if row[0] is not None}
+    found = {series_id: known.keys[series_id] for series_id in ids if series_id in known.keys}
+    unknown = sorted(ids - found.keys())
+    for first in range(0, len(unknown), _IN_LIST):
+        rows = [
+            (series_id, endpoint, series_key(family, labels_from_text(labels)))
+            for series_id, endpoint, family, labels in session.execute(
+                sa_select(
+                    col(EndpointSeries.id),
+                    col(EndpointSeries.endpoint),
+                    col(EndpointSeries.family),
+                    col(EndpointSeries.labels),
+                ).where(col(EndpointSeries.id).in_(unknown[first : first + _IN_LIST]))
+            )
+        ]
+        _remember(session, rows, added=False)
+        found.update({series_id: key for series_id, _, key in rows})
+    return found
+
+
+def reading_of(snapshot: Snapshot | None, catalog: Mapping[int, SeriesKey]) -> Reading:
+    """What a stored snapshot read (`NO_BASELINE` for a `before` that was never stored)."""
+    if snapshot is None:
+        return NO_BASELINE
+    if snapshot.counters is None:
+        return snapshot.error or "scrape failed"
+    series: Series = {}
+    for series_id, value, created in snapshot.counters:
+        assert series_id is not None
+        series[catalog[int(series_id)]] = SeriesValue(value, created)
+    return series
