@@ -2,8 +2,9 @@
 
 A schema names the sample families of one engine's `/metrics` that hold each role (drafts,
 draft tokens, accepted tokens, accepted tokens per position, ...), the label that holds the
-position, and the prefix every one of its families starts with (the extraction's fast path
-jumps from one line with that prefix to the next). Extraction keys each series by its engine,
+position, the prefix every one of its families starts with, and a marker: a substring of
+their names that one pass over the payload finds (the extraction looks only at the lines that
+hold a marker). Extraction keys each series by its engine,
 role and labels; the arithmetic (`app.specdecode`) works per engine on roles. What each engine
 exposes, and where that is written down, is in the README's engine table.
 """
@@ -58,12 +59,21 @@ class CounterSchema:
     position_label: str
     # Gauge family name (the sample name itself) -> its role.
     gauges: dict[str, Role] = field(default_factory=dict)
+    # A substring of the name of every family and gauge but the companions: the extraction
+    # finds their lines by searching for it, in one pass shared by the schemas that share it.
+    marker: str = "spec_decode_"
+    # Families read only on a server that shows another family of the schema (SGLang's token
+    # and request counters exist without speculative decoding): found by name once one is.
+    companions: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         names = [*self.families, *self.gauges]
         stray = [name for name in names if not name.startswith(self.prefix)]
         if stray:
             raise ValueError(f"{self.engine}: families outside prefix {self.prefix!r}: {stray}")
+        unmarked = [n for n in names if self.marker not in n and n not in self.companions]
+        if unmarked or not self.companions <= self.families.keys():
+            raise ValueError(f"{self.engine}: families without marker {self.marker!r}: {unmarked}")
 
 
 VLLM_V1 = CounterSchema(
@@ -116,9 +126,11 @@ SGLANG = CounterSchema(
         "sglang:num_requests": Role.REQUESTS,
     },
     position_label="position",
+    marker="sglang:spec_verify_calls",
+    companions=frozenset({"sglang:generation_tokens", "sglang:num_requests"}),
 )
 
-#: Every engine the extraction reads, in the order their prefixes are searched.
+#: Every engine the extraction reads.
 SCHEMAS: tuple[CounterSchema, ...] = (VLLM_V1, LLAMACPP, TRTLLM, SGLANG)
 
 #: Counter family name -> (engine, role), over every schema.

@@ -2,8 +2,8 @@
 
 A vLLM `/metrics` payload is 60 KB to 700 KB, of which the spec-decode samples are a few
 dozen lines. Instead of parsing every family, `extract_spec_decode` jumps from one line that
-starts with a schema's prefix (``vllm:spec_decode_``; see `app.counters`) to the next with
-`str.find` and parses only those lines.
+holds a schema's marker (``spec_decode_``; see `app.counters`) to the next with `str.find`
+and parses only those lines; a line seen before is not parsed again.
 It reads both the text format 0.0.4 and OpenMetrics 1.0: the sample names are the same,
 only the family bookkeeping (which we skip) differs.
 
@@ -100,6 +100,23 @@ def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
 _NAME_END = re.compile(r"[{ \t]")
 
 
+class _Sample(NamedTuple):
+    """What one sample line says, as far as it does not depend on the payload around it."""
+
+    key: SeriesKey
+    is_created: bool
+    value: float | None  # None: a `_created` or gauge without a finite value, read as absent
+    label_chars: int
+
+
+# Lines already parsed: between two scrapes of a server most spec-decode lines repeat (every
+# `_created`, and the counters of idle engines), and a dictionary lookup costs a hundredth of a
+# parse. Only lines that parse are kept; short lines only, and at most this many.
+_PARSED: dict[str, _Sample] = {}
+_PARSED_MAX_ENTRIES = 16_384
+_PARSED_MAX_LINE = 512
+
+
 def _role_of(name: str) -> tuple[tuple[ServingEngine, Role] | None, bool]:
     """The (engine, role) of a sample name, and whether it is a `_created` sample."""
     if name.endswith("_total"):
@@ -109,40 +126,63 @@ def _role_of(name: str) -> tuple[tuple[ServingEngine, Role] | None, bool]:
     return ROLE_OF_GAUGE.get(name), False
 
 
-def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
-    # The name first: a line of a family no schema reads (a histogram of an engine whose
-    # prefix is broad) is skipped without the full match.
+def _sample_of(line: str, limits: ExtractionLimits) -> _Sample | None:
+    """The sample of a line, None for a line of a family no schema reads; raises
+    `ExtractionError` for a line that is not a readable counter."""
+    # The name first: a line of a family no schema reads (one that merely holds a marker in a
+    # label, say) is skipped without the full match.
     end = _NAME_END.search(line)
     found, is_created = _role_of(line[: end.start()] if end else line)
     if found is None:
-        return
+        return None
     engine, role = found
     match = _SAMPLE.fullmatch(line)
     if match is None:
         raise ExtractionError(f"malformed sample line: {line[:200]}")
     name = match["name"]
     try:
-        value = float(match["value"])
+        value: float | None = float(match["value"])
     except ValueError:
         raise ExtractionError(f"value is not a number in line: {line[:200]}") from None
-    if is_created:
+    assert value is not None
+    if is_created or role in GAUGES:
         if not math.isfinite(value):
-            return  # a start time of +Inf or NaN says nothing: the series is read without it
-    elif role in GAUGES:
-        if not math.isfinite(value):
-            return  # a gauge without a value shows nothing
+            # A start time of +Inf or NaN says nothing (the series is read without it); a
+            # gauge without a value shows nothing.
+            value = None
     elif not math.isfinite(value) or value < 0:
         raise ExtractionError(f"counter value {match['value']} is not a finite count: {name}")
     elif value > MAX_COUNTER:
         raise ExtractionError(f"counter value {match['value']} is above 2^53, not exact: {name}")
     label_text = match["labels"] or ""
-    if len(label_text) > limits.max_label_chars:
+    _check_label_chars(len(label_text), name, limits)
+    return _Sample(SeriesKey(role, _parse_labels(label_text), engine), is_created, value,
+                   len(label_text))  # fmt: skip
+
+
+def _check_label_chars(chars: int, name: str, limits: ExtractionLimits) -> None:
+    if chars > limits.max_label_chars:
         raise ExtractionError(
-            f"a series of {name} has labels of {len(label_text)} characters, more than "
+            f"a series of {name} has labels of {chars} characters, more than "
             f"{limits.max_label_chars} (SPECDEC_MAX_SERIES_LABEL_CHARS)"
         )
-    labels = _parse_labels(label_text)
-    key = SeriesKey(role, labels, engine)
+
+
+def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
+    sample = _PARSED.get(line)
+    if sample is None:
+        sample = _sample_of(line, limits)
+        if sample is None:
+            return
+        if len(line) <= _PARSED_MAX_LINE:
+            if len(_PARSED) >= _PARSED_MAX_ENTRIES:
+                _PARSED.clear()  # a server whose lines all change: start over, stay bounded
+            _PARSED[line] = sample
+    elif sample.label_chars > limits.max_label_chars:  # parsed under other limits
+        _check_label_chars(sample.label_chars, line.partition("{")[0], limits)
+    if sample.value is None:
+        return
+    key = sample.key
     slot = series.get(key)
     if slot is None:
         if len(series) >= limits.max_series:
@@ -150,37 +190,67 @@ def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
                 f"more than {limits.max_series} spec-decode series (SPECDEC_MAX_SERIES_PER_TARGET)"
             )
         slot = series[key] = SeriesValue()
-    if (slot.created if is_created else slot.value) is not None:
-        raise ExtractionError(f"series given twice: {name}{{{match['labels'] or ''}}}")
-    if is_created:
-        slot.created = value
+    if sample.is_created:
+        if slot.created is not None:
+            raise ExtractionError(f"series given twice: {line[:200]}")
+        slot.created = sample.value
     else:
-        slot.value = value
+        if slot.value is not None:
+            raise ExtractionError(f"series given twice: {line[:200]}")
+        slot.value = sample.value
+
+
+#: The markers searched for (see `CounterSchema.marker`), each once.
+_MARKERS = tuple(dict.fromkeys(schema.marker for schema in SCHEMAS))
 
 
 def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()) -> Series:
     """Return the spec-decode series of an exposition payload, keyed by role and labels.
 
-    Only lines that start with a schema's prefix are looked at; the rest of the payload is
-    skipped by substring search. A `_created` sample fills `SeriesValue.created` and is
-    never counted. A series that has only a `_created` sample is dropped. Reading stops at an
-    OpenMetrics ``# EOF`` line. Raises `ExtractionError` on a payload cut off mid-line, a
-    malformed spec-decode line, a negative, non-finite or inexact (above 2**53) counter, a
-    series given twice, or more series or longer label sets than `limits` allow. A non-finite
-    `_created` is ignored.
+    Only lines that hold a schema's marker are looked at (and a schema's companion families,
+    once another of its families has shown); the rest of the payload is skipped by substring
+    search. A `_created` sample fills `SeriesValue.created` and is never counted. A series
+    that has only a `_created` sample is dropped. Reading stops at an OpenMetrics ``# EOF``
+    line. Raises `ExtractionError` on a payload cut off mid-line, a malformed spec-decode line,
+    a negative, non-finite or inexact (above 2**53) counter, a series given twice, or more
+    series or longer label sets than `limits` allow. A non-finite `_created` is ignored.
     """
     series: Series = {}
     limit = _eof_offset(text)
     if limit == len(text) and text and not text.endswith("\n"):
         # Every exposition line ends with a newline: an answer without one was cut off.
         raise ExtractionError("payload cut off mid-line (no final newline)")
-    for schema in SCHEMAS:
-        _extract_prefixed(text, limit, schema.prefix, series, limits)
+    read: set[int] = set()  # starts of the lines parsed: a line with two markers counts once
+    for marker in _MARKERS:
+        _extract_marked(text, limit, marker, series, limits, read)
+    if len(series) != 0:
+        engines = {key.engine for key in series}
+        for schema in SCHEMAS:
+            if schema.engine in engines:
+                for family in schema.companions:
+                    _extract_prefixed(text, limit, family, series, limits, read)
     return {key: value for key, value in series.items() if value.value is not None}
 
 
+def _extract_marked(
+    text: str, limit: int, marker: str, series: Series, limits: ExtractionLimits, read: set[int]
+) -> None:
+    """Parse every sample line of `text[:limit]` that holds `marker` into `series`."""
+    found = text.find(marker, 0, limit)
+    while found != -1:
+        start = text.rfind("\n", 0, found) + 1
+        end = text.find("\n", found, limit)
+        if end == -1:
+            end = limit
+        if text[start] != "#" and start not in read:
+            read.add(start)
+            line = text[start:end]
+            _parse_line(line[:-1] if line.endswith("\r") else line, series, limits)
+        found = text.find(marker, end, limit)
+
+
 def _extract_prefixed(
-    text: str, limit: int, prefix: str, series: Series, limits: ExtractionLimits
+    text: str, limit: int, prefix: str, series: Series, limits: ExtractionLimits, read: set[int]
 ) -> None:
     """Parse every line of `text[:limit]` that starts with `prefix` into `series`."""
     needle = "\n" + prefix
@@ -193,10 +263,10 @@ def _extract_prefixed(
         end = text.find("\n", start, limit)
         if end == -1:
             end = limit
-        line = text[start:end]
-        if line.endswith("\r"):
-            line = line[:-1]
-        _parse_line(line, series, limits)
+        if start not in read:
+            read.add(start)
+            line = text[start:end]
+            _parse_line(line[:-1] if line.endswith("\r") else line, series, limits)
         found = text.find(needle, end, limit)
         start = found + 1 if found != -1 else -1
 
@@ -214,8 +284,9 @@ def _eof_offset(text: str) -> int:
     return len(text)
 
 
-def forget_parsed_labels() -> None:
-    """Empty the cache of parsed label sets (a cold start, for measuring extraction)."""
+def forget_parsed_lines() -> None:
+    """Empty the caches of parsed lines and label sets (a cold start, for measuring extraction)."""
+    _PARSED.clear()
     _parse_labels.cache_clear()
 
 

@@ -34,6 +34,7 @@ def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]
     """The spec-decode series as prometheus_client's full parser sees them."""
     parse = openmetrics_families if openmetrics else text_families
     found: dict[SeriesKey, SeriesValue] = {}
+    bases: dict[SeriesKey, str] = {}
     for family in parse(text):
         for sample in family.samples:
             for suffix in ("_total", "_created"):
@@ -43,11 +44,19 @@ def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]
                     engine, role = ROLE_OF_FAMILY[base]
                     key = SeriesKey(role, labels, engine)
                     slot = found.setdefault(key, SeriesValue())
+                    bases[key] = base
                     if suffix == "_total":
                         slot.value = sample.value
                     else:
                         slot.created = sample.value
-    return {key: value for key, value in found.items() if value.value is not None}
+    # A schema's companion families count only on a server that shows another of its families.
+    companions = {family for schema in SCHEMAS for family in schema.companions}
+    shown = {key.engine for key, base in bases.items() if base not in companions}
+    return {
+        key: value
+        for key, value in found.items()
+        if value.value is not None and (bases[key] not in companions or key.engine in shown)
+    }
 
 
 @pytest.mark.parametrize(
@@ -284,3 +293,27 @@ def test_counters_above_two_to_the_53_are_refused_and_a_non_finite_created_is_ig
         text = f'{name}_total{{engine="0"}} 5.0\n{name}_created{{engine="0"}} {created}\n'
         (value,) = extract_spec_decode(text).values()
         assert (value.value, value.created) == (5.0, None)
+
+
+def test_a_line_holding_two_markers_is_read_once() -> None:
+    """A label value may hold another schema's marker: the line is still one sample."""
+    text = (
+        'vllm:spec_decode_num_drafts_total{note="sglang:spec_verify_calls"} 4\n'
+        'other_metric{note="spec_decode_"} 1\n'
+    )
+    assert extract_spec_decode(text) == oracle(text)
+    assert len(extract_spec_decode(text)) == 1
+
+
+def test_lines_read_before_give_the_same_series_and_still_obey_the_limits() -> None:
+    """Parsed lines are remembered across payloads; the limits of each call still apply."""
+    from app.promtext import ExtractionLimits, forget_parsed_lines
+
+    line = f'vllm:spec_decode_num_drafts_total{{engine="0",pod="{"p" * 60}"}} 4\n'
+    forget_parsed_lines()
+    first = extract_spec_decode(line)
+    assert extract_spec_decode(line) == first == oracle(line)
+    with pytest.raises(ExtractionError, match="of vllm:spec_decode_num_drafts_total has labels of 77 characters, more than 50"):
+        extract_spec_decode(line, ExtractionLimits(max_label_chars=50))
+    with pytest.raises(ExtractionError, match="series given twice"):
+        extract_spec_decode(line + line)

@@ -7,7 +7,7 @@ process, interleaved, so the ratio holds on a noisy machine even when the absolu
 import timeit
 from collections.abc import Callable
 
-from app.promtext import extract_spec_decode, forget_parsed_labels
+from app.promtext import extract_spec_decode, forget_parsed_lines
 from tests.bench.figures import Figure, show
 from tests.payloads import fixture
 from tests.test_promtext import oracle
@@ -19,7 +19,7 @@ def full_parse(text: str) -> object:
 
 def cold_extract(text: str) -> object:
     """The fast path with its label cache emptied: a server seen for the first time."""
-    forget_parsed_labels()
+    forget_parsed_lines()
     return extract_spec_decode(text)
 
 
