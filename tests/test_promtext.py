@@ -313,7 +313,10 @@ def test_lines_read_before_give_the_same_series_and_still_obey_the_limits() -> N
     forget_parsed_lines()
     first = extract_spec_decode(line)
     assert extract_spec_decode(line) == first == oracle(line)
-    with pytest.raises(ExtractionError, match="of vllm:spec_decode_num_drafts_total has labels of 77 characters, more than 50"):
+    with pytest.raises(
+        ExtractionError,
+        match="of vllm:spec_decode_num_drafts_total has labels of 77 characters, more than 50",
+    ):
         extract_spec_decode(line, ExtractionLimits(max_label_chars=50))
     with pytest.raises(ExtractionError, match="series given twice"):
         extract_spec_decode(line + line)
