@@ -1,5 +1,6 @@
 """Settings, read once from `SPECDEC_*` environment variables."""
 
+import os
 from functools import lru_cache
 
 from pydantic import Field
@@ -46,10 +47,16 @@ class Settings(BaseSettings):
         description="Samples of windows closed longer ago than this are deleted (results stay).",
     )
     log_level: str = Field(default="info", description="Log level of the service.")
+    workers: int = Field(
+        default_factory=lambda: len(os.sched_getaffinity(0)),
+        ge=1,
+        le=256,
+        description="Processes `specdec serve` runs (default: one per core); each is a replica.",
+    )
     replica_id: str | None = Field(
         default=None,
         max_length=128,
-        description="This replica's name in sampler leases; default: host name and port.",
+        description="This replica's name in sampler leases; default: host name and process id.",
     )
     metrics_latest_windows: int = Field(
         default=20, ge=0, le=1000, description="Closed windows whose results /metrics exports."

@@ -1,5 +1,6 @@
 """The FastAPI application and its lifespan, which owns the engine, client and scheduler."""
 
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -115,3 +116,35 @@ def create_app(
     # The dashboard: static files shipped in the package, no external assets.
     app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "ui", html=True), name="ui")
     return app
+
+
+#: Set by `specdec serve --workers N` for its workers: whether the service may run without
+#: keys (decided once, from the address it binds; see `create_app`).
+ANONYMOUS_ALLOWED_ENV = "SPECDEC_SERVE_ANONYMOUS_ALLOWED"
+
+
+def configure_logging(settings: Settings) -> None:
+    """The service's log format and levels (in every worker process too)."""
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per scrape and per Alembic plugin is noise at INFO; keep their warnings.
+    for noisy in ("httpx", "alembic.runtime.plugins"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # APScheduler logs every run of every job at INFO (the lease scan runs four times a
+    # second: 1.5 KB/s idle) and a skipped run of a slow target's sampling at WARNING, every
+    # interval; the sampler logs what goes wrong itself.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+
+
+def create_worker_app() -> FastAPI:
+    """The app of one worker of `specdec serve --workers N` (uvicorn imports it by name)."""
+    settings = get_settings()
+    if settings.replica_id:
+        # Each worker is a replica of its own: one name for all would let them all hold a
+        # window's sampler lease at once.
+        settings = settings.model_copy(
+            update={"replica_id": f"{settings.replica_id}:{os.getpid()}"}
+        )
+    configure_logging(settings)
+    return create_app(settings, anonymous_allowed=os.environ.get(ANONYMOUS_ALLOWED_ENV) == "1")

@@ -47,6 +47,8 @@ class CollectorProcess:
     database_url: str
     env: dict[str, str] = field(default_factory=dict)
     port: int = 0
+    # One process unless told: a test that kills the collector kills all of it.
+    workers: int = 1
     process: subprocess.Popen[bytes] | None = None
     # stderr goes to a file: a pipe nobody reads would block a chatty process.
     log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(suffix=".log")[1]))
@@ -65,7 +67,16 @@ class CollectorProcess:
         env = {**os.environ, "SPECDEC_DATABASE_URL": self.database_url, **self.env}
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [*specdec_command(), "serve", "--host", host, "--port", str(self.port)],
+            [
+                *specdec_command(),
+                "serve",
+                "--host",
+                host,
+                "--port",
+                str(self.port),
+                "--workers",
+                str(self.workers),
+            ],  # fmt: skip
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -76,12 +87,28 @@ class CollectorProcess:
         except RuntimeError as exc:
             raise RuntimeError(f"specdec serve {exc}: {self.stderr_text}") from None
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the process has used so far (Linux /proc)."""
+    def pids(self) -> list[int]:
+        """The process and its descendants (the workers of `--workers N`), Linux /proc."""
         assert self.process is not None
-        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        fields = stat.rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        found, queue = [], [self.process.pid]
+        while queue:
+            pid = queue.pop()
+            found.append(pid)
+            for task in Path(f"/proc/{pid}/task").glob("*/children"):
+                queue += [int(child) for child in task.read_text().split()]
+        return found
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the process and its workers have used so far (Linux /proc)."""
+        total = 0
+        for pid in self.pids():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except FileNotFoundError:  # gone since listed
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""
@@ -125,9 +152,13 @@ NewTeam = Callable[[], Team]
 
 
 @contextmanager
-def run_collector(database_url: str, log_dir: Path, **env: str) -> Iterator[CollectorProcess]:
+def run_collector(
+    database_url: str, log_dir: Path, workers: int = 1, **env: str
+) -> Iterator[CollectorProcess]:
     """A collector on `database_url`, logging into `log_dir`, with `SPECDEC_*` settings `env`."""
-    collector = CollectorProcess(database_url, env=env, log_path=log_dir / "collector.log")
+    collector = CollectorProcess(
+        database_url, env=env, workers=workers, log_path=log_dir / "collector.log"
+    )
     collector.start()
     try:
         yield collector

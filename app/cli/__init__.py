@@ -35,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="apply migrations, then serve the collector")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes serving on the port, each a replica (default: SPECDEC_WORKERS, else one "
+        "per core)",
+    )
     serve.set_defaults(handler=service.serve)
 
     simulate = commands.add_parser(

@@ -1,7 +1,7 @@
 """Service-side commands: `serve` the collector, `simulate` a vLLM server, manage `keys`."""
 
 import argparse
-import logging
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -17,15 +17,19 @@ def serve(args: argparse.Namespace) -> int:
     from app.auth import active_db_keys, is_loopback, parse_env_keys
     from app.config import get_settings
     from app.db import create_db_engine, upgrade_database
-    from app.main import create_app
+    from app.main import ANONYMOUS_ALLOWED_ENV, configure_logging, create_app
 
     settings = get_settings()
+    workers = settings.workers if args.workers is None else args.workers
     try:
         env_keys = parse_env_keys(settings.api_keys)
         TargetPolicy.parse(settings.allowed_targets)
+        if workers < 1:
+            raise ValueError(f"--workers must be 1 or more, not {workers}")
     except ValueError as exc:
         print(f"specdec serve: {exc}", file=sys.stderr)
         return 2
+    # Once, before any worker starts: N workers would otherwise race to migrate.
     upgrade_database(settings.database_url)
     engine = create_db_engine(settings.database_url)
     has_keys = bool(env_keys) or active_db_keys(engine) > 0
@@ -39,24 +43,20 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # One line per scrape and per Alembic plugin is noise at INFO; keep their warnings.
-    for noisy in ("httpx", "alembic.runtime.plugins"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # APScheduler logs every run of every job at INFO (the lease scan runs four times a
-    # second: 1.5 KB/s idle) and a skipped run of a slow target's sampling at WARNING, every
-    # interval; the sampler logs what goes wrong itself.
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    # The lifespan applies the migrations before uvicorn accepts the first connection.
-    uvicorn.run(
-        create_app(settings, anonymous_allowed=anonymous_allowed),
-        host=args.host,
-        port=args.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=10,
-    )
+    configure_logging(settings)
+    common = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": settings.log_level,
+        "timeout_graceful_shutdown": 10,
+    }
+    if workers == 1:
+        uvicorn.run(create_app(settings, anonymous_allowed=anonymous_allowed), **common)
+        return 0
+    # N processes accept on one socket; each is a replica of its own (its own sampler, with
+    # leases deciding which one samples a window; see `app.leases`), on one database.
+    os.environ[ANONYMOUS_ALLOWED_ENV] = "1" if anonymous_allowed else "0"
+    uvicorn.run("app.main:create_worker_app", factory=True, workers=workers, **common)
     return 0
 
 

@@ -198,3 +198,66 @@ def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_pat
             assert stopped.json()["targets"][0]["result"]["data"]["num_drafts"] == 150
             assert api.get("/windows/other").status_code == 404  # the refused start stored nothing
     assert os.path.exists(tmp_path / "collector.log")
+
+
+@pytest.mark.slow
+def test_serve_with_two_workers_runs_two_replicas_on_one_port(
+    database_url: str, tmp_path: Path
+) -> None:
+    """`specdec serve --workers 2`: two processes accept on one port, each a replica with its
+    own heartbeat; calls spread over both lose nothing, and one of them samples each window."""
+    interval = 0.5
+    with (
+        run_collector(database_url, tmp_path, workers=2) as collector,
+        serve_metrics(body=drafts_payload(100)) as server,
+    ):
+        engine = create_db_engine(database_url)
+
+        def replicas() -> set[str] | None:
+            # Each /healthz, on a new connection, lands the heartbeat of the worker it reached.
+            httpx.get(f"{collector.base_url}/healthz", timeout=30).raise_for_status()
+            with engine.connect() as connection:
+                found = set(connection.execute(text("SELECT replica_id FROM heartbeat")).scalars())
+            return found if len(found) == 2 else None
+
+        found = wait_for(replicas, "a heartbeat of each worker")
+        worker_pids = {int(replica.rsplit(":", 1)[1]) for replica in found}
+        assert worker_pids <= set(collector.pids()) and collector.process is not None
+        assert collector.process.pid not in worker_pids  # the supervisor serves nothing itself
+        windows = [f"w{i}" for i in range(40)]
+
+        async def call_all(verb: str, body: dict[str, Any] | None) -> list[int]:
+            # A new connection per call, so the kernel spreads them over both workers.
+            async def one(window_id: str) -> int:
+                async with httpx.AsyncClient(base_url=collector.base_url, timeout=60) as client:
+                    answer = await client.post(f"/windows/{window_id}/{verb}", json=body)
+                    return answer.status_code
+
+            return list(await asyncio.gather(*(one(window_id) for window_id in windows)))
+
+        started = asyncio.run(call_all("start", {"targets": [server.target]}))
+        sampled = httpx.post(
+            f"{collector.base_url}/windows/sampled/start",
+            json={"targets": [server.target], "sample_interval_s": interval},
+            timeout=30,
+        )
+        server.replace(drafts_payload(400))
+        stopped = asyncio.run(call_all("stop", None))
+        time.sleep(4 * interval)
+        with engine.connect() as connection:
+            owner = connection.execute(
+                text("SELECT sampler_owner FROM \"window\" WHERE window_id = 'sampled'")
+            ).scalar_one()
+        sampled_stop = httpx.post(f"{collector.base_url}/windows/sampled/stop", timeout=30).json()
+        results = [
+            httpx.get(
+                f"{collector.base_url}/windows/{w}/results/{server.target}", timeout=30
+            ).json()["data"]["num_drafts"]
+            for w in windows
+        ]
+        engine.dispose()
+    assert (started, stopped, sampled.status_code) == ([201] * 40, [200] * 40, 201)
+    assert results == [300] * 40
+    assert owner in found
+    samples = sampled_stop["targets"][0]["result"]["samples"]
+    assert samples["failed"] == 0 and samples["taken"] >= 2
