@@ -66,17 +66,9 @@ class CollectorProcess:
         self.port = free_port()
         env = {**os.environ, "SPECDEC_DATABASE_URL": self.database_url, **self.env}
         log = self.log_path.open("ab")
+        command = [*specdec_command(), "serve", "--host", host, "--port", str(self.port)]
         self.process = subprocess.Popen(
-            [
-                *specdec_command(),
-                "serve",
-                "--host",
-                host,
-                "--port",
-                str(self.port),
-                "--workers",
-                str(self.workers),
-            ],  # fmt: skip
+            [*command, "--workers", str(self.workers)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,
