@@ -145,7 +145,7 @@ NewTeam = Callable[[], Team]
 
 @contextmanager
 def run_collector(
-    database_url: str, log_dir: Path, workers: int = 1, **env: str
+    database_url: str, log_dir: Path, *, workers: int = 1, **env: str
 ) -> Iterator[CollectorProcess]:
     """A collector on `database_url`, logging into `log_dir`, with `SPECDEC_*` settings `env`."""
     collector = CollectorProcess(
