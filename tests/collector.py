@@ -144,10 +144,10 @@ NewTeam = Callable[[], Team]
 
 
 @contextmanager
-def run_collector(
-    database_url: str, log_dir: Path, *, workers: int = 1, **env: str
-) -> Iterator[CollectorProcess]:
-    """A collector on `database_url`, logging into `log_dir`, with `SPECDEC_*` settings `env`."""
+def run_collector(database_url: str, log_dir: Path, **env: str) -> Iterator[CollectorProcess]:
+    """A collector on `database_url`, logging into `log_dir`, with `SPECDEC_*` settings `env`
+    (`SPECDEC_WORKERS` becomes `--workers`; one unless given)."""
+    workers = int(env.pop("SPECDEC_WORKERS", "1"))
     collector = CollectorProcess(
         database_url, env=env, workers=workers, log_path=log_dir / "collector.log"
     )

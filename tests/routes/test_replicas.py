@@ -208,7 +208,7 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
     own heartbeat; calls spread over both lose nothing, and one of them samples each window."""
     interval = 0.5
     with (
-        run_collector(database_url, tmp_path, workers=2) as collector,
+        run_collector(database_url, tmp_path, SPECDEC_WORKERS="2") as collector,
         serve_metrics(body=drafts_payload(100)) as server,
     ):
         engine = create_db_engine(database_url)
