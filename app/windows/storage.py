@@ -31,7 +31,7 @@ from app.promtext import SeriesKey
 from app.results import TargetResult
 from app.scrape import ScrapeOutcome
 from app.specdecode import Reading
-from app.targets import Target
+from app.targets import EngineHints, Target
 from app.windows.catalogue import keys_of, reading_of, series_ids
 from app.windows.overlaps import overlaps_of
 from app.windows.stored import Actor, StoredTarget, StoredWindow
@@ -43,12 +43,22 @@ def find_window(session: Session, team: str, window_id: str) -> StoredWindow | N
     ).first()
     if window is None:
         return None
-    rows = session.exec(
-        select(WindowTarget)
-        .where(WindowTarget.window_pk == window.id)
-        .order_by(col(WindowTarget.ordinal))
-    ).all()
-    return StoredWindow(window, [StoredTarget.of(row) for row in rows])
+    # Core rows, not ORM objects: a window of many targets built thousands of them per read.
+    table = TABLES["window_target"]
+    rows = session.execute(
+        sa_select(table.c.id, table.c.target, table.c.url, table.c.result, table.c.headers,
+                  table.c.named_engine, table.c.draft_tokens_per_step)
+        .where(table.c.window_pk == window.id)
+        .order_by(table.c.ordinal)
+    )  # fmt: skip
+    return StoredWindow(
+        window,
+        [
+            StoredTarget(row_id, key, url, result, tuple((headers or {}).items()),
+                         EngineHints(engine, per_step))
+            for row_id, key, url, result, headers, engine, per_step in rows
+        ],
+    )  # fmt: skip
 
 
 def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:

@@ -2,7 +2,7 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.exceptions import TargetNotInWindow
 from app.models import Window, WindowTarget
@@ -39,7 +39,9 @@ class StoredTarget:
     id: int
     key: str
     url: str
-    result: TargetResult | None
+    # The result's JSON as stored, read into a `TargetResult` only when asked for: most calls
+    # that load a window (a stop, a read of its results from the cache) never look at it.
+    stored_result: dict[str, Any] | None
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     hints: EngineHints = field(default_factory=EngineHints)
 
@@ -47,9 +49,15 @@ class StoredTarget:
     def of(cls, row: WindowTarget) -> "StoredTarget":
         """From its row."""
         headers = tuple((row.headers or {}).items())
-        result = None if row.result is None else TargetResult.from_stored(row.result, row.url)
         hints = EngineHints(row.named_engine, row.draft_tokens_per_step)
-        return cls(row.id or 0, row.target, row.url, result, headers, hints)
+        return cls(row.id or 0, row.target, row.url, row.result, headers, hints)
+
+    @property
+    def result(self) -> TargetResult | None:
+        """The stored result (see `TargetResult.from_stored`), None while the window is open."""
+        if self.stored_result is None:
+            return None
+        return TargetResult.from_stored(self.stored_result, self.url)
 
     def parsed(self) -> Target:
         """The `Target` to scrape, with its headers."""
