@@ -6,6 +6,7 @@ PostgreSQL, a file lock beside the SQLite file), so replicas that boot together 
 """
 
 import fcntl
+import json
 import math
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,12 @@ from sqlmodel import Session, create_engine
 
 # Any 64-bit number: every replica of every version of this service takes the same one.
 MIGRATION_LOCK_ID = 0x5EC_DEC_0001
+
+
+def _compact_json(value: Any) -> str:
+    """JSON columns without the spaces `json.dumps` puts after every `,` and `:` (a tenth of
+    a stored window's bytes)."""
+    return json.dumps(value, separators=(",", ":"))
 
 
 def create_db_engine(
@@ -46,6 +53,7 @@ def create_db_engine(
         options = f"{options} -c statement_timeout={int(statement_timeout_s * 1000)}".strip()
         return create_engine(
             url,
+            json_serializer=_compact_json,
             pool_pre_ping=True,
             pool_size=pool_size,
             max_overflow=pool_size,
@@ -56,12 +64,13 @@ def create_db_engine(
             },
         )
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, json_serializer=_compact_json, pool_pre_ping=True)
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     busy_ms = int(statement_timeout_s * 3000)
     engine = create_engine(
         url,
+        json_serializer=_compact_json,
         connect_args={"check_same_thread": False, "timeout": busy_ms / 1000},
         # One connection per worker thread (anyio's pool has 40): no waits, no reconnects.
         pool_size=40,

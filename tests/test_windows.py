@@ -271,3 +271,19 @@ def test_series_added_by_a_rolled_back_write_are_not_remembered(
         assert len(session.exec(select(EndpointSeries)).all()) == len(series)
     before = read_window(engine, "default", "w").targets[0].before
     assert before is not None and (before.num_drafts, before.num_draft_tokens) == (5, 15)
+
+
+def test_a_result_is_stored_without_its_defaults_and_url_and_reads_back_whole() -> None:
+    """Stored results leave out what the model puts back (defaults, the row's URL)."""
+    before = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
+    after = extract_spec_decode(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]))
+    from app.engines import build_result
+
+    for result in (
+        build_result("http://h:1/metrics", before, after),
+        build_result("http://h:1/metrics", before, "connection refused"),
+    ):
+        stored = result.as_stored()
+        assert "url" not in stored and "samples" not in stored
+        assert TargetResult.from_stored(json.loads(json.dumps(stored)), result.url) == result
+        assert len(json.dumps(stored)) < len(json.dumps(result.as_json()))

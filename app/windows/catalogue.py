@@ -225,5 +225,8 @@ def reading_of(snapshot: Snapshot | None, catalog: Mapping[int, SeriesKey]) -> R
     series: Series = {}
     for series_id, value, created in snapshot.counters:
         assert series_id is not None
-        series[catalog[int(series_id)]] = SeriesValue(value, created)
+        # Counters are stored as integers where they are (see `store_snapshots`).
+        series[catalog[int(series_id)]] = SeriesValue(
+            None if value is None else float(value), created
+        )
     return series

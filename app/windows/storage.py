@@ -101,6 +101,10 @@ def in_chain_order(snapshots: list[Snapshot]) -> list[Snapshot]:
     return sorted(snapshots, key=lambda s: rank.get(s.phase, 1))
 
 
+def _compact(value: float | None) -> float | None:
+    return int(value) if value is not None and value.is_integer() else value
+
+
 def store_snapshots(
     session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
 ) -> None:
@@ -116,8 +120,9 @@ def store_snapshots(
         counters: list[list[float | None]] | None = None
         if outcome.series is not None:
             url = outcome.target.url
+            # A counter is an integer below 2^53: stored as one ("486223", not "486223.0").
             counters = [
-                [known[(url, key)], value.value, value.created]
+                [known[(url, key)], _compact(value.value), value.created]
                 for key, value in outcome.series.items()
             ]
         rows.append(
@@ -315,7 +320,7 @@ def close_window(
         session.execute(
             update(WindowTarget),
             [
-                {"id": target_id, "result": result.as_json(), **summary_columns(result)}
+                {"id": target_id, "result": result.as_stored(), **summary_columns(result)}
                 for target_id, result in results.items()
             ],
         )

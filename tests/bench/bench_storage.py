@@ -1,9 +1,11 @@
-"""Database bytes per stored sample: SQLite file growth, or PostgreSQL relation growth."""
+"""Database bytes per stored sample (SQLite file growth, or PostgreSQL relation growth), and
+per stopped window of one one-engine target on the real `specdec serve` (SQLite)."""
 
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -14,7 +16,9 @@ from app.promtext import extract_spec_decode
 from app.sampler import store_samples
 from app.scrape import ScrapeOutcome
 from app.targets import parse_target
+from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
+from tests.collector import run_collector
 from tests.payloads import fixture
 from tests.postgres import fresh_schema, postgres_server
 
@@ -65,8 +69,41 @@ def bytes_per_sample(payload: str, count: int, database_url: str) -> float:
     return grown / count
 
 
+def bytes_per_window(count: int) -> float:
+    """SQLite growth per window of one one-engine target, started and stopped `count` times
+    on the real collector (after one window that adds the endpoint's series)."""
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        run_collector(f"sqlite:///{Path(folder) / 'w.db'}", Path(folder)) as collector,
+        run_farm(1, "vllm_v1_dp1_k5.txt") as targets,
+        httpx.Client(base_url=collector.base_url, timeout=60) as api,
+    ):
+        engine = create_db_engine(collector.database_url)
+
+        def window(window_id: str) -> None:
+            assert api.post(f"/windows/{window_id}/start", json={"targets": targets}).is_success
+            assert api.post(f"/windows/{window_id}/stop").is_success
+
+        window("first")
+        before = _size(engine)
+        for index in range(count):
+            window(f"run-{index:05d}")
+        grown = _size(engine) - before
+        engine.dispose()
+    return grown / count
+
+
 def measure() -> list[Figure]:
-    figures = []
+    per_window = bytes_per_window(500)
+    figures = [
+        Figure(
+            "database bytes per stopped window of one one-engine target (SQLite; 500 windows)",
+            f"**{per_window:.0f} bytes**",
+            "≤ 1.5 KB",
+            per_window <= 1536,
+            "python -m tests.bench.bench_storage",
+        )
+    ]
     with postgres_server() as postgres:
         for name, what in (
             ("vllm_v1_dp1_k5.txt", "one engine"),
