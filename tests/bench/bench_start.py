@@ -44,7 +44,8 @@ def measure() -> list[Figure]:
         run_collector(f"sqlite:///{Path(folder) / 'bench.db'}", Path(folder)) as collector,
         run_farm(TARGETS, "vllm_v1_dp1_k5.txt", DELAY_S) as targets,
     ):
-        timed_start(collector, targets, "warm")  # imports, caches, connections
+        # The first start of a fresh collector: imports, caches and connections all cold.
+        first, _ = timed_start(collector, targets, "first")
         single, wide, cpu = [], [], 0.0
         for index in range(ROUNDS):
             single.append(timed_start(collector, targets[:1], f"one-{index}")[0])
@@ -59,10 +60,17 @@ def measure() -> list[Figure]:
             f"(1 target: {one:.3f} s = {one / DELAY_S:.2f} x; one after another ≥ "
             f"{TARGETS * DELAY_S:.1f} s); collector CPU per {TARGETS}-target start "
             f"{cpu / ROUNDS * 1e3:.0f} ms",
-            "≤ 1.5 x 200 ms",
-            many <= 1.5 * DELAY_S,
+            "≤ 1.25 x 200 ms",
+            many <= 1.25 * DELAY_S,
             "python -m tests.bench.bench_start",
-        )
+        ),
+        Figure(
+            f"first window start of a fresh collector, {TARGETS} targets as above",
+            f"{first:.3f} s = **{first / DELAY_S:.2f} x {DELAY_S * 1000:.0f} ms**",
+            "≤ 1.25 x 200 ms",
+            first <= 1.25 * DELAY_S,
+            "python -m tests.bench.bench_start",
+        ),
     ]
 
 
