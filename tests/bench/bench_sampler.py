@@ -58,13 +58,17 @@ def measure() -> list[Figure]:
     ):
         database_url = f"sqlite:///{Path(folder) / 'sampler.db'}"
         with (
-            run_collector(database_url, Path(folder)) as collector,
+            # One team samples all 500 targets: past the default budget of 200 per second.
+            run_collector(
+                database_url, Path(folder), SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM="1000"
+            ) as collector,
             httpx.Client(base_url=collector.base_url, timeout=60) as api,
         ):
             for index in range(WINDOWS):
                 chosen = targets[index * TARGETS_PER_WINDOW : (index + 1) * TARGETS_PER_WINDOW]
                 body = {"targets": chosen, "sample_interval_s": INTERVAL_S}
-                assert api.post(f"/windows/s{index}/start", json=body).status_code == 201
+                started = api.post(f"/windows/s{index}/start", json=body)
+                assert started.status_code == 201, started.text
             time.sleep(2 * INTERVAL_S)  # every job has run once: connections are open
             begin, cpu_before = datetime.utcnow(), collector.cpu_seconds()
             time.sleep(SECONDS)
