@@ -190,13 +190,13 @@ def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
                 f"more than {limits.max_series} spec-decode series (SPECDEC_MAX_SERIES_PER_TARGET)"
             )
         slot = series[key] = SeriesValue()
+    if (slot.created if sample.is_created else slot.value) is not None:
+        match = _SAMPLE.fullmatch(line)
+        assert match is not None  # it parsed
+        raise ExtractionError(f"series given twice: {match['name']}{{{match['labels'] or ''}}}")
     if sample.is_created:
-        if slot.created is not None:
-            raise ExtractionError(f"series given twice: {line[:200]}")
         slot.created = sample.value
     else:
-        if slot.value is not None:
-            raise ExtractionError(f"series given twice: {line[:200]}")
         slot.value = sample.value
 
 

@@ -149,7 +149,8 @@ def test_bad_spec_lines_raise(line: str, message: str) -> None:
 
 def test_the_same_series_twice_raises() -> None:
     line = 'vllm:spec_decode_num_drafts_total{engine="0"} 1\n'
-    with pytest.raises(ExtractionError, match="series given twice"):
+    twice = 'series given twice: vllm:spec_decode_num_drafts_total{engine="0"}$'
+    with pytest.raises(ExtractionError, match=twice):
         extract_spec_decode(line + line)
 
 
@@ -318,5 +319,6 @@ def test_lines_read_before_give_the_same_series_and_still_obey_the_limits() -> N
         match="of vllm:spec_decode_num_drafts_total has labels of 77 characters, more than 50",
     ):
         extract_spec_decode(line, ExtractionLimits(max_label_chars=50))
-    with pytest.raises(ExtractionError, match="series given twice"):
+    twice = 'series given twice: vllm:spec_decode_num_drafts_total{engine="0",pod="p'
+    with pytest.raises(ExtractionError, match=twice):
         extract_spec_decode(line + line)
