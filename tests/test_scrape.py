@@ -20,7 +20,7 @@ from app.safetext import MAX_ERROR_CHARS, safe_error_text
 from app.scrape import (
     DYNAMO_FRONTEND,
     JSON_METRICS,
-    OriginPools,
+    AiohttpTransport,
     Resolver,
     ScrapeConfig,
     ScrapeErrorKind,
@@ -157,9 +157,11 @@ async def test_all_targets_are_scraped_at_once(client: httpx.AsyncClient) -> Non
     assert server.max_in_flight == 32
 
 
-@respx.mock
-async def test_timeout_is_an_error_naming_the_target() -> None:
-    respx.get("http://10.9.9.9:8000/metrics").mock(side_effect=httpx.ReadTimeout("read timed out"))
+@respx.mock(using="httpx")  # under the client: any transport
+async def test_timeout_is_an_error_naming_the_target(respx_mock: respx.MockRouter) -> None:
+    respx_mock.get("http://10.9.9.9:8000/metrics").mock(
+        side_effect=httpx.ReadTimeout("read timed out")
+    )
     async with new_client(2.0) as client:
         outcome = await scrape(client, "10.9.9.9:8000")
     assert outcome.error == (
@@ -167,9 +169,9 @@ async def test_timeout_is_an_error_naming_the_target() -> None:
     )
 
 
-@respx.mock
-async def test_connection_reset() -> None:
-    respx.get("http://10.9.9.9:8000/metrics").mock(
+@respx.mock(using="httpx")  # under the client: any transport
+async def test_connection_reset(respx_mock: respx.MockRouter) -> None:
+    respx_mock.get("http://10.9.9.9:8000/metrics").mock(
         side_effect=httpx.ReadError("[Errno 104] Connection reset by peer")
     )
     async with new_client(2.0) as client:
@@ -339,26 +341,18 @@ async def test_target_headers_are_sent() -> None:
 # --- connection pools -----------------------------------------------------------------------
 
 
-async def test_each_origin_keeps_its_own_connection_and_the_oldest_pool_is_closed() -> None:
+async def test_each_origin_keeps_its_own_connection() -> None:
     body = fixture("vllm_v1_dp1_k5.txt").encode()
-    pools = OriginPools(max_origins=2)
-    with (
-        serve_metrics(body=body) as a,
-        serve_metrics(body=body) as b,
-        serve_metrics(body=body) as c,
-    ):
-        async with httpx.AsyncClient(transport=pools) as http:
-            for server in (a, a, b, a):
-                assert (await http.get(server.url)).status_code == 200
-            # Keep-alive within each origin's pool: a's three requests came on one connection.
-            assert len({request["_peer"] for request in a.requests}) == 1
-            assert [origin[2] for origin in pools._pools] == [b.port, a.port]  # a used last
-            first_pool_of_b = pools._pools[(b"http", b"127.0.0.1", b.port)]
-            assert (await http.get(c.url)).status_code == 200
-            # b was the least recently used: its pool is closed, a's and c's remain.
-            assert [origin[2] for origin in pools._pools] == [a.port, c.port]
-            assert (await http.get(b.url)).status_code == 200  # a new pool for b
-            assert pools._pools[(b"http", b"127.0.0.1", b.port)] is not first_pool_of_b
+    transport = AiohttpTransport()
+    with serve_metrics(body=body) as a, serve_metrics(body=body) as b:
+        async with httpx.AsyncClient(transport=transport) as http:
+            for server in (a, a, b, a, b):
+                answer = await http.get(server.url)
+                assert (answer.status_code, await answer.aread()) == (200, body)
+    # Keep-alive within each origin: a's three requests came on one connection, b's two on one.
+    assert len({request["_peer"] for request in a.requests}) == 1
+    assert len({request["_peer"] for request in b.requests}) == 1
+    assert len(a.requests) == 3 and len(b.requests) == 2
 
 
 async def test_new_origins_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -372,16 +366,14 @@ async def test_new_origins_share_one_tls_context(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
     body = fixture("vllm_v1_dp1_k5.txt").encode()
-    pools = OriginPools()
     with (
         serve_metrics(body=body) as a,
         serve_metrics(body=body) as b,
         serve_metrics(body=body) as c,
     ):
-        async with httpx.AsyncClient(transport=pools) as http:
+        async with httpx.AsyncClient(transport=AiohttpTransport()) as http:
             for server in (a, b, c):
                 assert (await http.get(server.url)).status_code == 200
-            assert len(pools._pools) == 3
     assert len(loads) == 1
 
 
