@@ -532,3 +532,77 @@ async def test_a_known_servers_other_endpoint_says_which_to_use(
         outcome = await scrape(client, server.target)
     assert outcome.kind is ScrapeErrorKind.WRONG_ENDPOINT
     assert outcome.error == f"Failed to fetch metrics from {server.url}: {reason}"
+
+
+# --- TLS through the pinned address ---------------------------------------------------------
+
+
+async def _tls_server(
+    certificate: Any, body: bytes, seen: dict[str, Any]
+) -> tuple[asyncio.Server, int]:
+    """An HTTPS server on loopback presenting `certificate`; records the SNI and Host it got."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    certificate.configure_cert(context)
+
+    def record_sni(_socket: Any, server_name: str | None, _context: Any) -> None:
+        seen["sni"] = server_name
+
+    context.sni_callback = record_sni
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            writer.close()
+            return
+        seen["host"] = next(
+            line.split(":", 1)[1].strip()
+            for line in head.split("\r\n")
+            if line.lower().startswith("host:")
+        )
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n")
+        writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=context)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize("certified", ["metrics.test", "other.test"])
+async def test_https_is_pinned_to_the_checked_address_and_verified_for_the_name(
+    certified: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The name resolves (here) to loopback; the request goes to that address with the name as
+    TLS server name and Host, and the certificate is checked for the name: one for another
+    name is a connect failure that says why."""
+    import trustme
+
+    authority = trustme.CA()
+    authority.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # a private CA, as users set it
+    body = vllm_payload([EngineCounters(5, 15, [3, 2, 1])]).encode()
+    seen: dict[str, Any] = {}
+    server, port = await _tls_server(authority.issue_cert(certified), body, seen)
+    looked_up: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        looked_up.append(host)
+        return ["127.0.0.1"]
+
+    config = ScrapeConfig(2.0, MAX, resolve=resolve)
+    try:
+        async with new_client(2.0) as client:
+            outcome = await scrape_target(
+                client, parse_target(f"https://metrics.test:{port}/metrics"), config
+            )
+    finally:
+        server.close()
+    assert looked_up == ["metrics.test"] and seen["sni"] == "metrics.test"
+    if certified == "metrics.test":
+        assert outcome.error is None and outcome.series == extract_spec_decode(body.decode())
+        assert seen["host"] == f"metrics.test:{port}"
+    else:
+        assert outcome.kind is ScrapeErrorKind.CONNECT and outcome.error is not None
+        assert "ConnectError" in outcome.error and "metrics.test" in outcome.error
+        assert "certificate" in outcome.error.lower(), outcome.error
