@@ -20,7 +20,7 @@ from sqlmodel import Session, col
 
 from app.counters import Role, ServingEngine
 from app.db import upsert_insert
-from app.models import TABLES, EndpointSeries, Snapshot
+from app.models import TABLES, EndpointSeries
 from app.promtext import (
     Series,
     SeriesKey,
@@ -30,7 +30,7 @@ from app.promtext import (
     labels_to_text,
 )
 from app.specdecode import Reading
-from app.windows.stored import NO_BASELINE
+from app.windows.stored import NO_BASELINE, StoredSnapshot
 
 #: Entries each process keeps per database before starting over: a hostile endpoint whose
 #: labels change on every scrape adds catalogue rows, and must not grow the memory too.
@@ -190,7 +190,7 @@ def _remember(session: Session, rows: list[tuple[int, str, SeriesKey]], added: b
     pending.extend(rows)
 
 
-def keys_of(session: Session, snapshots: Iterable[Snapshot]) -> dict[int, SeriesKey]:
+def keys_of(session: Session, snapshots: Iterable[StoredSnapshot]) -> dict[int, SeriesKey]:
     """The series (by id) the counters of these snapshots name.
 
     A snapshot commits with (or after) the series it names, so every one is there to read.
@@ -216,7 +216,7 @@ def keys_of(session: Session, snapshots: Iterable[Snapshot]) -> dict[int, Series
     return found
 
 
-def reading_of(snapshot: Snapshot | None, catalog: Mapping[int, SeriesKey]) -> Reading:
+def reading_of(snapshot: StoredSnapshot | None, catalog: Mapping[int, SeriesKey]) -> Reading:
     """What a stored snapshot read (`NO_BASELINE` for a `before` that was never stored)."""
     if snapshot is None:
         return NO_BASELINE

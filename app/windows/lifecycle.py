@@ -30,7 +30,7 @@ from app.windows.storage import (
     store_earlier_snapshots,
 )
 from app.windows.stored import Actor, SamplerHandle, StoredTarget, StoredWindow
-from app.windows.views import read_window, view_of
+from app.windows.views import read_window, view_from
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ async def start_window(
     if body.source == "prometheus":  # nothing to scrape: Prometheus is read at the stop
         logger.info("window %s/%s started by %s from Prometheus: %d targets",
                     actor.team, window_id, actor.key, len(targets))  # fmt: skip
-        return True, await run_in_threadpool(view_of, engine, stored, {})
+        return True, view_from(stored, {})
     outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
     await run_in_threadpool(store_baseline, engine, stored, outcomes)
     baselines: dict[int, Reading] = {
@@ -177,7 +177,7 @@ async def start_window(
         "window %s/%s started by %s: %d targets, %d failed",
         actor.team, window_id, actor.key, len(targets), failed,
     )  # fmt: skip
-    return True, await run_in_threadpool(view_of, engine, stored, baselines)
+    return True, view_from(stored, baselines)
 
 
 async def closed_results(service: WindowService, team: str, window_id: str) -> ClosedResults:
@@ -225,7 +225,7 @@ async def stop_window(
     closed = await run_in_threadpool(close_window, engine, stored, actor, outcomes)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
-    window = await run_in_threadpool(view_of, engine, stored, closed.baselines, closed.results)
+    window = view_from(stored, closed.baselines, closed.results)
     ok = sum(t.result is not None and t.result.ok for t in window.targets)
     logger.info(
         "window %s/%s %s by %s: %d of %d targets ok",
@@ -267,7 +267,7 @@ async def _stop_from_prometheus(
     closed = await run_in_threadpool(close_window, engine, stored, actor, afters, end, notes)
     if closed is None:
         return await run_in_threadpool(read_window, engine, actor.team, stored.window.window_id)
-    return await run_in_threadpool(view_of, engine, stored, closed.baselines, closed.results)
+    return view_from(stored, closed.baselines, closed.results)
 
 
 def _chain(reading: PrometheusRead | str, start: datetime) -> list[tuple[datetime, Series]]:

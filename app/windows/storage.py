@@ -20,7 +20,6 @@ from app.engines import build_result
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
     TABLES,
-    Snapshot,
     Window,
     WindowCreate,
     WindowTarget,
@@ -34,7 +33,7 @@ from app.specdecode import Reading
 from app.targets import EngineHints, Target
 from app.windows.catalogue import keys_of, reading_of, series_ids
 from app.windows.overlaps import overlaps_of
-from app.windows.stored import Actor, StoredTarget, StoredWindow
+from app.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
 
 def find_window(session: Session, team: str, window_id: str) -> StoredWindow | None:
@@ -72,13 +71,19 @@ def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
 
 def snapshots_of(
     session: Session, target_ids: Iterable[int], phases: Sequence[str] | None = None
-) -> dict[int, list[Snapshot]]:
-    query = select(Snapshot).where(col(Snapshot.target_id).in_(list(target_ids)))
+) -> dict[int, list[StoredSnapshot]]:
+    """Each target's snapshots (of `phases`, or all), in the order they were taken."""
+    table = TABLES["snapshot"]
+    query = sa_select(table.c.id, table.c.target_id, table.c.phase, table.c.taken_at,
+                      table.c.error, table.c.counters).where(
+        table.c.target_id.in_(list(target_ids))
+    )  # fmt: skip
     if phases is not None:
-        query = query.where(col(Snapshot.phase).in_(phases))
-    by_target: dict[int, list[Snapshot]] = defaultdict(list)
-    for snapshot in session.exec(query.order_by(col(Snapshot.taken_at), col(Snapshot.id))).all():
-        by_target[snapshot.target_id].append(snapshot)
+        query = query.where(table.c.phase.in_(phases))
+    by_target: dict[int, list[StoredSnapshot]] = defaultdict(list)
+    # Core rows: ORM objects cost more than the JSON of their counters.
+    for row in session.execute(query.order_by(table.c.taken_at, table.c.id)):
+        by_target[row[1]].append(StoredSnapshot(*row))
     return by_target
 
 
@@ -95,7 +100,7 @@ def summary_columns(result: TargetResult) -> dict[str, Any]:
     }
 
 
-def in_chain_order(snapshots: list[Snapshot]) -> list[Snapshot]:
+def in_chain_order(snapshots: list[StoredSnapshot]) -> list[StoredSnapshot]:
     # `before` first and `after` last whatever the clocks say; samples in time order between.
     rank = {"before": 0, "sample": 1, "after": 2}
     return sorted(snapshots, key=lambda s: rank.get(s.phase, 1))

@@ -2,7 +2,8 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any, NamedTuple, Protocol
 
 from app.exceptions import TargetNotInWindow
 from app.models import Window, WindowTarget
@@ -22,6 +23,17 @@ class SamplerHandle(Protocol):
     ) -> None: ...
 
     def unwatch(self, window_pk: int) -> None: ...
+
+
+class StoredSnapshot(NamedTuple):
+    """One stored scrape of a target (a `snapshot` row, read as a plain row)."""
+
+    id: int
+    target_id: int
+    phase: str
+    taken_at: datetime
+    error: str | None
+    counters: list[list[float | None]] | None
 
 
 @dataclass(frozen=True, slots=True)

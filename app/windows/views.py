@@ -33,16 +33,21 @@ def public_view(
     baselines: dict[int, Reading] | None = None,
     results: dict[int, TargetResult | None] | None = None,
 ) -> WindowPublic:
-    """The public view; `baselines` and `results` (by target id) when the caller holds them.
-
-    A start or stop has just computed them: passing them on saves reading back every
-    snapshot and the series catalogue of the window.
-    """
+    """The public view; `baselines` and `results` (by target id) when the caller holds them."""
     if baselines is None:
         baselines = _baselines_of(session, stored)
     if results is None:
         results = {target.id: target.result for target in stored.targets}
-    shown = with_overlaps(session, stored, results)
+    return view_from(stored, baselines, with_overlaps(session, stored, results))
+
+
+def view_from(
+    stored: StoredWindow,
+    baselines: dict[int, Reading],
+    results: dict[int, TargetResult | None] | None = None,
+) -> WindowPublic:
+    """The public view from what a start or stop just computed: no query (the results, if
+    any, carry their overlaps, as a stop stores them), so it is built on the event loop."""
     targets = []
     for target in stored.targets:
         phase = baselines.get(target.id)
@@ -53,7 +58,7 @@ def public_view(
                 header_names=[name for name, _ in target.headers],
                 before=absolute_totals(phase).raw() if isinstance(phase, dict) else None,
                 before_error=phase if isinstance(phase, str) else None,
-                result=shown.get(target.id),
+                result=(results or {}).get(target.id),
             )
         )
     window = stored.window
@@ -85,13 +90,3 @@ def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
         if stored is None:
             raise WindowNotFound(window_id)
         return public_view(session, stored)
-
-
-def view_of(
-    engine: Engine,
-    stored: StoredWindow,
-    baselines: dict[int, Reading],
-    results: dict[int, TargetResult | None] | None = None,
-) -> WindowPublic:
-    with Session(engine) as session:
-        return public_view(session, stored, baselines, results)
