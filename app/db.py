@@ -77,6 +77,8 @@ def create_db_engine(
         max_overflow=10,
     )
     _WRITE_LOCKS[engine] = threading.Lock()
+    if url.database and url.database != ":memory:":
+        _WRITER_FILES[engine] = Path(f"{url.database}.writer-lock")
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -101,22 +103,47 @@ def create_db_engine(
 
 
 _WRITE_LOCKS: "WeakKeyDictionary[Engine, threading.Lock]" = WeakKeyDictionary()
+# Beside a SQLite file: the lock the writers of every process (`specdec serve --workers N`)
+# take turns on, as this process's writers do on `_WRITE_LOCKS`.
+_WRITER_FILES: "WeakKeyDictionary[Engine, Path]" = WeakKeyDictionary()
+
+
+@contextmanager
+def _writers_turn(engine: Engine) -> Iterator[None]:
+    """This process's turn (a thread lock), then every process's (a file lock, where the
+    file can be made: a read-only folder only loses the fairness, not the write)."""
+    lock = _WRITE_LOCKS[engine]
+    with lock:
+        path = _WRITER_FILES.get(engine)
+        try:
+            handle = path.open("a") if path is not None else None
+        except OSError:
+            handle = None
+        if handle is None:
+            yield
+            return
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager
 def write_session(engine: Engine) -> Iterator[Session]:
     """A session for one write transaction.
 
-    On SQLite the writers of this process first take turns on a lock: waiting there is fair
-    and wakes at once, where SQLite's own busy handler sleeps up to 100 ms between tries, which
-    under load costs more than the writes. Other processes still meet the busy timeout.
+    On SQLite the writers take turns on a lock, of this process and then of every process on
+    the file: waiting there is fair and wakes at once, where SQLite's own busy handler sleeps
+    up to 100 ms between tries, which under load costs more than the writes (with two
+    workers, most of the second core).
     """
-    lock = _WRITE_LOCKS.get(engine)
-    if lock is None:
+    if engine not in _WRITE_LOCKS:
         with Session(engine) as session:
             yield session
         return
-    with lock, Session(engine) as session:
+    with _writers_turn(engine), Session(engine) as session:
         yield session
 
 

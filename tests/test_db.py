@@ -297,3 +297,29 @@ def test_0011_keys_the_catalogue_by_endpoint_and_every_window_reads_as_before(
     ])  # fmt: skip
     assert [tuple(row) for row in errors] == [(i, e) for i, _, _, e, _ in old_snapshots]
     assert after_downgrade == expected
+
+
+def test_sqlite_writers_of_every_process_take_turns_on_a_file_lock(tmp_path: Path) -> None:
+    """`--workers N` runs N processes on one SQLite file: a write holds the lock file beside
+    it, so another process's writer waits there (woken at once) rather than in SQLite's
+    sleeping busy handler."""
+    import fcntl
+
+    from app.db import write_session
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade_database(url)
+    engine = create_db_engine(url)
+    lock_file = tmp_path / "db.sqlite.writer-lock"
+    try:
+        # Another open file stands for another process.
+        with (
+            write_session(engine),
+            lock_file.open("a") as other,
+            pytest.raises(BlockingIOError),
+        ):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with lock_file.open("a") as other:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the write is done
+    finally:
+        engine.dispose()
