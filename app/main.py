@@ -1,5 +1,6 @@
 """The FastAPI application and its lifespan, which owns the engine, client and scheduler."""
 
+import gc
 import logging
 import os
 import socket
@@ -89,6 +90,11 @@ def create_app(
         database_metrics = DatabaseMetrics(engine)
         REGISTRY.register(database_metrics)
         await sampler.start()
+        # Everything made so far lives as long as the process: out of the collector's sight,
+        # a full collection no longer walks it (one took ~60 ms in the first stop after
+        # start-up, counted against that call).
+        gc.collect()
+        gc.freeze()
         try:
             yield {"services": services}
         finally:

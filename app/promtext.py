@@ -290,6 +290,7 @@ def forget_parsed_lines() -> None:
     _parse_labels.cache_clear()
 
 
+@lru_cache(maxsize=8192)  # every target of a server repeats its label sets
 def labels_to_text(labels: tuple[tuple[str, str], ...]) -> str:
     """Canonical text of a sorted label set, for storage and comparison."""
     return json.dumps(labels, ensure_ascii=False, separators=(",", ":"))
