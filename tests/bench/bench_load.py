@@ -8,6 +8,7 @@ window the clients started was closed with a result for each target.
 """
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,8 @@ class LoadRun:
     server_errors: int
     failed_calls: int
     cores: float  # collector CPU seconds per second of the run
+    client_cores: float
+    machine_cores: float  # every process of the machine (collector, client, targets, others)
     started: int  # windows in the database
     open_left: int
     without_result: int  # targets of closed windows with no stored result
@@ -53,7 +56,8 @@ class LoadRun:
         )
         return (
             f"{self.calls / self.seconds:.0f} calls/s, {self.windows_per_s:.1f} windows/s, "
-            f"collector {self.cores:.2f} cores; p50/p99 {spread}; {self.server_errors} 5xx, "
+            f"collector {self.cores:.2f} cores (client {self.client_cores:.2f}, whole machine "
+            f"{self.machine_cores:.2f} of {os.cpu_count()}); p50/p99 {spread}; {self.server_errors} 5xx, "
             f"{self.failed_calls} calls failed, {self.open_left} of {self.started} windows left "
             f"open, {self.without_result} results missing"
         )
@@ -63,6 +67,13 @@ class LoadRun:
         return not (self.server_errors or self.failed_calls or self.open_left) and (
             self.without_result == 0 and self.started >= self.windows
         )
+
+
+def machine_cpu_seconds() -> float:
+    """CPU time every core of the machine has spent busy so far (Linux /proc/stat)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def load_run(workers: int) -> LoadRun:
@@ -79,11 +90,12 @@ def load_run(workers: int) -> LoadRun:
         ):
             client = [sys.executable, "-m", "tests.bench.load_client", collector.base_url,
                       str(SECONDS), str(CLIENTS), *targets]  # fmt: skip
-            before = collector.cpu_seconds()
+            before, machine_before = collector.cpu_seconds(), machine_cpu_seconds()
             done = subprocess.run(
                 client, capture_output=True, text=True, check=True, timeout=SECONDS * 4 + 60
             )
             cpu = collector.cpu_seconds() - before
+            machine = machine_cpu_seconds() - machine_before
         report = json.loads(done.stdout)
         engine = create_engine(f"sqlite:///{database}")
         with engine.connect() as connection:
@@ -107,6 +119,8 @@ def load_run(workers: int) -> LoadRun:
         server_errors=sum(count for status, count in statuses.items() if int(status) >= 500),
         failed_calls=report["failed_calls"],
         cores=cpu / report["seconds"],
+        client_cores=report["cpu_seconds"] / report["seconds"],
+        machine_cores=machine / report["seconds"],
         started=started,
         open_left=open_left,
         without_result=without_result,

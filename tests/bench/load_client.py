@@ -24,6 +24,7 @@ class LoadReport:
     windows: list[str] = field(default_factory=list)  # every window fully started and stopped
     reconnects: int = 0
     failed_calls: int = 0  # calls that failed three times over
+    cpu_seconds: float = 0.0  # this client's own
 
 
 class _Connection:
@@ -105,6 +106,7 @@ async def run(base_url: str, seconds: float, clients: int, targets: list[str]) -
         *(_client(host, int(port), began + seconds, targets, ids, report) for _ in range(clients))
     )
     report.seconds = time.monotonic() - began
+    report.cpu_seconds = time.process_time()
     return report
 
 
