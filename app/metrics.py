@@ -6,11 +6,13 @@ team's (`WindowResults`), every team's for an admin key. Error reasons are a sma
 of kinds, which keeps the label cardinality bounded.
 """
 
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
@@ -111,6 +113,23 @@ class WindowResults(Collector):
         yield length
 
 
+#: Set by `specdec serve --workers N` (unless already set): where every worker's counters live,
+#: so that `/metrics`, whichever worker answers, shows them summed (prometheus_client's
+#: multiprocess mode).
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def aggregates_text(engine: Engine) -> bytes:
+    """The aggregate metrics: this process's, or with several workers, all of theirs summed."""
+    directory = os.environ.get(MULTIPROCESS_DIR_ENV)
+    if not directory:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry(auto_describe=False)
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    registry.register(DatabaseMetrics(engine))
+    return generate_latest(registry)
+
+
 def window_results_text(engine: Engine, latest: int, team: str | None) -> bytes:
     """The exposition of `WindowResults` alone, to append to the aggregates."""
     registry = CollectorRegistry(auto_describe=False)
@@ -119,5 +138,6 @@ def window_results_text(engine: Engine, latest: int, team: str | None) -> bytes:
 
 
 __all__ = [
-    "REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "DatabaseMetrics", "window_results_text",
+    "MULTIPROCESS_DIR_ENV", "REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "DatabaseMetrics",
+    "aggregates_text", "window_results_text",
 ]  # fmt: skip

@@ -2,7 +2,9 @@
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -56,7 +58,17 @@ def serve(args: argparse.Namespace) -> int:
     # N processes accept on one socket; each is a replica of its own (its own sampler, with
     # leases deciding which one samples a window; see `app.leases`), on one database.
     os.environ[ANONYMOUS_ALLOWED_ENV] = "1" if anonymous_allowed else "0"
-    uvicorn.run("app.main:create_worker_app", factory=True, workers=workers, **common)
+    from app.metrics import MULTIPROCESS_DIR_ENV
+
+    own_directory = None
+    if not os.environ.get(MULTIPROCESS_DIR_ENV):
+        own_directory = tempfile.mkdtemp(prefix="specdec-metrics-")
+        os.environ[MULTIPROCESS_DIR_ENV] = own_directory
+    try:
+        uvicorn.run("app.main:create_worker_app", factory=True, workers=workers, **common)
+    finally:
+        if own_directory is not None:
+            shutil.rmtree(own_directory, ignore_errors=True)
     return 0
 
 

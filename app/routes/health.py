@@ -2,14 +2,14 @@
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from app.db import DatabaseBusy, database_unavailable, short_write, upsert_insert
 from app.deps import EngineDep, HealthDep, OptionalReaderDep, WindowsDep
-from app.metrics import window_results_text
+from app.metrics import aggregates_text, window_results_text
 from app.models import Heartbeat, utcnow
 
 router = APIRouter(tags=["health"])
@@ -42,7 +42,7 @@ async def metrics(principal: OptionalReaderDep, windows: WindowsDep) -> Response
     """The collector's own Prometheus metrics: aggregates without a key; with one, also the
     latest closed windows' results of the key's team (of every team for an admin key)."""
     # Some gauges read the database: off the event loop.
-    body = await run_in_threadpool(generate_latest, REGISTRY)
+    body = await run_in_threadpool(aggregates_text, windows.engine)
     if principal is not None:
         team = None if principal.role == "admin" else principal.team
         latest = windows.settings.metrics_latest_windows

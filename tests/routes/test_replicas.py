@@ -255,9 +255,20 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
             ).json()["data"]["num_drafts"]
             for w in windows
         ]
+        # Whichever worker answers /metrics (a new connection each time), it counts the
+        # scrapes of both: one count, at least the 82 the windows made.
+        counts = {
+            next(
+                float(line.rsplit(" ", 1)[1])
+                for line in httpx.get(f"{collector.base_url}/metrics", timeout=30).text.split("\n")
+                if line.startswith("specdec_scrape_duration_seconds_count")
+            )
+            for _ in range(8)
+        }
         engine.dispose()
     assert (started, stopped, sampled.status_code) == ([201] * 40, [200] * 40, 201)
     assert results == [300] * 40
+    assert len(counts) == 1 and counts.pop() >= 2 * 40 + 2
     assert owner in found
     samples = sampled_stop["targets"][0]["result"]["samples"]
     assert samples["failed"] == 0 and samples["taken"] >= 2
