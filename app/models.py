@@ -144,7 +144,8 @@ class WindowTarget(SQLModel, table=True):
     __table_args__ = (UniqueConstraint("window_pk", "target"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    window_pk: int = Field(foreign_key="window.id", ondelete="CASCADE", index=True)
+    # Looked up through the unique index on (window_pk, target): no index of its own.
+    window_pk: int = Field(foreign_key="window.id", ondelete="CASCADE")
     ordinal: int
     target: str = Field(max_length=300, index=True)
     url: str = Field(max_length=2048)
