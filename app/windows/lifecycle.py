@@ -16,6 +16,7 @@ from app.leases import first_lease_seconds
 from app.models import WindowCreate, WindowPublic, as_utc, utcnow
 from app.prometheus import PrometheusRead, PrometheusSource, SourceError
 from app.promtext import Series
+from app.results import TargetResult
 from app.safetext import has_control_characters, safe_error_text
 from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Reading, timeline
@@ -192,6 +193,23 @@ async def closed_results(service: WindowService, team: str, window_id: str) -> C
 FORCE_CLOSED = "Window force-closed by an admin: no final scrape was taken"
 
 
+def _remember_results(
+    service: WindowService,
+    team: str,
+    stored: StoredWindow,
+    results: dict[int, TargetResult | None],
+) -> None:
+    """Keep the results a stop just stored: the report or results a client reads next are
+    then served without reading them back (and validating them) from the database."""
+    chosen: list[tuple[str, TargetResult]] = []
+    for target in stored.targets:
+        result = results.get(target.id)
+        if result is None:
+            return  # read from the database when asked, which says why
+        chosen.append((target.key, result))
+    service.results.put(team, stored.window.window_id, chosen)
+
+
 async def stop_window(
     service: WindowService,
     actor: Actor,
@@ -225,6 +243,7 @@ async def stop_window(
     closed = await run_in_threadpool(close_window, engine, stored, actor, outcomes)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
+    _remember_results(service, actor.team, stored, closed.results)
     window = view_from(stored, closed.baselines, closed.results)
     ok = sum(t.result is not None and t.result.ok for t in window.targets)
     logger.info(

@@ -463,3 +463,28 @@ def test_sources_are_never_mixed_and_need_a_prometheus(api: httpx.Client) -> Non
         "/windows/m/start", json={"targets": [{"selector": "job=v"}], "source": "prometheus"}
     )
     assert bad.status_code == 422 and "a selector is" in bad.text
+
+
+def test_the_results_a_stop_stored_are_served_from_memory_afterwards(
+    team: Team, api: httpx.Client
+) -> None:
+    """A stop keeps what it stored: the report and results read next are not read back (and
+    validated again) from the database. Shown by changing the stored row behind its back."""
+    import sqlalchemy
+
+    with serve_metrics(body=vllm_payload([EngineCounters(5, 15, [3, 2, 1])]).encode()) as server:
+        api.post("/windows/kept/start", json={"targets": [server.target]})
+        server.replace(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]).encode())
+        stopped = api.post("/windows/kept/stop").json()["targets"][0]["result"]
+    engine = sqlalchemy.create_engine(team.collector.database_url)
+    with engine.begin() as connection:
+        connection.execute(
+            sqlalchemy.text(
+                "UPDATE window_target SET result = :result WHERE window_pk = (SELECT id FROM "
+                "\"window\" WHERE team = :team AND window_id = 'kept')"
+            ),
+            {"result": '{"status": "na", "error": "changed"}', "team": team.name},
+        )
+    engine.dispose()
+    served = api.get(f"/windows/kept/results/{server.target}").json()
+    assert served == stopped and served["data"]["num_drafts"] == 4
