@@ -57,16 +57,20 @@ def overlaps_of(
                 )
             )
         )
+    now = utcnow()
     for other_pk, (team, other_id, other_start, other_stop) in candidates.items():
-        other_end = as_utc(other_stop) if other_stop else utcnow()
+        other_end = as_utc(other_stop) if other_stop else now
         seconds = round((min(end, other_end) - max(start, as_utc(other_start))).total_seconds(), 3)
         if seconds <= 0:
             continue
+        # One object for every target the other window shares (a window of many targets
+        # beside many windows made thousands per stop).
+        named = OverlappingWindow(id=other_id, seconds=seconds) if team == window.team else None
         for key in found:
             if (other_pk, key) not in pairs:
                 continue
-            if team == window.team:
-                found[key].windows.append(OverlappingWindow(id=other_id, seconds=seconds))
+            if named is not None:
+                found[key].windows.append(named)
             else:
                 others = found[key].other_teams
                 others.windows += 1
