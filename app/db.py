@@ -109,41 +109,60 @@ _WRITER_FILES: "WeakKeyDictionary[Engine, Path]" = WeakKeyDictionary()
 
 
 @contextmanager
-def _writers_turn(engine: Engine) -> Iterator[None]:
-    """This process's turn (a thread lock), then every process's (a file lock, where the
-    file can be made: a read-only folder only loses the fairness, not the write)."""
-    lock = _WRITE_LOCKS[engine]
+def process_writers_turn(engine: Engine) -> Iterator[None]:
+    """This process's writers' turn, alone (SQLite; nothing on PostgreSQL).
+
+    Work done under it before `write_session(engine, turn_held=True)` runs one writer at a
+    time in this process, as inside a write, without holding the database (and every other
+    process's writers) meanwhile.
+    """
+    lock = _WRITE_LOCKS.get(engine)
+    if lock is None:
+        yield
+        return
     with lock:
-        path = _WRITER_FILES.get(engine)
-        try:
-            handle = path.open("a") if path is not None else None
-        except OSError:
-            handle = None
-        if handle is None:
-            yield
-            return
-        with handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 @contextmanager
-def write_session(engine: Engine) -> Iterator[Session]:
+def _every_process_turn(engine: Engine) -> Iterator[None]:
+    """Every process's turn: a file lock, where the file can be made (a read-only folder only
+    loses the fairness, not the write)."""
+    path = _WRITER_FILES.get(engine)
+    try:
+        handle = path.open("a") if path is not None else None
+    except OSError:
+        handle = None
+    if handle is None:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def write_session(engine: Engine, *, turn_held: bool = False) -> Iterator[Session]:
     """A session for one write transaction.
 
     On SQLite the writers take turns on a lock, of this process and then of every process on
     the file: waiting there is fair and wakes at once, where SQLite's own busy handler sleeps
     up to 100 ms between tries, which under load costs more than the writes (with two
-    workers, most of the second core).
+    workers, most of the second core). `turn_held`: the caller holds this process's turn
+    already (`process_writers_turn`).
     """
     if engine not in _WRITE_LOCKS:
         with Session(engine) as session:
             yield session
         return
-    with _writers_turn(engine), Session(engine) as session:
+    if turn_held:
+        with _every_process_turn(engine), Session(engine) as session:
+            yield session
+        return
+    with process_writers_turn(engine), _every_process_turn(engine), Session(engine) as session:
         yield session
 
 

@@ -287,3 +287,39 @@ def test_a_result_is_stored_without_its_defaults_and_url_and_reads_back_whole() 
         assert "url" not in stored and "samples" not in stored
         assert TargetResult.from_stored(json.loads(json.dumps(stored)), result.url) == result
         assert len(json.dumps(stored)) < len(json.dumps(result.as_json()))
+
+
+def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """A stop computes its results before it takes the write lock; a sample that lands in
+    between (another worker's sampler) makes it compute them again under the lock."""
+    from app.windows.storage import close_window
+
+    engine, writer = engines
+    target = _window_of_one_target(engine)
+    stored = load_window(engine, "default", "w")
+    ids = {target.key: stored.targets[0].id}
+    reading = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
+    later = extract_spec_decode(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]))
+    store_baseline(engine, stored, [ScrapeOutcome(target, datetime.now(UTC), series=reading)])
+    sample = ScrapeOutcome(target, datetime.now(UTC), series=later)
+    final = ScrapeOutcome(target, datetime.now(UTC), series=later)
+    landed: list[bool] = []
+
+    def land_a_sample(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not landed and "FROM snapshot" in statement:
+            landed.append(True)
+            with Session(writer) as session:
+                store_snapshots(session, ids, "sample", [sample])
+                session.commit()
+
+    event.listen(engine, "after_cursor_execute", land_a_sample)
+    try:
+        closed = close_window(engine, stored, Actor("default", "t"), [final])
+    finally:
+        event.remove(engine, "after_cursor_execute", land_a_sample)
+    assert landed and closed is not None
+    result = closed.results[stored.targets[0].id]
+    assert result is not None and result.samples.taken == 1
+    assert result.data is not None and result.data.num_drafts == 4

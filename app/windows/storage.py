@@ -15,7 +15,7 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from app.db import write_session
+from app.db import process_writers_turn, write_session
 from app.engines import build_result
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
@@ -268,6 +268,55 @@ def store_earlier_snapshots(
         session.commit()
 
 
+def _results(
+    session: Session,
+    stored: StoredWindow,
+    chains: dict[int, list[StoredSnapshot]],
+    outcomes: Sequence[ScrapeOutcome],
+    stopped_at: datetime,
+    notes: dict[int, list[str]],
+) -> ClosedWindow:
+    """Every target's result, from its stored snapshots and its final scrape (`outcomes`, in
+    the targets' order: the same reading its stored snapshot gives back)."""
+    catalog = keys_of(session, (s for chain in chains.values() for s in chain))
+    overlaps = overlaps_of(session, stored, end=stopped_at)
+    baselines: dict[int, Reading] = {}
+    results: dict[int, TargetResult | None] = {}
+    for target, outcome in zip(stored.targets, outcomes, strict=True):
+        chain = chains.get(target.id, [])
+        before = next((s for s in chain if s.phase == "before"), None)
+        after: Reading = (
+            outcome.series if outcome.series is not None else outcome.error or "scrape failed"
+        )
+        final_at = as_utc(outcome.taken_at)
+        # A sample scraped after the final scrape (while this stop ran) is not part of it.
+        samples = [
+            s for s in chain if s.phase == "sample" and as_utc(s.taken_at) <= final_at
+        ]  # fmt: skip
+        if before is not None:
+            baselines[target.id] = reading_of(before, catalog)
+        result = build_result(
+            target.url,
+            reading_of(before, catalog),
+            after,
+            [reading_of(sample, catalog) for sample in samples],
+            target.hints,
+        )
+        extra = notes.get(target.id)
+        if extra:
+            result = result.model_copy(update={"notes": [*(result.notes or []), *extra]})
+        results[target.id] = result.with_overlaps(overlaps[target.key])
+    return ClosedWindow(baselines, results)
+
+
+def _latest_snapshot(session: Session, target_ids: list[int]) -> int:
+    table = TABLES["snapshot"]
+    latest = session.execute(
+        sa_select(func.max(table.c.id)).where(table.c.target_id.in_(target_ids))
+    ).scalar_one()
+    return int(latest or 0)
+
+
 def close_window(
     engine: Engine,
     stored: StoredWindow,
@@ -277,60 +326,46 @@ def close_window(
     notes: dict[int, list[str]] | None = None,
 ) -> ClosedWindow | None:
     """Store the final scrape and every target's result; None if another stop came first.
-    `stopped_at` is now unless given (a window read from Prometheus may stop in the past);
-    `notes` are added to the results of the targets (by id) they are given for."""
+    `outcomes` are the final scrapes, in the targets' order. `stopped_at` is now unless given
+    (a window read from Prometheus may stop in the past); `notes` are added to the results of
+    the targets (by id) they are given for."""
     stopped_at = stopped_at or utcnow()
-    with write_session(engine) as session:
-        # The conditional update goes first: it takes the write lock, so no sample lands while
-        # the results are computed, and of two concurrent stops only the first stores results.
-        closed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            update(Window)
-            .where(col(Window.id) == stored.pk, col(Window.state) == "open")
-            .values(state="closed", stopped_at=stopped_at, stopped_by=actor.key)
-        )
-        if closed.rowcount != 1:
-            session.rollback()
-            return None
-        store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
-        session.flush()
-        ids = [t.id for t in stored.targets]
-        chains = snapshots_of(session, ids)
-        catalog = keys_of(session, (s for chain in chains.values() for s in chain))
-        overlaps = overlaps_of(session, stored, end=stopped_at)
-        baselines: dict[int, Reading] = {}
-        results: dict[int, TargetResult] = {}
-        for target in stored.targets:
-            chain = chains.get(target.id, [])
-            before = next((s for s in chain if s.phase == "before"), None)
-            after = next(s for s in chain if s.phase == "after")
-            # A sample scraped after the final scrape (while this stop ran) is not part of it.
-            samples = [
-                s for s in chain
-                if s.phase == "sample" and as_utc(s.taken_at) <= as_utc(after.taken_at)
-            ]  # fmt: skip
-            if before is not None:
-                baselines[target.id] = reading_of(before, catalog)
-            result = build_result(
-                target.url,
-                reading_of(before, catalog),
-                reading_of(after, catalog),
-                [reading_of(sample, catalog) for sample in samples],
-                target.hints,
+    ids = [t.id for t in stored.targets]
+    # The results are computed before the database is written to, in this process's writers'
+    # turn (stops computing at once would contend for the GIL): a stop's arithmetic inside
+    # the write kept every writer of every worker waiting. The write checks that no snapshot
+    # landed in between (a sample), and computes them again if one did.
+    with process_writers_turn(engine):
+        with Session(engine) as session:
+            chains = snapshots_of(session, ids)
+            read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
+            closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
+        with write_session(engine, turn_held=True) as session:
+            # The conditional update goes first: it takes the write lock, so no sample lands from
+            # here on, and of two concurrent stops only the first stores results.
+            updated: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+                update(Window)
+                .where(col(Window.id) == stored.pk, col(Window.state) == "open")
+                .values(state="closed", stopped_at=stopped_at, stopped_by=actor.key)
             )
-            extra = (notes or {}).get(target.id)
-            if extra:
-                result = result.model_copy(update={"notes": [*(result.notes or []), *extra]})
-            results[target.id] = result.with_overlaps(overlaps[target.key])
-        # One executemany for all targets (an ORM bulk update by primary key).
-        session.execute(
-            update(WindowTarget),
-            [
-                {"id": target_id, "result": result.as_stored(), **summary_columns(result)}
-                for target_id, result in results.items()
-            ],
-        )
-        session.commit()
+            if updated.rowcount != 1:
+                session.rollback()
+                return None
+            if _latest_snapshot(session, ids) != read_up_to:
+                chains = snapshots_of(session, ids)
+                closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
+            store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
+            # One executemany for all targets (an ORM bulk update by primary key).
+            session.execute(
+                update(WindowTarget),
+                [
+                    {"id": target_id, "result": result.as_stored(), **summary_columns(result)}
+                    for target_id, result in closed.results.items()
+                    if result is not None
+                ],
+            )
+            session.commit()
     # The stored window as this stop left it (the object is detached: no session sees this).
     stored.window.state, stored.window.stopped_at = "closed", stopped_at
     stored.window.stopped_by = actor.key
-    return ClosedWindow(baselines, {**results})
+    return closed
