@@ -7,6 +7,13 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def _usable_cores() -> int:
+    """The cores this process may run on (Linux: its affinity; elsewhere: the machine's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 class Settings(BaseSettings):
     """Every setting of the service; the README lists them with their defaults."""
 
@@ -48,7 +55,7 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="info", description="Log level of the service.")
     workers: int = Field(
-        default_factory=lambda: len(os.sched_getaffinity(0)),
+        default_factory=_usable_cores,
         ge=1,
         le=256,
         description="Processes `specdec serve` runs (default: one per core); each is a replica.",
