@@ -1,6 +1,7 @@
 """The load benchmark's client, run in a process of its own so that its CPU is never the
-collector's: N clients, each on one keep-alive connection, start, read, stop and report
-windows for S seconds, then print what happened as JSON on stdout.
+collector's: N clients start, read, stop and report windows for S seconds (a window's four
+calls on one keep-alive connection, as one benchmark run makes them; the next window on a new
+one), then print what happened as JSON on stdout.
 
 python -m tests.bench.load_client BASE_URL SECONDS CLIENTS TARGET...
 
@@ -69,6 +70,9 @@ async def _client(
 ) -> None:  # fmt: skip
     connection = _Connection(host, port)
     while time.monotonic() < deadline:
+        # Each window is one benchmark run of one client (a `specdec run`): its calls share a
+        # connection, the next run makes its own (and lands on whichever worker accepts it).
+        connection.close()
         index = next(ids)
         window_id = f"load-{index}"
         start_body = json.dumps({"targets": targets[: 1 + index % len(targets)]}).encode()
