@@ -141,18 +141,18 @@ def _sample_of(line: str, limits: ExtractionLimits) -> _Sample | None:
         raise ExtractionError(f"malformed sample line: {line[:200]}")
     name = match["name"]
     try:
-        value: float | None = float(match["value"])
+        number = float(match["value"])
     except ValueError:
         raise ExtractionError(f"value is not a number in line: {line[:200]}") from None
-    assert value is not None
+    value: float | None = number
     if is_created or role in GAUGES:
-        if not math.isfinite(value):
+        if not math.isfinite(number):
             # A start time of +Inf or NaN says nothing (the series is read without it); a
             # gauge without a value shows nothing.
             value = None
-    elif not math.isfinite(value) or value < 0:
+    elif not math.isfinite(number) or number < 0:
         raise ExtractionError(f"counter value {match['value']} is not a finite count: {name}")
-    elif value > MAX_COUNTER:
+    elif number > MAX_COUNTER:
         raise ExtractionError(f"counter value {match['value']} is above 2^53, not exact: {name}")
     label_text = match["labels"] or ""
     _check_label_chars(len(label_text), name, limits)
@@ -227,8 +227,8 @@ def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()
         engines = {key.engine for key in series}
         for schema in SCHEMAS:
             if schema.engine in engines:
-                for family in schema.companions:
-                    _extract_prefixed(text, limit, family, series, limits, read)
+                for family in schema.companions:  # its name is its own marker
+                    _extract_marked(text, limit, family, series, limits, read)
     return {key: value for key, value in series.items() if value.value is not None}
 
 
@@ -247,28 +247,6 @@ def _extract_marked(
             line = text[start:end]
             _parse_line(line[:-1] if line.endswith("\r") else line, series, limits)
         found = text.find(marker, end, limit)
-
-
-def _extract_prefixed(
-    text: str, limit: int, prefix: str, series: Series, limits: ExtractionLimits, read: set[int]
-) -> None:
-    """Parse every line of `text[:limit]` that starts with `prefix` into `series`."""
-    needle = "\n" + prefix
-    if text.startswith(prefix) and limit > 0:
-        start = 0
-    else:
-        found = text.find(needle, 0, limit)
-        start = found + 1 if found != -1 else -1
-    while start != -1:
-        end = text.find("\n", start, limit)
-        if end == -1:
-            end = limit
-        if start not in read:
-            read.add(start)
-            line = text[start:end]
-            _parse_line(line[:-1] if line.endswith("\r") else line, series, limits)
-        found = text.find(needle, end, limit)
-        start = found + 1 if found != -1 else -1
 
 
 def _eof_offset(text: str) -> int:

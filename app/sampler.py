@@ -36,7 +36,7 @@ from app.db import write_session
 from app.leases import lease_seconds
 from app.models import Snapshot, Window, WindowTarget, utcnow
 from app.scrape import ScrapeConfig, ScrapeOutcome, scrape_all
-from app.windows.storage import store_snapshots
+from app.windows.storage import store_snapshots, targets_of
 from app.windows.stored import StoredTarget
 
 logger = logging.getLogger(__name__)
@@ -129,12 +129,7 @@ def claim_windows(
             session.commit()
             if taken.rowcount != 1:
                 continue
-            rows = session.exec(
-                select(WindowTarget)
-                .where(WindowTarget.window_pk == window_pk)
-                .order_by(col(WindowTarget.ordinal))
-            ).all()
-            claimed.append((window_pk, team, interval_s, [StoredTarget.of(row) for row in rows]))
+            claimed.append((window_pk, team, interval_s, targets_of(session, window_pk)))
     return claimed
 
 

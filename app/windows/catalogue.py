@@ -10,8 +10,9 @@ stop reads back only the series it does not know yet.
 
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy import select as sa_select
@@ -84,27 +85,32 @@ def _known(session: Session) -> KnownSeries:
         return known
 
 
-def _stored_rows(
-    session: Session, endpoints: Iterable[str], digests: Iterable[str]
-) -> list[tuple[int, str, SeriesKey]]:
-    """(id, endpoint, series) of the stored rows of these endpoints with these label digests."""
-    columns = (
+def _rows_where(session: Session, *conditions: Any) -> list[tuple[int, str, SeriesKey]]:
+    """(id, endpoint, series) of the stored rows that meet `conditions`."""
+    query = sa_select(
         col(EndpointSeries.id),
         col(EndpointSeries.endpoint),
         col(EndpointSeries.family),
         col(EndpointSeries.labels),
-    )
+    ).where(*conditions)
+    return [
+        (series_id, endpoint, series_key(family, labels_from_text(labels)))
+        for series_id, endpoint, family, labels in session.execute(query)
+    ]
+
+
+def _stored_rows(
+    session: Session, endpoints: Iterable[str], digests: Iterable[str]
+) -> list[tuple[int, str, SeriesKey]]:
+    """(id, endpoint, series) of the stored rows of these endpoints with these label digests."""
     wanted_endpoints, wanted_digests = list(set(endpoints)), list(set(digests))
     rows: list[tuple[int, str, SeriesKey]] = []
     for first in range(0, len(wanted_digests), _IN_LIST):
-        query = sa_select(*columns).where(
+        rows += _rows_where(
+            session,
             col(EndpointSeries.endpoint).in_(wanted_endpoints),
             col(EndpointSeries.labels_digest).in_(wanted_digests[first : first + _IN_LIST]),
         )
-        rows += [
-            (series_id, endpoint, series_key(family, labels_from_text(labels)))
-            for series_id, endpoint, family, labels in session.execute(query)
-        ]
     return rows
 
 
@@ -190,27 +196,25 @@ def _remember(session: Session, rows: list[tuple[int, str, SeriesKey]], added: b
     pending.extend(rows)
 
 
-def keys_of(session: Session, snapshots: Iterable[StoredSnapshot]) -> dict[int, SeriesKey]:
-    """The series (by id) the counters of these snapshots name.
+def keys_of(
+    session: Session, chains: Mapping[int, Sequence[StoredSnapshot]]
+) -> dict[int, SeriesKey]:
+    """The series (by id) the counters of these snapshots (by target) name.
 
     A snapshot commits with (or after) the series it names, so every one is there to read.
     """
     known = _known(session)
-    ids = {int(row[0]) for s in snapshots for row in s.counters or () if row[0] is not None}
+    ids = {
+        int(row[0])
+        for chain in chains.values()
+        for snapshot in chain
+        for row in snapshot.counters or ()
+        if row[0] is not None
+    }
     found = {series_id: known.keys[series_id] for series_id in ids if series_id in known.keys}
     unknown = sorted(ids - found.keys())
     for first in range(0, len(unknown), _IN_LIST):
-        rows = [
-            (series_id, endpoint, series_key(family, labels_from_text(labels)))
-            for series_id, endpoint, family, labels in session.execute(
-                sa_select(
-                    col(EndpointSeries.id),
-                    col(EndpointSeries.endpoint),
-                    col(EndpointSeries.family),
-                    col(EndpointSeries.labels),
-                ).where(col(EndpointSeries.id).in_(unknown[first : first + _IN_LIST]))
-            )
-        ]
+        rows = _rows_where(session, col(EndpointSeries.id).in_(unknown[first : first + _IN_LIST]))
         _remember(session, rows, added=False)
         found.update({series_id: key for series_id, _, key in rows})
     return found

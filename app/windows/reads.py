@@ -58,7 +58,7 @@ def _points_of(
     ids = [t.id for t in targets]
     with Session(engine) as session:
         chains = snapshots_of(session, ids)
-        catalog = keys_of(session, (s for chain in chains.values() for s in chain))
+        catalog = keys_of(session, chains)
     return [
         (
             target,

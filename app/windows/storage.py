@@ -42,22 +42,24 @@ def find_window(session: Session, team: str, window_id: str) -> StoredWindow | N
     ).first()
     if window is None:
         return None
+    return StoredWindow(window, targets_of(session, window.id or 0))
+
+
+def targets_of(session: Session, window_pk: int) -> list[StoredTarget]:
+    """The window's targets, in order."""
     # Core rows, not ORM objects: a window of many targets built thousands of them per read.
     table = TABLES["window_target"]
     rows = session.execute(
         sa_select(table.c.id, table.c.target, table.c.url, table.c.result, table.c.headers,
                   table.c.named_engine, table.c.draft_tokens_per_step)
-        .where(table.c.window_pk == window.id)
+        .where(table.c.window_pk == window_pk)
         .order_by(table.c.ordinal)
     )  # fmt: skip
-    return StoredWindow(
-        window,
-        [
-            StoredTarget(row_id, key, url, result, tuple((headers or {}).items()),
-                         EngineHints(engine, per_step))
-            for row_id, key, url, result, headers, engine, per_step in rows
-        ],
-    )  # fmt: skip
+    return [
+        StoredTarget(row_id, key, url, result, tuple((headers or {}).items()),
+                     EngineHints(engine, per_step))
+        for row_id, key, url, result, headers, engine, per_step in rows
+    ]  # fmt: skip
 
 
 def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
@@ -278,7 +280,7 @@ def _results(
 ) -> ClosedWindow:
     """Every target's result, from its stored snapshots and its final scrape (`outcomes`, in
     the targets' order: the same reading its stored snapshot gives back)."""
-    catalog = keys_of(session, (s for chain in chains.values() for s in chain))
+    catalog = keys_of(session, chains)
     overlaps = overlaps_of(session, stored, end=stopped_at)
     baselines: dict[int, Reading] = {}
     results: dict[int, TargetResult | None] = {}

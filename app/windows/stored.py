@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 from app.exceptions import TargetNotInWindow
-from app.models import Window, WindowTarget
+from app.models import Window
 from app.results import TargetResult
 from app.targets import EngineHints, Target, parse_target
 
@@ -56,13 +56,6 @@ class StoredTarget:
     stored_result: dict[str, Any] | None
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     hints: EngineHints = field(default_factory=EngineHints)
-
-    @classmethod
-    def of(cls, row: WindowTarget) -> "StoredTarget":
-        """From its row."""
-        headers = tuple((row.headers or {}).items())
-        hints = EngineHints(row.named_engine, row.draft_tokens_per_step)
-        return cls(row.id or 0, row.target, row.url, row.result, headers, hints)
 
     @property
     def result(self) -> TargetResult | None:

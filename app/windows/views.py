@@ -19,7 +19,7 @@ def _baselines_of(session: Session, stored: StoredWindow) -> dict[int, Reading]:
     """Per target id: the series of its `before` scrape, or that scrape's error."""
     ids = [t.id for t in stored.targets]
     befores = snapshots_of(session, ids, ["before"])
-    catalog = keys_of(session, (s for chain in befores.values() for s in chain))
+    catalog = keys_of(session, befores)
     return {
         target_id: reading_of(snapshots[0], catalog)
         for target_id, snapshots in befores.items()
