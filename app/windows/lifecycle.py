@@ -286,6 +286,7 @@ async def _stop_from_prometheus(
     closed = await run_in_threadpool(close_window, engine, stored, actor, afters, end, notes)
     if closed is None:
         return await run_in_threadpool(read_window, engine, actor.team, stored.window.window_id)
+    _remember_results(service, actor.team, stored, closed.results)
     return view_from(stored, closed.baselines, closed.results)
 
 
