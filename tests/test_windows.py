@@ -2,7 +2,7 @@
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from app.results import UNREADABLE_RESULT, TargetResult
 from app.scrape import ScrapeOutcome
 from app.targets import Target, parse_target
 from app.windows.cache import ResultsCache
+from app.windows.overlaps import overlaps_of
 from app.windows.storage import insert_window, load_window, store_baseline, store_snapshots
 from app.windows.stored import Actor
 from app.windows.views import read_window
@@ -323,3 +324,51 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     result = closed.results[stored.targets[0].id]
     assert result is not None and result.samples.taken == 1
     assert result.data is not None and result.data.num_drafts == 4
+
+
+def test_overlaps_name_each_shared_target_and_count_other_teams(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """Windows sharing some of a window's targets: each target lists the same team's windows
+    that used it (in the order they started), and counts the other teams' ones, with the
+    seconds each was open during the window; a window on none of them is not there."""
+    engine, _ = engines
+    a, b, c, d = (parse_target(f"127.0.0.1:{port}") for port in (9101, 9102, 9103, 9104))
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    # (team, id, targets, started, stopped) in seconds after t0; "main" runs 100-200.
+    plan = [
+        ("x", "main", [a, b, c], 100, 200),
+        ("x", "late", [c], 150, None),  # open still: overlaps until the main window's end
+        ("x", "early", [b, c], 50, 130),
+        ("x", "apart", [d], 100, 200),
+        ("x", "before", [a], 10, 100),  # ended as main started: no overlap
+        ("y", "theirs", [a, c], 120, 170),
+        ("y", "theirs-2", [c], 90, 110),
+    ]
+    table = TABLES["window"]
+    for team, window_id, targets, started, stopped in plan:
+        body = WindowCreate(targets=[t.key for t in targets])
+        assert insert_window(engine, Actor(team, "k"), window_id, body, targets, 10, "r", 0)
+        with engine.begin() as connection:
+            connection.execute(
+                table.update()
+                .where(table.c.window_id == window_id)
+                .values(
+                    started_at=t0 + timedelta(seconds=started),
+                    stopped_at=None if stopped is None else t0 + timedelta(seconds=stopped),
+                    state="open" if stopped is None else "closed",
+                )
+            )
+    stored = load_window(engine, "x", "main")
+    with Session(engine) as session:
+        found = overlaps_of(session, stored)
+    shown = {key: overlaps.model_dump() for key, overlaps in found.items()}
+    none = {"windows": 0, "seconds": 0.0}
+    assert shown == {
+        a.key: {"windows": [], "other_teams": {"windows": 1, "seconds": 50.0}},
+        b.key: {"windows": [{"id": "early", "seconds": 30.0}], "other_teams": none},
+        c.key: {
+            "windows": [{"id": "early", "seconds": 30.0}, {"id": "late", "seconds": 50.0}],
+            "other_teams": {"windows": 2, "seconds": 60.0},
+        },
+    }
