@@ -120,9 +120,20 @@ def _wants_csv(request: Request, format: str | None) -> bool:
     return format == "csv" or (format is None and "text/csv" in request.headers.get("accept", ""))
 
 
+def _window_json(window: WindowPublic, status_code: int = status.HTTP_200_OK) -> Response:
+    """The window as JSON, encoded by pydantic in one pass: FastAPI's own path (to Python
+    objects, then `json.dumps`) cost a loaded collector a tenth of its CPU on windows whose
+    results list hundreds of overlapping windows. The OpenAPI schema comes from the route's
+    `response_model`."""
+    return Response(
+        window.model_dump_json(), status_code=status_code, media_type="application/json"
+    )
+
+
 @router.post(
     "/{window_id}/start",
     status_code=status.HTTP_201_CREATED,
+    response_model=WindowPublic,
     responses={
         200: {"model": WindowPublic, "description": "a retry: the window already exists"},
         **error_responses(409, 413, 429),
@@ -131,42 +142,39 @@ def _wants_csv(request: Request, format: str | None) -> bool:
 async def start(
     window_id: WindowId,
     body: Annotated[WindowCreate, Body()],
-    response: Response,
     windows: WindowsDep,
     actor: ActorDep,
-) -> WindowPublic:
+) -> Response:
     """Open a window, take every target's baseline scrape, start its sampling."""
     created, window = await start_window(windows, actor, window_id, body)
-    if not created:
-        response.status_code = status.HTTP_200_OK
-    return window
+    return _window_json(window, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
-@router.post("/{window_id}/stop", responses=error_responses(404))
+@router.post("/{window_id}/stop", response_model=WindowPublic, responses=error_responses(404))
 async def stop(
     window_id: WindowId,
     windows: WindowsDep,
     actor: ActorDep,
     body: Annotated[WindowStop | None, Body()] = None,
-) -> WindowPublic:
+) -> Response:
     """Take the final scrapes, store every target's result and close the window (a window read
     from Prometheus: read its samples, waiting for one at or after the stop; `at` stops it in
     the past)."""
-    return await stop_window(windows, actor, window_id, at=body.at if body else None)
+    return _window_json(await stop_window(windows, actor, window_id, at=body.at if body else None))
 
 
-@router.post("/{window_id}/force-close", responses=error_responses(403, 404))
-async def force_close(
-    window_id: WindowId, windows: WindowsDep, actor: AdminActorDep
-) -> WindowPublic:
+@router.post(
+    "/{window_id}/force-close", response_model=WindowPublic, responses=error_responses(403, 404)
+)
+async def force_close(window_id: WindowId, windows: WindowsDep, actor: AdminActorDep) -> Response:
     """Admin only: close an open window at once, without a final scrape (every result `na`)."""
-    return await stop_window(windows, actor, window_id, force=True)
+    return _window_json(await stop_window(windows, actor, window_id, force=True))
 
 
-@router.get("/{window_id}", responses=error_responses(404))
-async def get_window(window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep) -> WindowPublic:
+@router.get("/{window_id}", response_model=WindowPublic, responses=error_responses(404))
+async def get_window(window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep) -> Response:
     """The window with its targets and their results."""
-    return await run_in_threadpool(read_window, windows.engine, scope, window_id)
+    return _window_json(await run_in_threadpool(read_window, windows.engine, scope, window_id))
 
 
 @router.get("/{window_id}/results", responses=error_responses(404, 409))
