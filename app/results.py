@@ -177,7 +177,7 @@ class TargetResult(BaseModel):
         """The JSON object, as served."""
         return self.model_dump(mode="json")
 
-    def as_stored(self) -> dict[str, Any]:
-        """The JSON object as stored: without its defaults and its URL (the row holds it),
+    def as_stored(self) -> str:
+        """The JSON text as stored: without its defaults and its URL (the row holds it),
         which `from_stored` puts back; a third of a stopped window's bytes."""
-        return self.model_dump(mode="json", exclude_defaults=True, exclude={"url"})
+        return self.model_dump_json(exclude_defaults=True, exclude={"url"})

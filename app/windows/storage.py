@@ -15,7 +15,7 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from app.db import process_writers_turn, write_session
+from app.db import EncodedJSON, process_writers_turn, write_session
 from app.engines import build_result
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
@@ -361,7 +361,11 @@ def close_window(
             session.execute(
                 update(WindowTarget),
                 [
-                    {"id": target_id, "result": result.as_stored(), **summary_columns(result)}
+                    {
+                        "id": target_id,
+                        "result": EncodedJSON(result.as_stored()),
+                        **summary_columns(result),
+                    }
                     for target_id, result in closed.results.items()
                     if result is not None
                 ],
