@@ -10,6 +10,7 @@ import time
 import traceback
 import zlib
 from collections.abc import Sequence
+from functools import lru_cache
 
 import httpx
 
@@ -144,7 +145,9 @@ async def _fetch_and_read(
         # server that trickles its answer cannot hold a window open.
         async with asyncio.timeout(timeout_s):
             url, headers, extensions = await pin(target, config)
-            request = client.build_request("GET", url, headers=headers, extensions=extensions)
+            request = client.build_request(
+                "GET", _parsed_url(url), headers=headers, extensions=extensions
+            )
             response = await client.send(request, stream=True)
             try:
                 if response.status_code != 200:
@@ -175,6 +178,13 @@ async def _fetch_and_read(
         # answering every other team meanwhile.
         return await asyncio.to_thread(_extracted, target, body, config.limits)
     return _extracted(target, body, config.limits)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_url(url: str) -> httpx.URL:
+    """The URL as httpx parses it, once per URL: every scrape of a target asks for the same
+    one, and parsing it was a tenth of the HTTP client's CPU per request."""
+    return httpx.URL(url)
 
 
 def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> ScrapeOutcome:

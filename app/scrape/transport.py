@@ -23,6 +23,7 @@ import asyncio
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 
 import aiohttp
 import httpx
@@ -55,6 +56,12 @@ def _as_httpx_errors(request: httpx.Request) -> Iterator[None]:
             if isinstance(exc, source):
                 raise target(str(exc) or type(exc).__name__, request=request) from exc
         raise  # pragma: no cover - every ClientError is mapped above
+
+
+@lru_cache(maxsize=4096)
+def _yarl_url(url: str) -> URL:
+    """aiohttp's URL for httpx's, once per URL (already quoted by httpx: taken as it is)."""
+    return URL(url, encoded=True)
 
 
 class _AnswerStream(httpx.AsyncByteStream):
@@ -113,7 +120,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         with _as_httpx_errors(request):
             response = await self._session.request(
                 request.method,
-                URL(str(request.url), encoded=True),  # already quoted by httpx
+                _yarl_url(str(request.url)),
                 headers=headers,
                 data=body or None,
                 allow_redirects=False,
