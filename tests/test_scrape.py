@@ -606,3 +606,21 @@ async def test_https_is_pinned_to_the_checked_address_and_verified_for_the_name(
         assert outcome.kind is ScrapeErrorKind.CONNECT and outcome.error is not None
         assert "ConnectError" in outcome.error and "metrics.test" in outcome.error
         assert "certificate" in outcome.error.lower(), outcome.error
+
+
+async def test_a_target_setting_cookies_never_reaches_other_targets(
+    client: httpx.AsyncClient,
+) -> None:
+    """Cookies are per host, not per port: a target that sets one (a hostile team's server)
+    would have the shared client send it to every other server on that host, and grow the
+    client's jar without bound. Scrapes keep no cookies."""
+    body = fixture("vllm_v1_dp1_k5.txt").encode()
+    cookie = {"Set-Cookie": "session=from-a-hostile-target; Path=/; Max-Age=3600"}
+    with (
+        serve_metrics(body=body, extra_headers=cookie) as hostile,
+        serve_metrics(body=body) as other,
+    ):
+        for server in (hostile, other, hostile, other):
+            assert (await scrape(client, server.target)).error is None
+    assert [request.get("cookie") for request in hostile.requests + other.requests] == [None] * 4
+    assert len(client.cookies.jar) == 0

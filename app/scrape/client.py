@@ -1,7 +1,9 @@
 """The HTTP client of every scrape: explicit timeouts, proxies from the environment, no
-redirects, and a small connection pool per origin."""
+redirects, no cookies, and a small connection pool per origin."""
 
 import urllib.request
+from http.cookiejar import Cookie, CookieJar
+from typing import Any
 
 import httpx
 
@@ -14,8 +16,50 @@ ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.
 ACCEPT_ENCODING = "gzip, identity"
 
 
+class _EmptyJar(CookieJar):
+    """A cookie jar that keeps nothing."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        return None
+
+
+class _NoCookies(httpx.Cookies):
+    """Cookies that are never read from an answer nor sent: httpx would otherwise wrap every
+    request and answer for `http.cookiejar` (a tenth of a scrape's HTTP CPU) to find none."""
+
+    def __init__(self) -> None:
+        super().__init__(_EmptyJar())
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+    def set_cookie_header(self, request: httpx.Request) -> None:
+        return None
+
+
+_NO_COOKIES = _NoCookies()  # keeps nothing: one for every client
+
+
+class ScrapeClient(httpx.AsyncClient):
+    """httpx's client without cookies: cookies are per host, not per port, so a cookie one
+    target sets (a hostile team's server) would be sent to every other server on its host,
+    and the shared client's jar would grow without bound. A scrape needs none."""
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return _NO_COOKIES
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        """Ignored (httpx's own `__init__` sets an empty jar)."""
+
+
 def new_client(timeout_s: float) -> httpx.AsyncClient:
-    """The shared client: explicit timeouts, proxies from the environment, no redirects.
+    """The shared client: explicit timeouts, proxies from the environment, no redirects,
+    no cookies kept.
 
     Direct connections go through `AiohttpTransport`; a scheme with a proxy in the
     environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY) keeps httpx's own proxy transport and
@@ -28,7 +72,7 @@ def new_client(timeout_s: float) -> httpx.AsyncClient:
         for scheme in ("http", "https")
         if not proxies.get(scheme) and not proxies.get("all")
     }
-    return httpx.AsyncClient(
+    return ScrapeClient(
         timeout=httpx.Timeout(timeout_s),
         limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
         mounts=mounts,
