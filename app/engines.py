@@ -232,24 +232,34 @@ class _EngineWindow:
     result: EngineResult
 
 
-def _engine_windows(chain: Sequence[Series], hints: EngineHints) -> list[_EngineWindow]:
+def _engine_windows(
+    chain: Sequence[Series], hints: EngineHints
+) -> tuple[list[_EngineWindow], Totals]:
+    """Each engine's window, and the resets and restarts of every series of the chain.
+
+    Each series' increases are computed once, per engine: the engines' series are disjoint,
+    so the whole chain's resets and restarts are the sum of every engine's (one found
+    restarted is an instance of one engine), skipped engines included.
+    """
     by_engine = [_split_by_engine(snapshot) for snapshot in chain]
-    windows = []
+    windows, everything = [], Totals()
     for engine in sorted({e for split in by_engine for e in split}, key=list(ServingEngine).index):
         own = [split.get(engine, {}) for split in by_engine]
+        totals = window_increase(own)
+        everything.series_resets += totals.series_resets
+        everything.restarts += totals.restarts
         if not own[-1]:
             continue  # gone by the end of the window: nothing to measure
         if engine is ServingEngine.SGLANG and Role.VERIFY_CALLS not in _roles(own[-1]):
             continue  # an SGLang server without speculative decoding
         kind = recognised(engine, own[-1])
-        totals = window_increase(own)
         if kind is ServingEngine.VLLM_V0:
             result = EngineResult(engine=kind, status="na", error=V0_REASON, exact=False)
         else:
             has_drafts = Role.DRAFTS in _roles(own[-1])
             result = _figures(kind, totals, has_drafts, (own[0], own[-1]), hints)
         windows.append(_EngineWindow(kind, totals, result))
-    return windows
+    return windows, everything
 
 
 def _appear_late(after: Reading) -> bool:
@@ -293,8 +303,7 @@ def build_result(
         return TargetResult(status="na", url=url, error="; ".join(failed), raw=raw, samples=taken)
     assert not isinstance(before, str) and not isinstance(after, str)
     chain = [before, *(sample for sample in samples if not isinstance(sample, str)), after]
-    windows = _engine_windows(chain, hints)
-    everything = window_increase(chain)
+    windows, everything = _engine_windows(chain, hints)
     common = {
         "url": url, "raw": raw, "samples": taken, "restarts": everything.restarts,
         "series_resets": everything.series_resets,

@@ -130,6 +130,26 @@ def test_a_server_of_two_engines_gets_each_ones_result_and_their_sum() -> None:
     assert result.notes is not None and result.notes[0].startswith("the sum over the engines")
 
 
+def test_resets_and_restarts_count_every_engine_even_one_gone_by_the_end() -> None:
+    """llama.cpp restarts (its four series fall) and is gone by the stop; vLLM restarts
+    later (its three fall): two restarts, seven series resets, and vLLM's figures alone."""
+
+    def vllm(drafts: int) -> Series:
+        return extract_spec_decode(
+            f"vllm:spec_decode_num_drafts_total {drafts}.0\n"
+            f"vllm:spec_decode_num_draft_tokens_total {3 * drafts}.0\n"
+            f"vllm:spec_decode_num_accepted_tokens_total {2 * drafts}.0\n"
+        )
+
+    before = {**vllm(10), **llamacpp(20, 60, [20])}
+    middle = {**vllm(50), **llamacpp(5, 15, [5])}
+    result = build_result(URL, before, vllm(4), [middle])
+    assert (result.restarts, result.series_resets) == (2, 4 + 3)
+    assert (result.status, result.engine) == ("ok", "vllm")
+    # 10 -> 50, then a restart: 4 counted from zero.
+    assert result.data is not None and result.data.num_drafts == 40 + 4
+
+
 def test_a_payload_of_no_engine_is_no_metrics() -> None:
     result = build_result(URL, {}, {})
     assert result.error == (
