@@ -65,6 +65,7 @@ _OPEN_WINDOWS_OF_TEAM = (
     .select_from(Window)
     .where(col(Window.team) == bindparam("team"), col(Window.state) == "open")
 )
+_STORE_RESULTS = update(_TARGETS).where(_TARGETS.c.id == bindparam("target_id"))
 _CLOSE_WINDOW = (
     update(Window)
     .where(col(Window.id) == bindparam("window_pk"), col(Window.state) == "open")
@@ -374,19 +375,18 @@ def close_window(
                 chains = snapshots_of(session, ids)
                 closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
             store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
-            # One executemany for all targets (an ORM bulk update by primary key).
-            session.execute(
-                update(WindowTarget),
-                [
-                    {
-                        "id": target_id,
-                        "result": EncodedJSON(result.as_stored()),
-                        **summary_columns(result),
-                    }
-                    for target_id, result in closed.results.items()
-                    if result is not None
-                ],
-            )
+            # One Core executemany for all targets (its SET clause from the rows' keys).
+            rows = [
+                {
+                    "target_id": target_id,
+                    "result": EncodedJSON(result.as_stored()),
+                    **summary_columns(result),
+                }
+                for target_id, result in closed.results.items()
+                if result is not None
+            ]
+            if rows:
+                session.execute(_STORE_RESULTS, rows)
             session.commit()
     # The stored window as this stop left it (the object is detached: no session sees this).
     stored.window.state, stored.window.stopped_at = "closed", stopped_at
