@@ -60,6 +60,7 @@ _LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id)).where(
     _SNAPSHOTS.c.target_id.in_(bindparam("target_ids", expanding=True))
 )
 _INSERT_SNAPSHOTS = insert_rows(_SNAPSHOTS)
+_INSERT_WINDOW = insert_rows(TABLES["window"]).returning(TABLES["window"].c.id)
 _OPEN_WINDOWS_OF_TEAM = (
     sa_select(func.count())
     .select_from(Window)
@@ -202,9 +203,12 @@ def insert_window(
             source=body.source,
             started_at=started_at or utcnow(),
         )
-        session.add(window)
+        # One Core insert (its id back by RETURNING), not an ORM flush: every column from the
+        # model, whose defaults are Python-side.
         try:
-            session.flush()
+            window.id = session.execute(
+                _INSERT_WINDOW, window.model_dump(exclude={"id"})
+            ).scalar_one()
         except IntegrityError:
             session.rollback()
             return None
@@ -239,7 +243,6 @@ def insert_window(
                     f"second with this one, more than {scrape_budget:g} "
                     "(SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM); sample less often or stop one"
                 )
-        session.expunge(window)  # kept as flushed: a commit would expire what it holds
         session.commit()
         stored = [
             StoredTarget(target_id, target.key, target.url, None, target.headers, target.hints)
