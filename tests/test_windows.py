@@ -79,8 +79,9 @@ def test_results_cache_keeps_the_most_recently_read_windows_encoded() -> None:
     result = TargetResult(status="na", url="http://h:1/metrics", error="réponse: é")
     one = [("h:1", result)]
     stored = cache.put("team-a", "w1", one)
-    assert json.loads(stored.encoded["h:1"]) == result.as_json()
-    assert "é".encode() in stored.encoded["h:1"]  # UTF-8, as Starlette's JSONResponse sends it
+    assert json.loads(stored.encoded("h:1") or b"") == result.as_json()
+    assert "é".encode() in (stored.encoded("h:1") or b"")  # UTF-8, as JSONResponse sends it
+    assert stored.encoded("h:2") is None  # not a target of the window
     assert cache.get("team-a", "w1") is stored
     assert cache.get("team-b", "w1") is None  # per team: another team's id is another window
     cache.put("team-a", "w2", one)
@@ -93,9 +94,9 @@ def test_results_cache_keeps_the_most_recently_read_windows_encoded() -> None:
 def test_results_cache_of_size_zero_keeps_nothing() -> None:
     cache = ResultsCache(max_windows=0)
     result = TargetResult(status="na", url="u")
-    assert cache.put("t", "w", [("h:1", result)]).encoded == {
-        "h:1": result.model_dump_json().encode()
-    }
+    assert cache.put("t", "w", [("h:1", result)]).encoded("h:1") == (
+        result.model_dump_json().encode()
+    )
     assert cache.get("t", "w") is None
 
 

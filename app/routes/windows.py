@@ -212,9 +212,10 @@ async def get_result(
     """One target's result in the AISBench `spec_decode_<host>_<port>.json` shape."""
     key = _target_key(target)
     closed = await closed_results(windows, scope, window_id)
-    if key not in closed.encoded:
+    body = closed.encoded(key)
+    if body is None:
         raise TargetNotInWindow(window_id, key)
-    return Response(closed.encoded[key], media_type="application/json")
+    return Response(body, media_type="application/json")
 
 
 @router.get(

@@ -1,17 +1,29 @@
 """Results of closed windows, kept per replica (they never change once stopped)."""
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.results import TargetResult
 
 
 @dataclass(frozen=True, slots=True)
 class ClosedResults:
-    """Every target's result of a closed window, in order, and each one JSON-encoded."""
+    """Every target's result of a closed window, in order; each one JSON-encoded when first
+    asked for (a stop's results are mostly read as a report, never as JSON)."""
 
     results: list[tuple[str, TargetResult]]
-    encoded: dict[str, bytes]
+    _encoded: dict[str, bytes] = field(default_factory=dict)
+
+    def encoded(self, target_key: str) -> bytes | None:
+        """The result of target `target_key` as compact UTF-8 JSON (as Starlette's
+        JSONResponse encodes it, finite floats only); None if the window has no such target."""
+        found = self._encoded.get(target_key)
+        if found is None:
+            result = next((r for key, r in self.results if key == target_key), None)
+            if result is None:
+                return None
+            found = self._encoded[target_key] = result.model_dump_json().encode()
+        return found
 
 
 class ResultsCache:
@@ -36,9 +48,7 @@ class ResultsCache:
     def put(
         self, team: str, window_id: str, results: list[tuple[str, TargetResult]]
     ) -> ClosedResults:
-        # Compact UTF-8 JSON, as Starlette's JSONResponse encodes (finite floats only).
-        encoded = {key: result.model_dump_json().encode() for key, result in results}
-        closed = ClosedResults(results, encoded)
+        closed = ClosedResults(results)
         if self._max_windows > 0:
             self._windows[(team, window_id)] = closed
             if len(self._windows) > self._max_windows:
