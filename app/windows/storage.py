@@ -341,6 +341,19 @@ def _latest_snapshot(session: Session, target_ids: list[int]) -> int:
     return int(latest or 0)
 
 
+def _result_rows(closed: ClosedWindow) -> list[dict[str, Any]]:
+    """The `window_target` updates that store `closed`'s results, each encoded as JSON."""
+    return [
+        {
+            "target_id": target_id,
+            "result": EncodedJSON(result.as_stored()),
+            **summary_columns(result),
+        }
+        for target_id, result in closed.results.items()
+        if result is not None
+    ]
+
+
 def close_window(
     engine: Engine,
     stored: StoredWindow,
@@ -364,6 +377,7 @@ def close_window(
             chains = snapshots_of(session, ids)
             read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
             closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
+        rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
         with write_session(engine, turn_held=True) as session:
             # The conditional update goes first: it takes the write lock, so no sample lands from
             # here on, and of two concurrent stops only the first stores results.
@@ -377,18 +391,9 @@ def close_window(
             if _latest_snapshot(session, ids) != read_up_to:
                 chains = snapshots_of(session, ids)
                 closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
+                rows = _result_rows(closed)
             store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
-            # One Core executemany for all targets (its SET clause from the rows' keys).
-            rows = [
-                {
-                    "target_id": target_id,
-                    "result": EncodedJSON(result.as_stored()),
-                    **summary_columns(result),
-                }
-                for target_id, result in closed.results.items()
-                if result is not None
-            ]
-            if rows:
+            if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
                 session.execute(_STORE_RESULTS, rows)
             session.commit()
     # The stored window as this stop left it (the object is detached: no session sees this).
