@@ -51,14 +51,20 @@ def view_from(
     targets = []
     for target in stored.targets:
         phase = baselines.get(target.id)
+        result = (results or {}).get(target.id)
+        before = None
+        if isinstance(phase, dict):
+            # A stop's result summed the same baseline already (`raw.before`).
+            counted = result.raw.before if result is not None and result.raw else None
+            before = counted if counted is not None else absolute_totals(phase).raw()
         targets.append(
             TargetPublic(
                 target=target.key,
                 url=target.url,
                 header_names=[name for name, _ in target.headers],
-                before=absolute_totals(phase).raw() if isinstance(phase, dict) else None,
+                before=before,
                 before_error=phase if isinstance(phase, str) else None,
-                result=(results or {}).get(target.id),
+                result=result,
             )
         )
     window = stored.window
