@@ -87,6 +87,7 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
         stopped = api.post("/windows/run-1/stop")
     assert stopped.status_code == 200
     assert stopped.json()["state"] == "closed"
+    assert stopped.json()["targets"][0]["before"] == raw_of(SEED_BEFORE)
 
     result = api.get(f"/windows/run-1/results/{server.target}").json()
     assert result == {
