@@ -84,6 +84,7 @@ def create_db_engine(
         max_overflow=10,
     )
     _WRITE_LOCKS[engine] = threading.Lock()
+    _COMPUTE_LOCKS[engine] = threading.Lock()
     if url.database and url.database != ":memory:":
         _WRITER_FILES[engine] = Path(f"{url.database}.writer-lock")
 
@@ -115,15 +116,15 @@ _WRITE_LOCKS: "WeakKeyDictionary[Engine, threading.Lock]" = WeakKeyDictionary()
 _WRITER_FILES: "WeakKeyDictionary[Engine, Path]" = WeakKeyDictionary()
 
 
-@contextmanager
-def process_writers_turn(engine: Engine) -> Iterator[None]:
-    """This process's writers' turn, alone (SQLite; nothing on PostgreSQL).
+_COMPUTE_LOCKS: "WeakKeyDictionary[Engine, threading.Lock]" = WeakKeyDictionary()
 
-    Work done under it before `write_session(engine, turn_held=True)` runs one writer at a
-    time in this process, as inside a write, without holding the database (and every other
-    process's writers) meanwhile.
-    """
-    lock = _WRITE_LOCKS.get(engine)
+
+@contextmanager
+def process_computers_turn(engine: Engine) -> Iterator[None]:
+    """This process's turn to compute what it will write, alone (SQLite; nothing on
+    PostgreSQL): stops computing at once contended for the GIL, but one computing while
+    another writes overlap (SQLite runs its statements without the GIL)."""
+    lock = _COMPUTE_LOCKS.get(engine)
     if lock is None:
         yield
         return
@@ -152,24 +153,20 @@ def _every_process_turn(engine: Engine) -> Iterator[None]:
 
 
 @contextmanager
-def write_session(engine: Engine, *, turn_held: bool = False) -> Iterator[Session]:
+def write_session(engine: Engine) -> Iterator[Session]:
     """A session for one write transaction.
 
     On SQLite the writers take turns on a lock, of this process and then of every process on
     the file: waiting there is fair and wakes at once, where SQLite's own busy handler sleeps
     up to 100 ms between tries, which under load costs more than the writes (with two
-    workers, most of the second core). `turn_held`: the caller holds this process's turn
-    already (`process_writers_turn`).
+    workers, most of the second core).
     """
-    if engine not in _WRITE_LOCKS:
+    lock = _WRITE_LOCKS.get(engine)
+    if lock is None:
         with Session(engine) as session:
             yield session
         return
-    if turn_held:
-        with _every_process_turn(engine), Session(engine) as session:
-            yield session
-        return
-    with process_writers_turn(engine), _every_process_turn(engine), Session(engine) as session:
+    with lock, _every_process_turn(engine), Session(engine) as session:
         yield session
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from app.db import EncodedJSON, process_writers_turn, write_session
+from app.db import EncodedJSON, process_computers_turn, write_session
 from app.engines import build_result
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
@@ -368,34 +368,35 @@ def close_window(
     the targets (by id) they are given for."""
     stopped_at = stopped_at or utcnow()
     ids = [t.id for t in stored.targets]
-    # The results are computed before the database is written to, in this process's writers'
-    # turn (stops computing at once would contend for the GIL): a stop's arithmetic inside
-    # the write kept every writer of every worker waiting. The write checks that no snapshot
-    # landed in between (a sample), and computes them again if one did.
-    with process_writers_turn(engine):
+    # The results are computed before the database is written to, one stop at a time in this
+    # process (stops computing at once contended for the GIL) but beside the writes of others:
+    # a stop's arithmetic inside the write kept every writer of every worker waiting. The
+    # write checks that no snapshot landed in between (a sample), and computes them again if
+    # one did.
+    with process_computers_turn(engine):
         with Session(engine) as session:
             chains = snapshots_of(session, ids)
             read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
             closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
         rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
-        with write_session(engine, turn_held=True) as session:
-            # The conditional update goes first: it takes the write lock, so no sample lands from
-            # here on, and of two concurrent stops only the first stores results.
-            updated: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-                _CLOSE_WINDOW,
-                {"window_pk": stored.pk, "stopped_at": stopped_at, "stopped_by": actor.key},
-            )
-            if updated.rowcount != 1:
-                session.rollback()
-                return None
-            if _latest_snapshot(session, ids) != read_up_to:
-                chains = snapshots_of(session, ids)
-                closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
-                rows = _result_rows(closed)
-            store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
-            if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
-                session.execute(_STORE_RESULTS, rows)
-            session.commit()
+    with write_session(engine) as session:
+        # The conditional update goes first: it takes the write lock, so no sample lands from
+        # here on, and of two concurrent stops only the first stores results.
+        updated: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            _CLOSE_WINDOW,
+            {"window_pk": stored.pk, "stopped_at": stopped_at, "stopped_by": actor.key},
+        )
+        if updated.rowcount != 1:
+            session.rollback()
+            return None
+        if _latest_snapshot(session, ids) != read_up_to:
+            chains = snapshots_of(session, ids)
+            closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
+            rows = _result_rows(closed)
+        store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
+        if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
+            session.execute(_STORE_RESULTS, rows)
+        session.commit()
     # The stored window as this stop left it (the object is detached: no session sees this).
     stored.window.state, stored.window.stopped_at = "closed", stopped_at
     stored.window.stopped_by = actor.key
