@@ -37,7 +37,7 @@ from app.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
 # The statements every start, read and stop runs, built once: SQLAlchemy memoises a built
 # statement's cache key, and building one per call cost ~90 us of the ~120 a small query took.
-_TARGETS, _SNAPSHOTS = TABLES["window_target"], TABLES["snapshot"]
+_WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABLES["snapshot"]
 _WINDOW_BY_ID = select(Window).where(
     col(Window.team) == bindparam("team"), col(Window.window_id) == bindparam("window_id")
 )
@@ -60,16 +60,20 @@ _LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id)).where(
     _SNAPSHOTS.c.target_id.in_(bindparam("target_ids", expanding=True))
 )
 _INSERT_SNAPSHOTS = insert_rows(_SNAPSHOTS)
-_INSERT_WINDOW = insert_rows(TABLES["window"]).returning(TABLES["window"].c.id)
-_OPEN_WINDOWS_OF_TEAM = (
-    sa_select(func.count())
-    .select_from(Window)
-    .where(col(Window.team) == bindparam("team"), col(Window.state) == "open")
+_INSERT_TARGETS = insert_rows(_TARGETS)
+_TARGET_IDS_OF = (
+    sa_select(_TARGETS.c.id)
+    .where(_TARGETS.c.window_pk == bindparam("window_pk"))
+    .order_by(_TARGETS.c.ordinal)
+)
+_INSERT_WINDOW = insert_rows(_WINDOWS)
+_OPEN_WINDOWS_OF_TEAM = sa_select(func.count()).where(
+    _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.state == "open"
 )
 _STORE_RESULTS = update(_TARGETS).where(_TARGETS.c.id == bindparam("target_id"))
 _CLOSE_WINDOW = (
-    update(Window)
-    .where(col(Window.id) == bindparam("window_pk"), col(Window.state) == "open")
+    update(_WINDOWS)
+    .where(_WINDOWS.c.id == bindparam("window_pk"), _WINDOWS.c.state == "open")
     .values(state="closed", stopped_at=bindparam("stopped_at"), stopped_by=bindparam("stopped_by"))
 )
 
@@ -203,12 +207,14 @@ def insert_window(
             source=body.source,
             started_at=started_at or utcnow(),
         )
-        # One Core insert (its id back by RETURNING), not an ORM flush: every column from the
-        # model, whose defaults are Python-side.
+        # One Core insert, not an ORM flush: every column from the model, whose defaults are
+        # Python-side.
         try:
-            window.id = session.execute(
+            inserted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
                 _INSERT_WINDOW, window.model_dump(exclude={"id"})
-            ).scalar_one()
+            )
+            # SQLite's last row id; PostgreSQL's from the RETURNING SQLAlchemy adds itself.
+            (window.id,) = inserted.inserted_primary_key or (None,)
         except IntegrityError:
             session.rollback()
             return None
@@ -230,10 +236,8 @@ def insert_window(
              "draft_tokens_per_step": target.hints.draft_tokens_per_step}
             for ordinal, target in enumerate(targets)
         ]  # fmt: skip
-        table = TABLES["window_target"]
-        ids = session.scalars(
-            insert_rows(table).returning(table.c.id, sort_by_parameter_order=True), rows
-        ).all()
+        session.execute(_INSERT_TARGETS, rows)
+        ids = session.scalars(_TARGET_IDS_OF, {"window_pk": window.id}).all()
         if interval_s:
             rate = _sampling_rate(session, actor.team)
             if rate > scrape_budget:
