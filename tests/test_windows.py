@@ -373,3 +373,42 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
             "other_teams": {"windows": 2, "seconds": 60.0},
         },
     }
+
+
+def test_a_known_servers_snapshots_are_encoded_before_the_write_lock(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every writer of every worker waits for the write lock: once this process knows a
+    server's series, a baseline's and a stop's snapshot rows are built and encoded before it
+    is taken (on SQLite; PostgreSQL has no such lock), and store what the write would have."""
+    import app.windows.storage as storage
+    from app.db import _WRITE_LOCKS
+    from app.db import encoded_json as encode
+    from app.windows.storage import close_window
+
+    engine, _ = engines
+    target = _window_of_one_target(engine)
+    before = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
+    after = extract_spec_decode(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]))
+    store_baseline(engine, load_window(engine, "default", "w"), [ScrapeOutcome(target, datetime.now(UTC), series=before)])  # fmt: skip
+    assert insert_window(engine, Actor("default", "t"), "w2", WindowCreate(targets=[target.key]),
+                         [target], 10, "r", 0)  # fmt: skip
+    lock = _WRITE_LOCKS.get(engine)
+    encoded_under_lock: list[bool] = []
+
+    def watched(value: Any) -> Any:
+        encoded_under_lock.append(lock is not None and lock.locked())
+        return encode(value)
+
+    monkeypatch.setattr(storage, "encoded_json", watched)
+    stored = load_window(engine, "default", "w2")
+    store_baseline(engine, stored, [ScrapeOutcome(target, datetime.now(UTC), series=before)])
+    closed = close_window(engine, load_window(engine, "default", "w2"), Actor("default", "t"),
+                          [ScrapeOutcome(target, datetime.now(UTC), series=after)])  # fmt: skip
+    assert encoded_under_lock == [False, False]  # the baseline's row, the stop's
+    assert closed is not None
+    result = closed.results[stored.targets[0].id]
+    assert result is not None and result.data is not None
+    assert (result.data.num_drafts, result.data.accepted_tokens) == (9 - 5, 12 - 6)
+    shown = read_window(engine, "default", "w2").targets[0]
+    assert shown.before is not None and (shown.before.num_drafts, shown.before.num_accepted_tokens) == (5, 6)  # fmt: skip
