@@ -39,11 +39,6 @@ def _compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def encoded_json(value: Any) -> EncodedJSON:
-    """`value` as a JSON column stores it, encoded now (before a write's lock is taken)."""
-    return EncodedJSON(_compact_json(value))
-
-
 def create_db_engine(
     database_url: str,
     *,

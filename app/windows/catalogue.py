@@ -77,10 +77,7 @@ _KNOWN_LOCK = threading.Lock()
 
 def _known(session: Session) -> KnownSeries:
     bind = session.get_bind()
-    return _known_of(bind.engine if isinstance(bind, Connection) else bind)
-
-
-def _known_of(engine: Engine) -> KnownSeries:
+    engine = bind.engine if isinstance(bind, Connection) else bind
     with _KNOWN_LOCK:
         known = _KNOWN.get(engine)
         if known is None:
@@ -115,22 +112,6 @@ def _stored_rows(
             col(EndpointSeries.labels_digest).in_(wanted_digests[first : first + _IN_LIST]),
         )
     return rows
-
-
-def known_series_ids(
-    engine: Engine, wanted: Mapping[str, Iterable[SeriesKey]]
-) -> dict[tuple[str, SeriesKey], int] | None:
-    """Ids of the series in `wanted` (by endpoint) if this process knows them all (no query:
-    usable before a write's lock is taken), else None."""
-    known = _known_of(engine).ids
-    found: dict[tuple[str, SeriesKey], int] = {}
-    for endpoint, keys in wanted.items():
-        for key in keys:
-            series_id = known.get((endpoint, key))
-            if series_id is None:
-                return None
-            found[(endpoint, key)] = series_id
-    return found
 
 
 def series_ids(

@@ -15,7 +15,7 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from app.db import EncodedJSON, encoded_json, process_computers_turn, write_session
+from app.db import EncodedJSON, process_computers_turn, write_session
 from app.engines import build_result
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
@@ -31,7 +31,7 @@ from app.results import TargetResult
 from app.scrape import ScrapeOutcome
 from app.specdecode import Reading
 from app.targets import EngineHints, Target
-from app.windows.catalogue import keys_of, known_series_ids, reading_of, series_ids
+from app.windows.catalogue import keys_of, reading_of, series_ids
 from app.windows.overlaps import overlaps_of
 from app.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
@@ -143,33 +143,26 @@ def _compact(value: float | None) -> float | None:
     return int(value) if value is not None and value.is_integer() else value
 
 
-def _wanted_series(outcomes: Sequence[ScrapeOutcome]) -> dict[str, set[SeriesKey]]:
+def store_snapshots(
+    session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
+) -> None:
+    """Add one snapshot row per outcome (counters, or the error): one statement once the
+    series of these endpoints are known (see `app.windows.catalogue`)."""
     wanted: dict[str, set[SeriesKey]] = defaultdict(set)
     for outcome in outcomes:
         if outcome.series is not None:
             wanted[outcome.target.url].update(outcome.series)
-    return wanted
-
-
-def _snapshot_rows(
-    known: dict[tuple[str, SeriesKey], int],
-    ids: dict[str, int],
-    phase: str,
-    outcomes: Sequence[ScrapeOutcome],
-) -> list[dict[str, Any]]:
-    """One `snapshot` row per outcome, its counters encoded (series ids from `known`)."""
+    known = series_ids(session, wanted) if wanted else {}
     rows = []
     for outcome in outcomes:
-        counters: EncodedJSON | None = None
+        counters: list[list[float | None]] | None = None
         if outcome.series is not None:
             url = outcome.target.url
             # A counter is an integer below 2^53: stored as one ("486223", not "486223.0").
-            counters = encoded_json(
-                [
-                    [known[(url, key)], _compact(value.value), value.created]
-                    for key, value in outcome.series.items()
-                ]
-            )
+            counters = [
+                [known[(url, key)], _compact(value.value), value.created]
+                for key, value in outcome.series.items()
+            ]
         rows.append(
             {
                 "target_id": ids[outcome.target.key],
@@ -179,34 +172,8 @@ def _snapshot_rows(
                 "counters": counters,
             }
         )
-    return rows
-
-
-def prepared_snapshots(
-    engine: Engine, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
-) -> list[dict[str, Any]] | None:
-    """The rows `store_snapshots` would add, built before the write's lock is taken, when this
-    process knows every series already (else None: the write resolves them)."""
-    known = known_series_ids(engine, _wanted_series(outcomes))
-    return None if known is None else _snapshot_rows(known, ids, phase, outcomes)
-
-
-def store_snapshots(
-    session: Session,
-    ids: dict[str, int],
-    phase: str,
-    outcomes: Sequence[ScrapeOutcome],
-    prepared: list[dict[str, Any]] | None = None,
-) -> None:
-    """Add one snapshot row per outcome (counters, or the error): one statement once the
-    series of these endpoints are known (see `app.windows.catalogue`), and no other work
-    inside the write when its rows were `prepared`."""
-    if prepared is None:
-        wanted = _wanted_series(outcomes)
-        known = series_ids(session, wanted) if wanted else {}
-        prepared = _snapshot_rows(known, ids, phase, outcomes)
-    if prepared:
-        session.execute(_INSERT_SNAPSHOTS, prepared)  # Core: no ORM bookkeeping
+    if rows:
+        session.execute(_INSERT_SNAPSHOTS, rows)  # Core: no ORM bookkeeping
 
 
 def insert_window(
@@ -304,12 +271,8 @@ def _sampling_rate(session: Session, team: str) -> float:
 
 
 def store_baseline(engine: Engine, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]) -> None:
-    ids = {t.key: t.id for t in stored.targets}
-    # Built first: the write lock (every writer of every worker waits on it) is held for
-    # the insert alone.
-    prepared = prepared_snapshots(engine, ids, "before", outcomes)
     with write_session(engine) as session:
-        store_snapshots(session, ids, "before", outcomes, prepared)
+        store_snapshots(session, {t.key: t.id for t in stored.targets}, "before", outcomes)
         session.commit()
 
 
@@ -420,8 +383,6 @@ def close_window(
             read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
             closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
         rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
-        targets = {t.key: t.id for t in stored.targets}
-        after = prepared_snapshots(engine, targets, "after", outcomes)
     with write_session(engine) as session:
         # The conditional update goes first: it takes the write lock, so no sample lands from
         # here on, and of two concurrent stops only the first stores results.
@@ -436,7 +397,7 @@ def close_window(
             chains = snapshots_of(session, ids)
             closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
             rows = _result_rows(closed)
-        store_snapshots(session, targets, "after", outcomes, after)
+        store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
         if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
             session.execute(_STORE_RESULTS, rows)
         session.commit()
