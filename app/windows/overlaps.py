@@ -2,16 +2,36 @@
 
 from datetime import datetime
 
-from sqlalchemy import func
+from sqlalchemy import bindparam, func
 from sqlalchemy import select as sa_select
-from sqlmodel import Session, col
+from sqlmodel import Session
 
-from app.models import Window, WindowTarget, as_utc, utcnow
+from app.models import TABLES, as_utc, utcnow
 from app.results import OverlappingWindow, Overlaps, TargetResult
 from app.windows.stored import StoredWindow
 
 # Joins a window's target keys (host:port, never a line break) in one row.
 _KEY_SEPARATOR = "\n"
+# Built once, on the tables (plain rows, no ORM loading): every stop runs both.
+_WINDOWS, _TARGETS = TABLES["window"], TABLES["window_target"]
+_OPEN_BETWEEN = (
+    sa_select(_WINDOWS.c.id, _WINDOWS.c.team, _WINDOWS.c.window_id, _WINDOWS.c.started_at,
+              _WINDOWS.c.stopped_at)
+    .where(
+        _WINDOWS.c.id != bindparam("window_pk"),
+        _WINDOWS.c.started_at < bindparam("end"),
+        _WINDOWS.c.stopped_at.is_(None) | (_WINDOWS.c.stopped_at > bindparam("start")),
+    )
+    .order_by(_WINDOWS.c.started_at, _WINDOWS.c.id)
+)  # fmt: skip
+_SHARED_TARGETS = (
+    sa_select(_TARGETS.c.window_pk, func.aggregate_strings(_TARGETS.c.target, _KEY_SEPARATOR))
+    .where(
+        _TARGETS.c.window_pk.in_(bindparam("window_pks", expanding=True)),
+        _TARGETS.c.target.in_(bindparam("keys", expanding=True)),
+    )
+    .group_by(_TARGETS.c.window_pk)
+)
 
 
 def overlaps_of(
@@ -34,19 +54,7 @@ def overlaps_of(
     candidates = {
         row[0]: row[1:]
         for row in session.execute(
-            sa_select(
-                col(Window.id),
-                col(Window.team),
-                col(Window.window_id),
-                col(Window.started_at),
-                col(Window.stopped_at),
-            )
-            .where(
-                col(Window.id) != window.id,
-                col(Window.started_at) < end,
-                (col(Window.stopped_at).is_(None)) | (col(Window.stopped_at) > start),
-            )
-            .order_by(col(Window.started_at), col(Window.id))
+            _OPEN_BETWEEN, {"window_pk": window.id, "start": start, "end": end}
         )
     }
     # Per other window, the targets it shares with this one, as one row each (the targets
@@ -58,15 +66,7 @@ def overlaps_of(
         shared.update(
             (window_pk, keys.split(_KEY_SEPARATOR))
             for window_pk, keys in session.execute(
-                sa_select(
-                    col(WindowTarget.window_pk),
-                    func.aggregate_strings(col(WindowTarget.target), _KEY_SEPARATOR),
-                )
-                .where(
-                    col(WindowTarget.window_pk).in_(ids[first : first + 500]),
-                    col(WindowTarget.target).in_(list(found)),
-                )
-                .group_by(col(WindowTarget.window_pk))
+                _SHARED_TARGETS, {"window_pks": ids[first : first + 500], "keys": list(found)}
             )
         )
     now = utcnow()
