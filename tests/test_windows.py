@@ -296,7 +296,7 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
 ) -> None:
     """A stop computes its results before it takes the write lock; a sample that lands in
     between (another worker's sampler) makes it compute them again under the lock."""
-    from app.windows.storage import close_window
+    from app.windows.closing import close_window
 
     engine, writer = engines
     target = _window_of_one_target(engine)

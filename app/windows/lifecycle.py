@@ -22,9 +22,9 @@ from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Reading, timeline
 from app.targets import Target
 from app.windows.cache import ClosedResults, ResultsCache
+from app.windows.closing import close_window
 from app.windows.reads import read_results
 from app.windows.storage import (
-    close_window,
     insert_window,
     load_window,
     store_baseline,

@@ -4,35 +4,29 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, update
+from sqlalchemy import bindparam, func
 from sqlalchemy import insert as insert_rows
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from app.db import EncodedJSON, process_computers_turn, write_session
-from app.engines import build_result
+from app.db import write_session
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
     TABLES,
     Window,
     WindowCreate,
     WindowTarget,
-    as_utc,
     utcnow,
 )
 from app.promtext import SeriesKey
-from app.results import TargetResult
 from app.scrape import ScrapeOutcome
-from app.specdecode import Reading
 from app.targets import EngineHints, Target
-from app.windows.catalogue import keys_of, reading_of, series_ids
-from app.windows.overlaps import overlaps_of
+from app.windows.catalogue import series_ids
 from app.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
 # The statements every start, read and stop runs, built once: SQLAlchemy memoises a built
@@ -56,9 +50,6 @@ _SNAPSHOTS_OF = (
 _SNAPSHOTS_IN_PHASES = _SNAPSHOTS_OF.where(
     _SNAPSHOTS.c.phase.in_(bindparam("phases", expanding=True))
 )
-_LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id)).where(
-    _SNAPSHOTS.c.target_id.in_(bindparam("target_ids", expanding=True))
-)
 _INSERT_SNAPSHOTS = insert_rows(_SNAPSHOTS)
 _INSERT_TARGETS = insert_rows(_TARGETS)
 _TARGET_IDS_OF = (
@@ -69,12 +60,6 @@ _TARGET_IDS_OF = (
 _INSERT_WINDOW = insert_rows(_WINDOWS)
 _OPEN_WINDOWS_OF_TEAM = sa_select(func.count()).where(
     _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.state == "open"
-)
-_STORE_RESULTS = update(_TARGETS).where(_TARGETS.c.id == bindparam("target_id"))
-_CLOSE_WINDOW = (
-    update(_WINDOWS)
-    .where(_WINDOWS.c.id == bindparam("window_pk"), _WINDOWS.c.state == "open")
-    .values(state="closed", stopped_at=bindparam("stopped_at"), stopped_by=bindparam("stopped_by"))
 )
 
 
@@ -118,19 +103,6 @@ def snapshots_of(
     for row in session.execute(query, params):
         by_target[row[1]].append(StoredSnapshot(*row))
     return by_target
-
-
-def summary_columns(result: TargetResult) -> dict[str, Any]:
-    """The columns a stored result is summarised into, for lists and filters."""
-    data = result.data
-    return {
-        "status": result.status,
-        "acceptance_rate": None if data is None else data.acceptance_rate,
-        "acceptance_length": None if data is None else data.acceptance_length,
-        "num_drafts": None if data is None else data.num_drafts,
-        "result_engine": result.engine,
-        "exact": result.exact,
-    }
 
 
 def in_chain_order(snapshots: list[StoredSnapshot]) -> list[StoredSnapshot]:
@@ -276,14 +248,6 @@ def store_baseline(engine: Engine, stored: StoredWindow, outcomes: Sequence[Scra
         session.commit()
 
 
-@dataclass(frozen=True, slots=True)
-class ClosedWindow:
-    """What a stop stored: the baselines it read and the results it computed, by target id."""
-
-    baselines: dict[int, Reading]
-    results: dict[int, TargetResult | None]
-
-
 def store_earlier_snapshots(
     engine: Engine,
     stored: StoredWindow,
@@ -297,111 +261,3 @@ def store_earlier_snapshots(
         store_snapshots(session, ids, "before", before)
         store_snapshots(session, ids, "sample", samples)
         session.commit()
-
-
-def _results(
-    session: Session,
-    stored: StoredWindow,
-    chains: dict[int, list[StoredSnapshot]],
-    outcomes: Sequence[ScrapeOutcome],
-    stopped_at: datetime,
-    notes: dict[int, list[str]],
-) -> ClosedWindow:
-    """Every target's result, from its stored snapshots and its final scrape (`outcomes`, in
-    the targets' order: the same reading its stored snapshot gives back)."""
-    catalog = keys_of(session, chains)
-    overlaps = overlaps_of(session, stored, end=stopped_at)
-    baselines: dict[int, Reading] = {}
-    results: dict[int, TargetResult | None] = {}
-    for target, outcome in zip(stored.targets, outcomes, strict=True):
-        chain = chains.get(target.id, [])
-        before = next((s for s in chain if s.phase == "before"), None)
-        after: Reading = (
-            outcome.series if outcome.series is not None else outcome.error or "scrape failed"
-        )
-        final_at = as_utc(outcome.taken_at)
-        # A sample scraped after the final scrape (while this stop ran) is not part of it.
-        samples = [
-            s for s in chain if s.phase == "sample" and as_utc(s.taken_at) <= final_at
-        ]  # fmt: skip
-        if before is not None:
-            baselines[target.id] = reading_of(before, catalog)
-        result = build_result(
-            target.url,
-            reading_of(before, catalog),
-            after,
-            [reading_of(sample, catalog) for sample in samples],
-            target.hints,
-        )
-        extra = notes.get(target.id)
-        if extra:
-            result = result.model_copy(update={"notes": [*(result.notes or []), *extra]})
-        results[target.id] = result.with_overlaps(overlaps[target.key])
-    return ClosedWindow(baselines, results)
-
-
-def _latest_snapshot(session: Session, target_ids: list[int]) -> int:
-    latest = session.execute(_LATEST_SNAPSHOT, {"target_ids": target_ids}).scalar_one()
-    return int(latest or 0)
-
-
-def _result_rows(closed: ClosedWindow) -> list[dict[str, Any]]:
-    """The `window_target` updates that store `closed`'s results, each encoded as JSON."""
-    return [
-        {
-            "target_id": target_id,
-            "result": EncodedJSON(result.as_stored()),
-            **summary_columns(result),
-        }
-        for target_id, result in closed.results.items()
-        if result is not None
-    ]
-
-
-def close_window(
-    engine: Engine,
-    stored: StoredWindow,
-    actor: Actor,
-    outcomes: Sequence[ScrapeOutcome],
-    stopped_at: datetime | None = None,
-    notes: dict[int, list[str]] | None = None,
-) -> ClosedWindow | None:
-    """Store the final scrape and every target's result; None if another stop came first.
-    `outcomes` are the final scrapes, in the targets' order. `stopped_at` is now unless given
-    (a window read from Prometheus may stop in the past); `notes` are added to the results of
-    the targets (by id) they are given for."""
-    stopped_at = stopped_at or utcnow()
-    ids = [t.id for t in stored.targets]
-    # The results are computed before the database is written to, one stop at a time in this
-    # process (stops computing at once contended for the GIL) but beside the writes of others:
-    # a stop's arithmetic inside the write kept every writer of every worker waiting. The
-    # write checks that no snapshot landed in between (a sample), and computes them again if
-    # one did.
-    with process_computers_turn(engine):
-        with Session(engine) as session:
-            chains = snapshots_of(session, ids)
-            read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
-            closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
-        rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
-    with write_session(engine) as session:
-        # The conditional update goes first: it takes the write lock, so no sample lands from
-        # here on, and of two concurrent stops only the first stores results.
-        updated: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            _CLOSE_WINDOW,
-            {"window_pk": stored.pk, "stopped_at": stopped_at, "stopped_by": actor.key},
-        )
-        if updated.rowcount != 1:
-            session.rollback()
-            return None
-        if _latest_snapshot(session, ids) != read_up_to:
-            chains = snapshots_of(session, ids)
-            closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
-            rows = _result_rows(closed)
-        store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
-        if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
-            session.execute(_STORE_RESULTS, rows)
-        session.commit()
-    # The stored window as this stop left it (the object is detached: no session sees this).
-    stored.window.state, stored.window.stopped_at = "closed", stopped_at
-    stored.window.stopped_by = actor.key
-    return closed
