@@ -14,7 +14,7 @@ and computes every result from what is stored (baseline, samples, final), so a s
 by the background sampler up to that moment is part of the result, and none after it.
 
 The modules, one job each: `stored` (what a stored window is), `storage` (its SQL),
-`closing` (a stop's results and the write that stores them), `overlaps`, `views` (one window's public view), `listing` (filters and paging), `reads`
-(results, comparisons, timelines), `cache` (closed windows' results) and `lifecycle` (the
-start and stop calls).
+`closing` (a stop's results and the write that stores them), `overlaps`, `views` (one
+window's public view), `listing` (filters and paging), `reads` (results, comparisons,
+timelines), `cache` (closed windows' results) and `lifecycle` (the start and stop calls).
 """
