@@ -9,9 +9,10 @@ which of several concurrent starts creates it), then the baseline. A start retri
 crash between the two finds the window and does not scrape again; its stop then reports the
 missing baseline instead of inventing one.
 
-Stop scrapes first, then closes the window in one transaction that stores the final snapshots
-and computes every result from what is stored (baseline, samples, final), so a sample stored
-by the background sampler up to that moment is part of the result, and none after it.
+Stop scrapes first, computes every result from what is stored (baseline, samples, final),
+then closes the window in one transaction that stores the final snapshots and the results;
+if a sample landed in between, that transaction computes them again, so a sample stored by
+the background sampler up to that moment is part of the result, and none after it.
 
 The modules, one job each: `stored` (what a stored window is), `storage` (its SQL),
 `closing` (a stop's results and the write that stores them), `overlaps`, `views` (one

@@ -52,11 +52,7 @@ _SNAPSHOTS_IN_PHASES = _SNAPSHOTS_OF.where(
 )
 _INSERT_SNAPSHOTS = insert_rows(_SNAPSHOTS)
 _INSERT_TARGETS = insert_rows(_TARGETS)
-_TARGET_IDS_OF = (
-    sa_select(_TARGETS.c.id)
-    .where(_TARGETS.c.window_pk == bindparam("window_pk"))
-    .order_by(_TARGETS.c.ordinal)
-)
+_TARGET_IDS_OF = _TARGETS_OF.with_only_columns(_TARGETS.c.id)  # same rows, ids only
 _INSERT_WINDOW = insert_rows(_WINDOWS)
 _OPEN_WINDOWS_OF_TEAM = sa_select(func.count()).where(
     _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.state == "open"
