@@ -150,7 +150,8 @@ def by_targets() -> list[Figure]:
             engine = create_engine(url)
             for count in TARGET_COUNTS:
                 before = database_bytes(engine)
-                start, cost = run_windows(collector, targets[:count], ROUNDS, f"t{count}")
+                rounds = run_windows(collector, targets[:count], ROUNDS, f"t{count}")
+                start, cost = statistics.median(rounds.starts), rounds.per_scrape
                 starts.append((count, start))
                 costs.append((count, cost))
                 sizes.append((count, (database_bytes(engine) - before) / (ROUNDS + 1)))
@@ -182,7 +183,8 @@ def by_windows() -> list[Figure]:
             for count in WINDOW_COUNTS:
                 seed_windows(engine, "template", count - stored, stored)
                 stored = count
-                start, cost = run_windows(collector, targets, ROUNDS, f"w{count}")
+                rounds = run_windows(collector, targets, ROUNDS, f"w{count}")
+                start, cost = statistics.median(rounds.starts), rounds.per_scrape
                 starts.append((count, start))
                 costs.append((count, cost))
                 sizes.append((count, database_bytes(engine) / count))
