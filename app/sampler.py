@@ -29,7 +29,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy import delete, update
 from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from app.db import write_session
@@ -109,8 +109,10 @@ def claim_windows(
     claimable = col(Window.sampler_owner).is_(None) | (col(Window.sampler_lease_until) < now)
     if include_own:
         claimable = claimable | (col(Window.sampler_owner) == owner)
-    claimed = []
-    with write_session(engine) as session:
+    claimed: list[tuple[int, str, float, list[StoredTarget]]] = []
+    # Looked for first without the writers' turn: the scan runs four times a second in every
+    # replica and almost always finds nothing, and on SQLite the turn is every process's.
+    with Session(engine) as session:
         candidates = session.exec(
             select(Window.id, Window.team, Window.sample_interval_s).where(
                 col(Window.state) == "open",
@@ -118,6 +120,9 @@ def claim_windows(
                 claimable,
             )
         ).all()
+    if not candidates:
+        return claimed
+    with write_session(engine) as session:
         for window_pk, team, interval_s in candidates:
             if window_pk is None or interval_s is None or window_pk in watched:
                 continue

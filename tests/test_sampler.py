@@ -2,6 +2,7 @@
 
 import csv
 import io
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -13,9 +14,9 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import Session, col
 
-from app.db import create_db_engine, upgrade_database
+from app.db import create_db_engine, upgrade_database, write_session
 from app.models import Window
-from app.sampler import Sampler, purge_samples
+from app.sampler import Sampler, claim_windows, purge_samples
 from app.scrape import ScrapeConfig, new_client
 from tests.bench.bench_storage import bytes_per_sample
 from tests.collector import Team, run_collector
@@ -256,3 +257,24 @@ def test_a_one_engine_k5_sample_costs_under_1_kb(database_url: str) -> None:
     """Measured in the database: bytes its storage grows by per stored sample."""
     per_sample = bytes_per_sample(fixture("vllm_v1_dp1_k5.txt"), 1000, database_url)
     assert 0 < per_sample < 1024, per_sample
+
+
+def test_an_idle_lease_scan_never_waits_for_the_writers_turn(tmp_path: Path) -> None:
+    """The scan for windows to sample runs four times a second in every replica and almost
+    always finds none: it must not queue for the writers' turn, which on SQLite every process
+    of the collector shares (with two workers, each scan held up the other's writes)."""
+    url = f"sqlite:///{tmp_path / 'scan.db'}"
+    upgrade_database(url)
+    engine = create_db_engine(url)
+    scanned = threading.Event()
+
+    def scan() -> None:
+        assert claim_windows(engine, "replica", set()) == []
+        scanned.set()
+
+    with write_session(engine):  # a long write of another call holds the turn
+        thread = threading.Thread(target=scan)
+        thread.start()
+        assert scanned.wait(timeout=10)
+    thread.join()
+    engine.dispose()
