@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import uvicorn
+from starlette.types import ASGIApp
 
 from tests.metrics_server import free_port
 
@@ -209,3 +211,21 @@ def run_simulator(*args: str) -> Iterator[str]:
     """`specdec simulate ARGS` on a free port; yields its base URL once /v1/models answers."""
     with run_server([*specdec_command(), "simulate", *args], "/v1/models") as url:
         yield url
+
+
+@contextmanager
+def serve_in_thread(app: ASGIApp) -> Iterator[str]:
+    """`app` served by uvicorn in a thread of this process (its lifespan run first); yields
+    its base URL. For tests that must reach into the service's process."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)

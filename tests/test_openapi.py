@@ -6,18 +6,16 @@ the fuzzer's made-up host names never reach a DNS server.
 
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from app.config import Settings
 from app.main import create_app
-from tests.metrics_server import free_port, serve_metrics
+from tests.collector import serve_in_thread
+from tests.metrics_server import serve_metrics
 from tests.payloads import EngineCounters, vllm_payload
 
 KEY = "fuzz-team-write-key-0123456789"
@@ -43,22 +41,8 @@ def base_url(database_url: str) -> Iterator[str]:
         api_keys=f"fuzz:write:{KEY}",
         scrape_timeout_s=1,
     )
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(settings, resolve=no_dns), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
+    with serve_in_thread(create_app(settings, resolve=no_dns)) as url:
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
 
 
 @pytest.mark.slow
