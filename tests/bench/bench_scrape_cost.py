@@ -71,6 +71,7 @@ def run_windows(
             assert answer.status_code == 201, answer.text
             assert api.post(f"/windows/{label}-{index}/stop").status_code == 200
             if payload:
+                time.sleep(0.05)
                 parses.append(parse_cpu_seconds(payload))
         used = collector.cpu_seconds() - before
     return Rounds(starts, used, rounds * len(targets) * 2, parses)
