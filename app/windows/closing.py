@@ -79,11 +79,12 @@ def _results(
         samples = [
             s for s in chain if s.phase == "sample" and as_utc(s.taken_at) <= final_at
         ]  # fmt: skip
+        baseline = reading_of(before, catalog)  # read once: the view shows it too
         if before is not None:
-            baselines[target.id] = reading_of(before, catalog)
+            baselines[target.id] = baseline
         result = build_result(
             target.url,
-            reading_of(before, catalog),
+            baseline,
             after,
             [reading_of(sample, catalog) for sample in samples],
             target.hints,
