@@ -373,3 +373,11 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
             "other_teams": {"windows": 2, "seconds": 60.0},
         },
     }
+    # A window's targets never change: each process reads them once (a loaded collector's
+    # stops read those of the same ~400 windows again and again).
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    with Session(engine) as session:
+        again = overlaps_of(session, stored)
+    assert {key: overlaps.model_dump() for key, overlaps in again.items()} == shown
+    assert len(statements) == 1 and "window_target" not in statements[0]

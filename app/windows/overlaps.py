@@ -1,22 +1,28 @@
 """The other windows open on a target while a window was: named, or counted."""
 
+import threading
+import weakref
+from collections import OrderedDict
 from datetime import datetime
+from functools import lru_cache
 
-from sqlalchemy import bindparam, func
+from sqlalchemy import String, bindparam, type_coerce
 from sqlalchemy import select as sa_select
+from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session
 
 from app.models import TABLES, as_utc, utcnow
 from app.results import OverlappingWindow, Overlaps, TargetResult
 from app.windows.stored import StoredWindow
 
-# Joins a window's target keys (host:port, never a line break) in one row.
-_KEY_SEPARATOR = "\n"
-# Built once, on the tables (plain rows, no ORM loading): every stop runs both.
+# Built once, on the tables (plain rows, no ORM loading): every stop runs them. The times come
+# back as stored (SQLite: text), read by `_moment`: SQLAlchemy's parser of SQLite's text took
+# longer than the rest of a row.
 _WINDOWS, _TARGETS = TABLES["window"], TABLES["window_target"]
 _OPEN_BETWEEN = (
-    sa_select(_WINDOWS.c.id, _WINDOWS.c.team, _WINDOWS.c.window_id, _WINDOWS.c.started_at,
-              _WINDOWS.c.stopped_at)
+    sa_select(_WINDOWS.c.id, _WINDOWS.c.team, _WINDOWS.c.window_id,
+              type_coerce(_WINDOWS.c.started_at, String),
+              type_coerce(_WINDOWS.c.stopped_at, String))
     .where(
         _WINDOWS.c.id != bindparam("window_pk"),
         _WINDOWS.c.started_at < bindparam("end"),
@@ -24,14 +30,70 @@ _OPEN_BETWEEN = (
     )
     .order_by(_WINDOWS.c.started_at, _WINDOWS.c.id)
 )  # fmt: skip
-_SHARED_TARGETS = (
-    sa_select(_TARGETS.c.window_pk, func.aggregate_strings(_TARGETS.c.target, _KEY_SEPARATOR))
-    .where(
-        _TARGETS.c.window_pk.in_(bindparam("window_pks", expanding=True)),
-        _TARGETS.c.target.in_(bindparam("keys", expanding=True)),
-    )
-    .group_by(_TARGETS.c.window_pk)
+_TARGET_KEYS_OF = sa_select(_TARGETS.c.window_pk, _TARGETS.c.target).where(
+    _TARGETS.c.window_pk.in_(bindparam("window_pks", expanding=True))
 )
+_IN_LIST = 500  # window ids per IN list (SQLite's bound on variables)
+#: Target keys each process keeps, of the windows it looked up last (their rows never change
+#: once stored): a few MB, whatever number of targets hostile windows have.
+MAX_KNOWN_TARGET_KEYS = 200_000
+
+
+@lru_cache(maxsize=65_536)
+def _moment(stored: str | datetime) -> datetime:
+    """A stored time as an aware UTC datetime: PostgreSQL gives one, SQLite its text."""
+    moment = stored if isinstance(stored, datetime) else datetime.fromisoformat(stored)
+    return as_utc(moment)
+
+
+# (window pk, team, window id) -> the window's target keys: another window of the same pk is
+# another team's or id's (a pk is never reused while its row exists).
+_WindowName = tuple[int, str, str]
+
+
+class _KnownTargets:
+    """The target keys of the windows one process has looked up, by `_WindowName`."""
+
+    def __init__(self) -> None:
+        self._keys: OrderedDict[_WindowName, frozenset[str]] = OrderedDict()
+        self._count = 0  # keys in `_keys`
+        self._lock = threading.Lock()
+
+    def of(self, session: Session, names: list[_WindowName]) -> dict[int, frozenset[str]]:
+        """Each named window's target keys (by pk), read from the database once."""
+        with self._lock:
+            found = {name[0]: self._keys[name] for name in names if name in self._keys}
+        missing = {name[0]: name for name in names if name[0] not in found}
+        if not missing:
+            return found
+        read: dict[int, set[str]] = {pk: set() for pk in missing}
+        pks = list(missing)
+        for first in range(0, len(pks), _IN_LIST):
+            rows = session.execute(_TARGET_KEYS_OF, {"window_pks": pks[first : first + _IN_LIST]})
+            for window_pk, key in rows:
+                read[window_pk].add(key)
+        with self._lock:
+            for pk, keys in read.items():
+                if missing[pk] not in self._keys:  # else another stop read it meanwhile
+                    self._count += len(keys)
+                found[pk] = self._keys[missing[pk]] = frozenset(keys)
+            while self._count > MAX_KNOWN_TARGET_KEYS:
+                self._count -= len(self._keys.popitem(last=False)[1])
+        return found
+
+
+_KNOWN_TARGETS: "weakref.WeakKeyDictionary[Engine, _KnownTargets]" = weakref.WeakKeyDictionary()
+_KNOWN_TARGETS_LOCK = threading.Lock()
+
+
+def _known_targets(session: Session) -> _KnownTargets:
+    bind = session.get_bind()
+    engine = bind.engine if isinstance(bind, Connection) else bind
+    with _KNOWN_TARGETS_LOCK:
+        known = _KNOWN_TARGETS.get(engine)
+        if known is None:
+            known = _KNOWN_TARGETS[engine] = _KnownTargets()
+        return known
 
 
 def overlaps_of(
@@ -48,34 +110,25 @@ def overlaps_of(
     if end is None:
         end = as_utc(window.stopped_at) if window.stopped_at else utcnow()
     found = {t.key: Overlaps() for t in stored.targets}
-    # Two reads, each along an index: the windows open at some moment since `start` (open now,
-    # or stopped after it), then which of them used these targets. A join driven by the target
-    # would read every window that ever used it, and that grows with the stored history.
-    candidates = {
-        row[0]: row[1:]
-        for row in session.execute(
-            _OPEN_BETWEEN, {"window_pk": window.id, "start": start, "end": end}
-        )
-    }
-    # Per other window, the targets it shares with this one, as one row each (the targets
-    # joined in the database): 200 windows of one team on the same 20 servers made thousands
-    # of (window, target) rows per stop, a tenth of a loaded collector's CPU.
-    shared: dict[int, list[str]] = {}
-    ids = list(candidates)
-    for first in range(0, len(ids), 500):  # bounded IN lists (SQLite's variable limit)
-        shared.update(
-            (window_pk, keys.split(_KEY_SEPARATOR))
-            for window_pk, keys in session.execute(
-                _SHARED_TARGETS, {"window_pks": ids[first : first + 500], "keys": list(found)}
-            )
-        )
+    # The windows open at some moment since `start` (open now, or stopped after it), along an
+    # index; then which of them used these targets, from each process's memory of every
+    # window's targets (a window's targets never change). A join driven by the target would
+    # read every window that ever used it, and that grows with the stored history; reading the
+    # targets of 400 windows beside this one was a third of a loaded stop's arithmetic.
+    candidates = session.execute(
+        _OPEN_BETWEEN, {"window_pk": window.id, "start": start, "end": end}
+    ).all()
+    keys_of = _known_targets(session).of(
+        session, [(pk, team, wid) for pk, team, wid, *_ in candidates]
+    )
+    mine = frozenset(found)
     now = utcnow()
-    for other_pk, (team, other_id, other_start, other_stop) in candidates.items():
-        keys = shared.get(other_pk)
-        if keys is None:
+    for other_pk, team, other_id, other_start, other_stop in candidates:
+        keys = keys_of[other_pk] & mine
+        if not keys:
             continue
-        other_end = as_utc(other_stop) if other_stop else now
-        seconds = round((min(end, other_end) - max(start, as_utc(other_start))).total_seconds(), 3)
+        other_end = _moment(other_stop) if other_stop else now
+        seconds = round((min(end, other_end) - max(start, _moment(other_start))).total_seconds(), 3)
         if seconds <= 0:
             continue
         # One object for every target the other window shares (a window of many targets
