@@ -8,10 +8,10 @@ PostgreSQL, a file lock beside the SQLite file), so replicas that boot together 
 import fcntl
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from weakref import WeakKeyDictionary
 
 import pydantic_core
@@ -95,7 +95,6 @@ def create_db_engine(
         max_overflow=10,
     )
     _WRITE_LOCKS[engine] = threading.Lock()
-    _COMPUTE_LOCKS[engine] = threading.Lock()
     if url.database and url.database != ":memory:":
         _WRITER_FILES[engine] = Path(f"{url.database}.writer-lock")
 
@@ -127,20 +126,9 @@ _WRITE_LOCKS: "WeakKeyDictionary[Engine, threading.Lock]" = WeakKeyDictionary()
 _WRITER_FILES: "WeakKeyDictionary[Engine, Path]" = WeakKeyDictionary()
 
 
-_COMPUTE_LOCKS: "WeakKeyDictionary[Engine, threading.Lock]" = WeakKeyDictionary()
-
-
-@contextmanager
-def process_computers_turn(engine: Engine) -> Iterator[None]:
-    """This process's turn to compute what it will write, alone (SQLite; nothing on
-    PostgreSQL): stops computing at once contended for the GIL, but one computing while
-    another writes overlap (SQLite runs its statements without the GIL)."""
-    lock = _COMPUTE_LOCKS.get(engine)
-    if lock is None:
-        yield
-        return
-    with lock:
-        yield
+def takes_turns(engine: Engine) -> bool:
+    """Whether the writers of `engine` take turns (SQLite: one write at a time)."""
+    return engine in _WRITE_LOCKS
 
 
 @contextmanager
@@ -179,6 +167,20 @@ def write_session(engine: Engine) -> Iterator[Session]:
         return
     with lock, _every_process_turn(engine), Session(engine) as session:
         yield session
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def write_alone(
+    engine: Engine, write: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """`write(session, *args, **kwargs)` in a write transaction of its own, committed."""
+    with write_session(engine) as session:
+        result = write(session, *args, **kwargs)
+        session.commit()
+        return result
 
 
 class DatabaseBusy(Exception):

@@ -19,8 +19,9 @@ from starlette.concurrency import run_in_threadpool
 from app import __version__
 from app.auth import OpenMode, parse_env_keys
 from app.config import Settings, get_settings
-from app.db import create_db_engine, database_unavailable, upgrade_database
+from app.db import create_db_engine, database_unavailable, takes_turns, upgrade_database
 from app.exception_handlers import add_exception_handlers
+from app.lanes import Lane
 from app.metrics import REGISTRY, DatabaseMetrics
 from app.middleware import BodySizeLimit, LoopbackHostOnly
 from app.prometheus import PrometheusSource
@@ -82,9 +83,14 @@ def create_app(
             scan_interval_s=settings.sampler_scan_s,
         )
         prometheus = PrometheusSource(settings, client) if settings.prometheus_url else None
+        # SQLite writes one at a time, and a process computes one stop at a time (see
+        # `app.lanes`); PostgreSQL does both at once.
+        serial = takes_turns(engine)
+        writes = Lane("specdec-writes", serial=serial, engine=engine)
+        computations = Lane("specdec-computations", serial=serial)
         windows = WindowService(
             engine, client, scrape, sampler, settings,
-            ResultsCache(settings.results_cache_windows), prometheus,
+            ResultsCache(settings.results_cache_windows), writes, computations, prometheus,
         )  # fmt: skip
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         services = Services(engine, env_keys, open_mode, windows)
@@ -102,6 +108,8 @@ def create_app(
         finally:
             REGISTRY.unregister(database_metrics)
             sampler.shutdown()
+            await run_in_threadpool(computations.close)
+            await run_in_threadpool(writes.close)
             await client.aclose()
             if isinstance(scrape.resolve, SystemResolver):
                 scrape.resolve.close()

@@ -10,7 +10,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session
 
-from app.db import EncodedJSON, process_computers_turn, write_session
+from app.db import EncodedJSON, write_alone
 from app.engines import build_result
 from app.models import TABLES, as_utc, utcnow
 from app.results import TargetResult
@@ -114,6 +114,78 @@ def _result_rows(closed: ClosedWindow) -> list[dict[str, Any]]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedClose:
+    """A stop's results, computed from the snapshots stored up to `read_up_to`, and the rows
+    that store them: what `write_close` writes unless a snapshot landed since."""
+
+    outcomes: Sequence[ScrapeOutcome]
+    stopped_at: datetime
+    notes: dict[int, list[str]]
+    read_up_to: int
+    closed: ClosedWindow
+    rows: list[dict[str, Any]]
+
+
+def prepare_close(
+    engine: Engine,
+    stored: StoredWindow,
+    outcomes: Sequence[ScrapeOutcome],
+    stopped_at: datetime | None = None,
+    notes: dict[int, list[str]] | None = None,
+) -> PreparedClose:
+    """Every target's result, computed before the database is written to. `outcomes` are the
+    final scrapes, in the targets' order. `stopped_at` is now unless given (a window read from
+    Prometheus may stop in the past); `notes` are added to the results of the targets (by id)
+    they are given for."""
+    stopped_at = stopped_at or utcnow()
+    notes = notes or {}
+    # Outside the write (a stop's arithmetic inside it kept every writer of every worker
+    # waiting); the service runs one at a time on SQLite (see `app.lanes`).
+    with Session(engine) as session:
+        chains = snapshots_of(session, [t.id for t in stored.targets])
+        read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
+        closed = _results(session, stored, chains, outcomes, stopped_at, notes)
+    rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
+    return PreparedClose(outcomes, stopped_at, notes, read_up_to, closed, rows)
+
+
+def add_close(
+    session: Session, stored: StoredWindow, actor: Actor, prepared: PreparedClose
+) -> ClosedWindow | None:
+    """Store the final scrape and every target's result, and close the window, in `session`'s
+    transaction; None (having written nothing) if another stop came first. The results are
+    computed again if a snapshot (a sample) landed after `prepared` read them."""
+    ids = [t.id for t in stored.targets]
+    closed, rows, stopped_at = prepared.closed, prepared.rows, prepared.stopped_at
+    # The conditional update goes first: it takes the write lock, so no sample lands from here
+    # on, and of two concurrent stops only the first stores results.
+    updated: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        _CLOSE_WINDOW,
+        {"window_pk": stored.pk, "stopped_at": stopped_at, "stopped_by": actor.key},
+    )
+    if updated.rowcount != 1:
+        return None
+    if _latest_snapshot(session, ids) != prepared.read_up_to:
+        chains = snapshots_of(session, ids)
+        closed = _results(session, stored, chains, prepared.outcomes, stopped_at, prepared.notes)
+        rows = _result_rows(closed)
+    store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", prepared.outcomes)
+    if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
+        session.execute(_STORE_RESULTS, rows)
+    # The stored window as this stop left it (the object is detached: no session sees this).
+    stored.window.state, stored.window.stopped_at = "closed", stopped_at
+    stored.window.stopped_by = actor.key
+    return closed
+
+
+def write_close(
+    engine: Engine, stored: StoredWindow, actor: Actor, prepared: PreparedClose
+) -> ClosedWindow | None:
+    """`add_close` in a transaction of its own."""
+    return write_alone(engine, add_close, stored, actor, prepared)
+
+
 def close_window(
     engine: Engine,
     stored: StoredWindow,
@@ -122,42 +194,7 @@ def close_window(
     stopped_at: datetime | None = None,
     notes: dict[int, list[str]] | None = None,
 ) -> ClosedWindow | None:
-    """Store the final scrape and every target's result; None if another stop came first.
-    `outcomes` are the final scrapes, in the targets' order. `stopped_at` is now unless given
-    (a window read from Prometheus may stop in the past); `notes` are added to the results of
-    the targets (by id) they are given for."""
-    stopped_at = stopped_at or utcnow()
-    ids = [t.id for t in stored.targets]
-    # The results are computed before the database is written to, one stop at a time in this
-    # process (stops computing at once contended for the GIL) but beside the writes of others:
-    # a stop's arithmetic inside the write kept every writer of every worker waiting. The
-    # write checks that no snapshot landed in between (a sample), and computes them again if
-    # one did.
-    with process_computers_turn(engine):
-        with Session(engine) as session:
-            chains = snapshots_of(session, ids)
-            read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
-            closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
-        rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
-    with write_session(engine) as session:
-        # The conditional update goes first: it takes the write lock, so no sample lands from
-        # here on, and of two concurrent stops only the first stores results.
-        updated: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            _CLOSE_WINDOW,
-            {"window_pk": stored.pk, "stopped_at": stopped_at, "stopped_by": actor.key},
-        )
-        if updated.rowcount != 1:
-            session.rollback()
-            return None
-        if _latest_snapshot(session, ids) != read_up_to:
-            chains = snapshots_of(session, ids)
-            closed = _results(session, stored, chains, outcomes, stopped_at, notes or {})
-            rows = _result_rows(closed)
-        store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", outcomes)
-        if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
-            session.execute(_STORE_RESULTS, rows)
-        session.commit()
-    # The stored window as this stop left it (the object is detached: no session sees this).
-    stored.window.state, stored.window.stopped_at = "closed", stopped_at
-    stored.window.stopped_by = actor.key
-    return closed
+    """`prepare_close` and `write_close` in one go: store the final scrape and every target's
+    result; None if another stop came first."""
+    prepared = prepare_close(engine, stored, outcomes, stopped_at, notes)
+    return write_close(engine, stored, actor, prepared)

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
 from app.exceptions import InvalidInput, WindowConflict
+from app.lanes import START_MAY_YIELD_S, STOP_MAY_YIELD_S, Lane
 from app.leases import first_lease_seconds
 from app.models import WindowCreate, WindowPublic, as_utc, utcnow
 from app.prometheus import PrometheusRead, PrometheusSource, SourceError
@@ -22,14 +23,9 @@ from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Reading, timeline
 from app.targets import Target
 from app.windows.cache import ClosedResults, ResultsCache
-from app.windows.closing import close_window
+from app.windows.closing import add_close, prepare_close
 from app.windows.reads import read_results
-from app.windows.storage import (
-    insert_window,
-    load_window,
-    store_baseline,
-    store_earlier_snapshots,
-)
+from app.windows.storage import add_baseline, add_earlier_snapshots, add_window, load_window
 from app.windows.stored import Actor, SamplerHandle, StoredTarget, StoredWindow
 from app.windows.views import read_window, view_from
 
@@ -50,6 +46,10 @@ class WindowService:
     sampler: SamplerHandle
     settings: Settings
     results: ResultsCache
+    # The writes of starts and stops, a start's first, and the stops' results, one at a time
+    # on SQLite (see `app.lanes`).
+    writes: Lane
+    computations: Lane
     # The deployment's Prometheus, when SPECDEC_PROMETHEUS_URL names one.
     prometheus: PrometheusSource | None = None
 
@@ -138,9 +138,9 @@ async def start_window(
     targets = body.parsed_targets()
     await _check_body(service, body, targets)
     max_open = service.settings.max_open_windows_per_team
-    inserted = await run_in_threadpool(
-        insert_window,
-        engine,
+    inserted = await service.writes.write(
+        START_MAY_YIELD_S,
+        add_window,
         actor,
         window_id,
         body,
@@ -166,7 +166,7 @@ async def start_window(
                     actor.team, window_id, actor.key, len(targets))  # fmt: skip
         return True, view_from(stored, {})
     outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
-    await run_in_threadpool(store_baseline, engine, stored, outcomes)
+    await service.writes.write(START_MAY_YIELD_S, add_baseline, stored, outcomes)
     baselines: dict[int, Reading] = {
         target.id: outcome.series if outcome.series is not None else outcome.error or ""
         for target, outcome in zip(stored.targets, outcomes, strict=True)
@@ -240,7 +240,10 @@ async def stop_window(
         outcomes = [ScrapeOutcome(target, utcnow(), error=FORCE_CLOSED) for target in targets]
     else:
         outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
-    closed = await run_in_threadpool(close_window, engine, stored, actor, outcomes)
+    prepared = await service.computations.run(
+        START_MAY_YIELD_S, prepare_close, engine, stored, outcomes
+    )
+    closed = await service.writes.write(STOP_MAY_YIELD_S, add_close, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
     _remember_results(service, actor.team, stored, closed.results)
@@ -282,8 +285,12 @@ async def _stop_from_prometheus(
         if isinstance(reading, PrometheusRead) and reading.note:
             notes[stored_target.id] = [reading.note]
     engine = service.engine
-    await run_in_threadpool(store_earlier_snapshots, engine, stored, befores, samples)
-    closed = await run_in_threadpool(close_window, engine, stored, actor, afters, end, notes)
+    writes = service.writes
+    await writes.write(STOP_MAY_YIELD_S, add_earlier_snapshots, stored, befores, samples)
+    prepared = await service.computations.run(
+        START_MAY_YIELD_S, prepare_close, engine, stored, afters, end, notes
+    )
+    closed = await writes.write(STOP_MAY_YIELD_S, add_close, stored, actor, prepared)
     if closed is None:
         return await run_in_threadpool(read_window, engine, actor.team, stored.window.window_id)
     _remember_results(service, actor.team, stored, closed.results)

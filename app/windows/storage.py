@@ -5,16 +5,16 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import bindparam, func
 from sqlalchemy import insert as insert_rows
 from sqlalchemy import select as sa_select
-from sqlalchemy.engine import CursorResult, Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from app.db import write_session
+from app.db import upsert_insert, write_alone, write_session
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
     TABLES,
@@ -53,7 +53,9 @@ _SNAPSHOTS_IN_PHASES = _SNAPSHOTS_OF.where(
 _INSERT_SNAPSHOTS = insert_rows(_SNAPSHOTS)
 _INSERT_TARGETS = insert_rows(_TARGETS)
 _TARGET_IDS_OF = _TARGETS_OF.with_only_columns(_TARGETS.c.id)  # same rows, ids only
-_INSERT_WINDOW = insert_rows(_WINDOWS)
+_WINDOW_ID_OF = sa_select(_WINDOWS.c.id).where(
+    _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.window_id == bindparam("window_id")
+)
 _OPEN_WINDOWS_OF_TEAM = sa_select(func.count()).where(
     _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.state == "open"
 )
@@ -144,6 +146,97 @@ def store_snapshots(
         session.execute(_INSERT_SNAPSHOTS, rows)  # Core: no ORM bookkeeping
 
 
+def add_window(
+    session: Session,
+    actor: Actor,
+    window_id: str,
+    body: WindowCreate,
+    targets: Sequence[Target],
+    max_open: int,
+    sampler_owner: str,
+    first_lease_s: float,
+    scrape_budget: float = math.inf,
+    started_at: datetime | None = None,
+) -> StoredWindow | None:
+    """Add the window and its targets in `session`'s transaction; None if the team has a
+    window of this id already.
+
+    `TooManyWindows` past `max_open` open windows of the team; `OverScrapeBudget` if a sampled
+    window would bring the team's background scrapes past `scrape_budget` per second. Both
+    are raised before anything is written, so the transaction may go on with other writes.
+    """
+    interval_s = body.sample_interval_s
+    # On SQLite the write lock makes concurrent starts of one team count one after another.
+    # A start of a window already there is a retry, whatever the limits say now.
+    open_count = session.execute(_OPEN_WINDOWS_OF_TEAM, {"team": actor.team}).scalar_one()
+    if open_count >= max_open:
+        if _exists(session, actor.team, window_id):
+            return None
+        raise TooManyWindows(
+            f"team {actor.team} has {max_open} open windows, the most it may have "
+            "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
+        )
+    if interval_s:
+        rate = _sampling_rate(session, actor.team) + len(targets) / interval_s
+        if rate > scrape_budget:
+            if _exists(session, actor.team, window_id):
+                return None
+            raise OverScrapeBudget(
+                f"team {actor.team}'s sampled windows would scrape {rate:.4g} targets per "
+                f"second with this one, more than {scrape_budget:g} "
+                "(SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM); sample less often or stop one"
+            )
+    window = Window(
+        team=actor.team,
+        window_id=window_id,
+        labels=body.labels,
+        sample_interval_s=interval_s,
+        started_by=actor.key,
+        # The replica that starts a sampled window holds its first lease.
+        sampler_owner=sampler_owner if interval_s else None,
+        sampler_lease_until=time.time() + first_lease_s if interval_s else None,
+        source=body.source,
+        started_at=started_at or utcnow(),
+    )
+    # One Core insert, not an ORM flush: every column from the model, whose defaults are
+    # Python-side. A window of this id already there (a retry, or a start at the same moment
+    # on another replica) inserts nothing and returns no id: no error, so nothing to undo.
+    insert = _insert_window(session.get_bind().dialect.name)
+    window.id = session.execute(insert, window.model_dump(exclude={"id"})).scalar_one_or_none()
+    if window.id is None:
+        return None
+    # One Core executemany that returns the new ids in order: no ORM objects, no read-back.
+    rows = [
+        {"window_pk": window.id, "ordinal": ordinal, "target": target.key,
+         "url": target.url, "headers": dict(target.headers) or None,
+         "named_engine": target.hints.engine,
+         "draft_tokens_per_step": target.hints.draft_tokens_per_step}
+        for ordinal, target in enumerate(targets)
+    ]  # fmt: skip
+    session.execute(_INSERT_TARGETS, rows)
+    ids = session.scalars(_TARGET_IDS_OF, {"window_pk": window.id}).all()
+    stored = [
+        StoredTarget(target_id, target.key, target.url, None, target.headers, target.hints)
+        for target_id, target in zip(ids, targets, strict=True)
+    ]
+    return StoredWindow(window, stored)
+
+
+def _exists(session: Session, team: str, window_id: str) -> bool:
+    params = {"team": team, "window_id": window_id}
+    return session.execute(_WINDOW_ID_OF, params).first() is not None
+
+
+@lru_cache(maxsize=4)
+def _insert_window(dialect_name: str) -> Any:
+    """A window's insert that does nothing where the team has a window of its id, returning
+    the new window's id (nothing when it did nothing)."""
+    insert = upsert_insert(dialect_name)(_WINDOWS)
+    return insert.on_conflict_do_nothing(index_elements=["team", "window_id"]).returning(
+        _WINDOWS.c.id
+    )
+
+
 def insert_window(
     engine: Engine,
     actor: Actor,
@@ -156,71 +249,11 @@ def insert_window(
     scrape_budget: float = math.inf,
     started_at: datetime | None = None,
 ) -> StoredWindow | None:
-    """Add the window and its targets; None if the team has a window of this id already.
-
-    `TooManyWindows` past `max_open` open windows of the team; `OverScrapeBudget` if a sampled
-    window would bring the team's background scrapes past `scrape_budget` per second.
-    """
-    with write_session(engine) as session:
-        interval_s = body.sample_interval_s
-        window = Window(
-            team=actor.team,
-            window_id=window_id,
-            labels=body.labels,
-            sample_interval_s=interval_s,
-            started_by=actor.key,
-            # The replica that starts a sampled window holds its first lease.
-            sampler_owner=sampler_owner if interval_s else None,
-            sampler_lease_until=time.time() + first_lease_s if interval_s else None,
-            source=body.source,
-            started_at=started_at or utcnow(),
-        )
-        # One Core insert, not an ORM flush: every column from the model, whose defaults are
-        # Python-side.
-        try:
-            inserted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-                _INSERT_WINDOW, window.model_dump(exclude={"id"})
-            )
-            # SQLite's last row id; PostgreSQL's from the RETURNING SQLAlchemy adds itself.
-            (window.id,) = inserted.inserted_primary_key or (None,)
-        except IntegrityError:
-            session.rollback()
-            return None
-        # Counted after the insert, inside its transaction: on SQLite the write lock makes
-        # concurrent starts of one team count one after another.
-        open_count = session.execute(_OPEN_WINDOWS_OF_TEAM, {"team": actor.team}).scalar_one()
-        if open_count > max_open:
-            session.rollback()
-            raise TooManyWindows(
-                f"team {actor.team} has {max_open} open windows, the most it may have "
-                "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
-            )
-        assert window.id is not None
-        # One Core executemany that returns the new ids in order: no ORM objects, no read-back.
-        rows = [
-            {"window_pk": window.id, "ordinal": ordinal, "target": target.key,
-             "url": target.url, "headers": dict(target.headers) or None,
-             "named_engine": target.hints.engine,
-             "draft_tokens_per_step": target.hints.draft_tokens_per_step}
-            for ordinal, target in enumerate(targets)
-        ]  # fmt: skip
-        session.execute(_INSERT_TARGETS, rows)
-        ids = session.scalars(_TARGET_IDS_OF, {"window_pk": window.id}).all()
-        if interval_s:
-            rate = _sampling_rate(session, actor.team)
-            if rate > scrape_budget:
-                session.rollback()
-                raise OverScrapeBudget(
-                    f"team {actor.team}'s sampled windows would scrape {rate:.4g} targets per "
-                    f"second with this one, more than {scrape_budget:g} "
-                    "(SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM); sample less often or stop one"
-                )
-        session.commit()
-        stored = [
-            StoredTarget(target_id, target.key, target.url, None, target.headers, target.hints)
-            for target_id, target in zip(ids, targets, strict=True)
-        ]
-        return StoredWindow(window, stored)
+    """`add_window` in a transaction of its own."""
+    return write_alone(
+        engine, add_window, actor, window_id, body, targets, max_open, sampler_owner,
+        first_lease_s, scrape_budget, started_at,
+    )  # fmt: skip
 
 
 def _sampling_rate(session: Session, team: str) -> float:
@@ -238,10 +271,14 @@ def _sampling_rate(session: Session, team: str) -> float:
     return float(rate or 0.0)
 
 
+def add_baseline(session: Session, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]) -> None:
+    """Add the window's `before` snapshots in `session`'s transaction."""
+    store_snapshots(session, {t.key: t.id for t in stored.targets}, "before", outcomes)
+
+
 def store_baseline(engine: Engine, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]) -> None:
-    with write_session(engine) as session:
-        store_snapshots(session, {t.key: t.id for t in stored.targets}, "before", outcomes)
-        session.commit()
+    """`add_baseline` in a transaction of its own."""
+    write_alone(engine, add_baseline, stored, outcomes)
 
 
 def store_earlier_snapshots(
@@ -253,7 +290,17 @@ def store_earlier_snapshots(
     """Store a window's baselines and samples at once (a window read from Prometheus at its
     stop: what a scraped window stores as it goes)."""
     with write_session(engine) as session:
-        ids = {t.key: t.id for t in stored.targets}
-        store_snapshots(session, ids, "before", before)
-        store_snapshots(session, ids, "sample", samples)
+        add_earlier_snapshots(session, stored, before, samples)
         session.commit()
+
+
+def add_earlier_snapshots(
+    session: Session,
+    stored: StoredWindow,
+    before: Sequence[ScrapeOutcome],
+    samples: Sequence[ScrapeOutcome],
+) -> None:
+    """`store_earlier_snapshots` in `session`'s transaction."""
+    ids = {t.key: t.id for t in stored.targets}
+    store_snapshots(session, ids, "before", before)
+    store_snapshots(session, ids, "sample", samples)

@@ -1,0 +1,217 @@
+"""Lanes: jobs one at a time, earliest deadline first; writes that wait together commit together."""
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from app.db import create_db_engine, takes_turns, upgrade_database
+from app.exceptions import TooManyWindows
+from app.lanes import START_MAY_YIELD_S, STOP_MAY_YIELD_S, Lane
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    url = f"sqlite:///{tmp_path / 'lanes.db'}"
+    upgrade_database(url)
+    engine = create_db_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE note (id INTEGER PRIMARY KEY, body TEXT UNIQUE)"))
+    yield engine
+    engine.dispose()
+
+
+def _commits(engine: Engine) -> list[int]:
+    """A list that grows by one at each commit on `engine`."""
+    seen: list[int] = []
+    event.listen(engine, "commit", lambda connection: seen.append(1))
+    return seen
+
+
+def _notes(engine: Engine) -> list[str]:
+    with engine.connect() as connection:
+        return list(connection.execute(text("SELECT body FROM note ORDER BY id")).scalars())
+
+
+def _note(session: Session, body: str) -> str:
+    session.execute(text("INSERT INTO note (body) VALUES (:body)"), {"body": body})
+    return body
+
+
+class _Held:
+    """A job that holds the lane's thread until released: what it queues meanwhile waits."""
+
+    def __init__(self) -> None:
+        self.running, self.release = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        self.running.set()
+        assert self.release.wait(10)
+
+
+async def _while_held(lane: Lane, queue_jobs: Any) -> list[Any]:
+    """Hold the lane, queue what `queue_jobs()` returns (coroutines), release, gather them."""
+    held = _Held()
+    holding = asyncio.ensure_future(lane.run(START_MAY_YIELD_S, held))
+    await asyncio.to_thread(held.running.wait, 10)
+    tasks = [asyncio.ensure_future(job) for job in queue_jobs()]
+    await asyncio.sleep(0.05)  # every job is in the queue
+    held.release.set()
+    await holding
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_a_sqlite_engine_takes_turns_and_gets_serial_lanes(engine: Engine) -> None:
+    assert takes_turns(engine)
+    assert not takes_turns(create_db_engine("postgresql+psycopg://u@127.0.0.1:1/db"))
+
+
+def test_jobs_run_earliest_deadline_first(engine: Engine) -> None:
+    lane = Lane("test", serial=True)
+    order: list[str] = []
+
+    def job(name: str) -> str:
+        order.append(name)
+        return name
+
+    async def main() -> list[Any]:
+        return await _while_held(
+            lane,
+            lambda: [
+                lane.run(STOP_MAY_YIELD_S, job, "stop-1"),
+                lane.run(START_MAY_YIELD_S, job, "start-1"),
+                lane.run(STOP_MAY_YIELD_S, job, "stop-2"),
+                lane.run(START_MAY_YIELD_S, job, "start-2"),
+            ],
+        )
+
+    results = asyncio.run(main())
+    lane.close()
+    assert results == ["stop-1", "start-1", "stop-2", "start-2"]  # each caller gets its own
+    # A stop may yield to starts (not past STOP_MAY_YIELD_S); alike ones first come first.
+    assert order == ["start-1", "start-2", "stop-1", "stop-2"]
+
+
+def test_writes_that_wait_together_commit_together(engine: Engine) -> None:
+    lane = Lane("test", serial=True, engine=engine)
+    commits = _commits(engine)
+
+    async def main() -> list[Any]:
+        return await _while_held(
+            lane, lambda: [lane.write(START_MAY_YIELD_S, _note, f"n{i}") for i in range(5)]
+        )
+
+    assert asyncio.run(main()) == [f"n{i}" for i in range(5)]
+    lane.close()
+    assert len(commits) == 1
+    assert _notes(engine) == [f"n{i}" for i in range(5)]
+
+
+def test_a_domain_error_fails_its_own_write_only(engine: Engine) -> None:
+    """A write raises a domain error before it writes: the others keep their transaction."""
+    lane = Lane("test", serial=True, engine=engine)
+    commits = _commits(engine)
+
+    def refused(session: Session) -> None:
+        raise TooManyWindows("team t has 2 open windows")
+
+    async def main() -> list[Any]:
+        return await _while_held(
+            lane,
+            lambda: [
+                lane.write(START_MAY_YIELD_S, _note, "a"),
+                lane.write(START_MAY_YIELD_S, refused),
+                lane.write(START_MAY_YIELD_S, _note, "b"),
+            ],
+        )
+
+    first, error, last = asyncio.run(main())
+    lane.close()
+    assert (first, last) == ("a", "b")
+    assert isinstance(error, TooManyWindows) and str(error) == "team t has 2 open windows"
+    assert len(commits) == 1
+    assert _notes(engine) == ["a", "b"]
+
+
+def test_a_failing_write_is_never_another_writes_failure(engine: Engine) -> None:
+    """A write that fails after writing (here a unique constraint) rolls its transaction back:
+    every write of it runs again alone, and only the failing one fails."""
+    lane = Lane("test", serial=True, engine=engine)
+
+    async def main() -> list[Any]:
+        return await _while_held(
+            lane,
+            lambda: [
+                lane.write(START_MAY_YIELD_S, _note, "a"),
+                lane.write(START_MAY_YIELD_S, _note, "a"),  # a second "a": refused
+                lane.write(START_MAY_YIELD_S, _note, "b"),
+            ],
+        )
+
+    first, error, last = asyncio.run(main())
+    lane.close()
+    assert (first, last) == ("a", "b")
+    assert "UNIQUE constraint failed: note.body" in str(error)
+    assert _notes(engine) == ["a", "b"]
+
+
+def test_a_write_whose_caller_went_away_before_it_started_is_not_run(engine: Engine) -> None:
+    lane = Lane("test", serial=True, engine=engine)
+
+    async def main() -> None:
+        held = _Held()
+        holding = asyncio.ensure_future(lane.run(START_MAY_YIELD_S, held))
+        await asyncio.to_thread(held.running.wait, 10)
+        gone = asyncio.ensure_future(lane.write(START_MAY_YIELD_S, _note, "gone"))
+        kept = asyncio.ensure_future(lane.write(START_MAY_YIELD_S, _note, "kept"))
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        held.release.set()
+        await holding
+        assert await kept == "kept"
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+
+    asyncio.run(main())
+    lane.close()
+    assert _notes(engine) == ["kept"]
+
+
+def test_close_runs_the_jobs_already_queued(engine: Engine) -> None:
+    lane = Lane("test", serial=True, engine=engine)
+
+    async def main() -> None:
+        held = _Held()
+        holding = asyncio.ensure_future(lane.run(START_MAY_YIELD_S, held))
+        await asyncio.to_thread(held.running.wait, 10)
+        writes = [asyncio.ensure_future(lane.write(STOP_MAY_YIELD_S, _note, "last"))]
+        await asyncio.sleep(0.05)
+        closing = asyncio.ensure_future(asyncio.to_thread(lane.close))
+        await asyncio.sleep(0.05)
+        held.release.set()
+        await asyncio.gather(holding, closing, *writes)
+
+    asyncio.run(main())
+    assert _notes(engine) == ["last"]
+
+
+def test_a_lane_that_is_not_serial_runs_each_write_alone_at_once(engine: Engine) -> None:
+    """PostgreSQL's lanes: no thread of their own, a transaction per write."""
+    lane = Lane("test", serial=False, engine=engine)
+    commits = _commits(engine)
+
+    async def main() -> list[str]:
+        return await asyncio.gather(
+            *(lane.write(STOP_MAY_YIELD_S, _note, f"n{i}") for i in range(3))
+        )
+
+    assert sorted(asyncio.run(main())) == ["n0", "n1", "n2"]
+    assert len(commits) == 3
+    assert "test" not in {thread.name for thread in threading.enumerate()}
+    lane.close()
