@@ -3,6 +3,7 @@
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -381,3 +382,28 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
         again = overlaps_of(session, stored)
     assert {key: overlaps.model_dump() for key, overlaps in again.items()} == shown
     assert len(statements) == 1 and "window_target" not in statements[0]
+
+
+def test_a_baseline_of_many_targets_is_one_insert_statement(tmp_path: Path) -> None:
+    """On SQLite an executemany is one step per row, each giving the GIL away and winning it
+    back; the snapshots of a window's targets go in as one multi-row statement instead."""
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    upgrade_database(url)
+    engine = create_db_engine(url)
+    targets = [parse_target(f"127.0.0.1:{9100 + i}") for i in range(5)]
+    body = WindowCreate(targets=[t.key for t in targets])
+    stored = insert_window(engine, Actor("default", "t"), "w", body, targets, 10, "r", 0)
+    assert stored is not None
+    series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
+    outcomes = [ScrapeOutcome(t, datetime.now(UTC), series=series) for t in targets]
+    inserts: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("INSERT INTO snapshot"):
+            inserts.append(statement)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    store_baseline(engine, stored, outcomes)
+    assert len(inserts) == 1 and inserts[0].count("(?, ?, ?, ?, ?)") == 5  # one statement
+    assert [t.before is not None for t in read_window(engine, "default", "w").targets] == [True] * 5
+    engine.dispose()
