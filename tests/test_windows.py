@@ -384,7 +384,9 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
     assert len(statements) == 1 and "window_target" not in statements[0]
 
 
-def test_a_baseline_of_many_targets_is_one_insert_statement(tmp_path: Path) -> None:
+def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_target(
+    tmp_path: Path,
+) -> None:
     """On SQLite an executemany is one step per row, each giving the GIL away and winning it
     back; the snapshots of a window's targets go in as one multi-row statement instead."""
     url = f"sqlite:///{tmp_path / 'one.db'}"
@@ -394,8 +396,13 @@ def test_a_baseline_of_many_targets_is_one_insert_statement(tmp_path: Path) -> N
     body = WindowCreate(targets=[t.key for t in targets])
     stored = insert_window(engine, Actor("default", "t"), "w", body, targets, 10, "r", 0)
     assert stored is not None
-    series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
-    outcomes = [ScrapeOutcome(t, datetime.now(UTC), series=series) for t in targets]
+    # Each target its own counters: a target id given to the wrong target would show.
+    outcomes = [
+        ScrapeOutcome(t, datetime.now(UTC), series=extract_spec_decode(
+            vllm_payload([EngineCounters(5 + i, 15, [3, 2, 1])])
+        ))
+        for i, t in enumerate(targets)
+    ]  # fmt: skip
     inserts: list[str] = []
 
     def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -405,5 +412,6 @@ def test_a_baseline_of_many_targets_is_one_insert_statement(tmp_path: Path) -> N
     event.listen(engine, "before_cursor_execute", seen)
     store_baseline(engine, stored, outcomes)
     assert len(inserts) == 1 and inserts[0].count("(?, ?, ?, ?, ?)") == 5  # one statement
-    assert [t.before is not None for t in read_window(engine, "default", "w").targets] == [True] * 5
+    befores = [t.before for t in read_window(engine, "default", "w").targets]
+    assert [before.num_drafts if before else None for before in befores] == [5, 6, 7, 8, 9]
     engine.dispose()

@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import bindparam, func
+from sqlalchemy import String, bindparam, cast, func
 from sqlalchemy import insert as insert_rows
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
@@ -52,7 +52,13 @@ _SNAPSHOTS_IN_PHASES = _SNAPSHOTS_OF.where(
 )
 _INSERT_SNAPSHOTS = insert_rows(_SNAPSHOTS)
 _INSERT_TARGETS = insert_rows(_TARGETS)
-_TARGET_IDS_OF = _TARGETS_OF.with_only_columns(_TARGETS.c.id)  # same rows, ids only
+# A window's target ids as one row of "ordinal:id" pairs: SQLite gives the GIL away for each
+# row it steps to, and under load each one took long to win back.
+_TARGET_IDS_OF = sa_select(
+    func.aggregate_strings(
+        cast(_TARGETS.c.ordinal, String) + ":" + cast(_TARGETS.c.id, String), ","
+    )
+).where(_TARGETS.c.window_pk == bindparam("window_pk"))
 _WINDOW_ID_OF = sa_select(_WINDOWS.c.id).where(
     _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.window_id == bindparam("window_id")
 )
@@ -214,12 +220,19 @@ def add_window(
         for ordinal, target in enumerate(targets)
     ]  # fmt: skip
     session.execute(_INSERT_TARGETS, rows)
-    ids = session.scalars(_TARGET_IDS_OF, {"window_pk": window.id}).all()
+    pairs = session.execute(_TARGET_IDS_OF, {"window_pk": window.id}).scalar_one()
+    pairs_of_targets = map(_ordinal_and_id, pairs.split(",") if pairs else ())
+    ids = [target_id for _, target_id in sorted(pairs_of_targets)]
     stored = [
         StoredTarget(target_id, target.key, target.url, None, target.headers, target.hints)
         for target_id, target in zip(ids, targets, strict=True)
     ]
     return StoredWindow(window, stored)
+
+
+def _ordinal_and_id(pair: str) -> tuple[int, int]:
+    ordinal, _, target_id = pair.partition(":")
+    return int(ordinal), int(target_id)
 
 
 def _exists(session: Session, team: str, window_id: str) -> bool:
