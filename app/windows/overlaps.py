@@ -134,7 +134,7 @@ def overlaps_of(
         # One object for every target the other window shares (a window of many targets
         # beside many windows made thousands per stop).
         if team == window.team:
-            named = OverlappingWindow(id=other_id, seconds=seconds)
+            named = OverlappingWindow(id=other_id, seconds=seconds)  # a dict
             for key in keys:
                 found[key].windows.append(named)
         else:
