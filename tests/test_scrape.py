@@ -8,6 +8,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -204,6 +205,41 @@ async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
         outcome.error
         == f"Failed to fetch metrics from http://127.0.0.1:{port}/metrics: timed out after 0.5 s"
     )
+
+
+async def test_an_answer_that_stops_arriving_ends_at_the_total_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No timeout per read (the scrape's total ends first, and a per-read one cost a timer for
+    every piece that arrived): a server that goes silent mid-answer still ends the scrape."""
+    seen: list[dict[str, float | None]] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n# x\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, new_client(0.5) as client:
+        send = client.send
+
+        async def recording(request: httpx.Request, **kwargs: Any) -> httpx.Response:
+            seen.append(request.extensions["timeout"])
+            return await send(request, **kwargs)
+
+        monkeypatch.setattr(client, "send", recording)
+        began = time.monotonic()
+        outcome = await scrape_target(
+            client, parse_target(f"127.0.0.1:{port}"), ScrapeConfig(0.5, MAX)
+        )
+    assert 0.5 <= time.monotonic() - began < 2
+    assert outcome.error == (
+        f"Failed to fetch metrics from http://127.0.0.1:{port}/metrics: timed out after 0.5 s"
+    )
+    assert seen[0]["read"] is None and seen[0]["connect"] == seen[0]["pool"] == 0.5
 
 
 PROXY_CHECK = """

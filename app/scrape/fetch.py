@@ -141,13 +141,16 @@ async def _fetch_and_read(
     Kind = ScrapeErrorKind
     timeout_s, max_bytes = config.timeout_s, config.max_bytes
     try:
-        # The client's timeout bounds each network step; this bounds the whole scrape, so a
-        # server that trickles its answer cannot hold a window open.
+        # This bounds the whole scrape, so a server that trickles its answer cannot hold a
+        # window open; the client's timeouts bound the connection's steps. Not each read: this
+        # bound, begun earlier and as long, always ends first, and aiohttp set a timer anew
+        # for every piece of the answer that arrived (~4 % of a scrape's CPU).
         async with asyncio.timeout(timeout_s):
             url, headers, extensions = await pin(target, config)
             request = client.build_request(
-                "GET", _parsed_url(url), headers=headers, extensions=extensions
-            )
+                "GET", _parsed_url(url), headers=headers, extensions=extensions,
+                timeout=_steps_timeout(timeout_s),
+            )  # fmt: skip
             response = await client.send(request, stream=True)
             try:
                 if response.status_code != 200:
@@ -178,6 +181,11 @@ async def _fetch_and_read(
         # answering every other team meanwhile.
         return await asyncio.to_thread(_extracted, target, body, config.limits)
     return _extracted(target, body, config.limits)
+
+
+@lru_cache(maxsize=16)
+def _steps_timeout(timeout_s: float) -> httpx.Timeout:
+    return httpx.Timeout(timeout_s, read=None)
 
 
 @lru_cache(maxsize=4096)
