@@ -117,7 +117,7 @@ def _result_rows(closed: ClosedWindow) -> list[dict[str, Any]]:
 @dataclass(frozen=True, slots=True)
 class PreparedClose:
     """A stop's results, computed from the snapshots stored up to `read_up_to`, and the rows
-    that store them: what `write_close` writes unless a snapshot landed since."""
+    that store them: what `add_close` writes unless a snapshot landed since."""
 
     outcomes: Sequence[ScrapeOutcome]
     stopped_at: datetime
@@ -179,13 +179,6 @@ def add_close(
     return closed
 
 
-def write_close(
-    engine: Engine, stored: StoredWindow, actor: Actor, prepared: PreparedClose
-) -> ClosedWindow | None:
-    """`add_close` in a transaction of its own."""
-    return write_alone(engine, add_close, stored, actor, prepared)
-
-
 def close_window(
     engine: Engine,
     stored: StoredWindow,
@@ -194,7 +187,7 @@ def close_window(
     stopped_at: datetime | None = None,
     notes: dict[int, list[str]] | None = None,
 ) -> ClosedWindow | None:
-    """`prepare_close` and `write_close` in one go: store the final scrape and every target's
-    result; None if another stop came first."""
+    """`prepare_close`, then `add_close` in a transaction of its own: store the final scrape
+    and every target's result; None if another stop came first."""
     prepared = prepare_close(engine, stored, outcomes, stopped_at, notes)
-    return write_close(engine, stored, actor, prepared)
+    return write_alone(engine, add_close, stored, actor, prepared)

@@ -14,7 +14,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from app.db import upsert_insert, write_alone, write_session
+from app.db import upsert_insert, write_alone
 from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from app.models import (
     TABLES,
@@ -294,26 +294,14 @@ def store_baseline(engine: Engine, stored: StoredWindow, outcomes: Sequence[Scra
     write_alone(engine, add_baseline, stored, outcomes)
 
 
-def store_earlier_snapshots(
-    engine: Engine,
-    stored: StoredWindow,
-    before: Sequence[ScrapeOutcome],
-    samples: Sequence[ScrapeOutcome],
-) -> None:
-    """Store a window's baselines and samples at once (a window read from Prometheus at its
-    stop: what a scraped window stores as it goes)."""
-    with write_session(engine) as session:
-        add_earlier_snapshots(session, stored, before, samples)
-        session.commit()
-
-
 def add_earlier_snapshots(
     session: Session,
     stored: StoredWindow,
     before: Sequence[ScrapeOutcome],
     samples: Sequence[ScrapeOutcome],
 ) -> None:
-    """`store_earlier_snapshots` in `session`'s transaction."""
+    """Add a window's baselines and samples at once, in `session`'s transaction (a window read
+    from Prometheus at its stop: what a scraped window stores as it goes)."""
     ids = {t.key: t.id for t in stored.targets}
     store_snapshots(session, ids, "before", before)
     store_snapshots(session, ids, "sample", samples)
