@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 from weakref import WeakKeyDictionary
 
 import pydantic_core
@@ -175,6 +175,7 @@ def write_session(engine: Engine) -> Iterator[Session]:
 
 P = ParamSpec("P")
 T = TypeVar("T")
+M = TypeVar("M")
 
 
 def write_alone(
@@ -185,6 +186,25 @@ def write_alone(
         result = write(session, *args, **kwargs)
         session.commit()
         return result
+
+
+class PerEngine(Generic[M]):
+    """One `M` per database engine, made on first use: what a process remembers of the rows
+    of a database that never change (the engines of a test process are many databases)."""
+
+    def __init__(self, make: Callable[[], M]) -> None:
+        self._make = make
+        self._made: WeakKeyDictionary[Engine, M] = WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def of(self, session: Session) -> M:
+        bind = session.get_bind()
+        engine = bind.engine if isinstance(bind, Connection) else bind
+        with self._lock:
+            made = self._made.get(engine)
+            if made is None:
+                made = self._made[engine] = self._make()
+            return made
 
 
 class DatabaseBusy(Exception):

@@ -11,7 +11,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from app.db import create_db_engine, upgrade_database
+from app.db import create_db_engine, upgrade_database, write_alone
 from app.models import TABLES, EndpointSeries, Snapshot, WindowCreate
 from app.promtext import (
     ExtractionLimits,
@@ -25,7 +25,7 @@ from app.scrape import ScrapeOutcome
 from app.targets import Target, parse_target
 from app.windows.cache import ResultsCache
 from app.windows.overlaps import overlaps_of
-from app.windows.storage import insert_window, load_window, store_baseline, store_snapshots
+from app.windows.storage import add_window, load_window, store_baseline, store_snapshots
 from app.windows.stored import Actor
 from app.windows.views import read_window
 from tests.payloads import EngineCounters, vllm_payload
@@ -46,7 +46,9 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
     reader, writer = engines
     target = parse_target("127.0.0.1:9100")
     body = WindowCreate(targets=[target.key])
-    assert insert_window(writer, Actor("default", "test"), "w", body, [target], 10, "r", 0)
+    assert write_alone(
+        writer, add_window, Actor("default", "test"), "w", body, [target], 10, "r", 0
+    )
     stored = load_window(writer, "default", "w")
     series = extract_spec_decode(
         vllm_payload([EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
@@ -107,8 +109,16 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     upgrade_database(postgres_url)
     engine, other = create_db_engine(postgres_url), create_db_engine(postgres_url)
     target = parse_target("127.0.0.1:9100")
-    inserted = insert_window(
-        engine, Actor("default", "t"), "w", WindowCreate(targets=[target.key]), [target], 10, "r", 0
+    inserted = write_alone(
+        engine,
+        add_window,
+        Actor("default", "t"),
+        "w",
+        WindowCreate(targets=[target.key]),
+        [target],
+        10,
+        "r",
+        0,
     )
     assert inserted is not None
     target_id = inserted.targets[0].id
@@ -158,7 +168,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
 def _window_of_one_target(engine: Engine) -> Target:
     """Window `w` of team `default`, open, on one target (returned)."""
     target = parse_target("127.0.0.1:9100")
-    assert insert_window(engine, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
+    assert write_alone(engine, add_window, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
                          [target], 10, "r", 0)  # fmt: skip
     return target
 
@@ -234,7 +244,7 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
     series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
     outcome = ScrapeOutcome(target, datetime.now(UTC), series=series)
     store_baseline(engine, load_window(engine, "default", "w"), [outcome])
-    assert insert_window(engine, Actor("default", "t"), "w2", WindowCreate(targets=[target.key]),
+    assert write_alone(engine, add_window, Actor("default", "t"), "w2", WindowCreate(targets=[target.key]),
                          [target], 10, "r", 0)  # fmt: skip
     statements: list[str] = []
 
@@ -350,7 +360,9 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
     table = TABLES["window"]
     for team, window_id, targets, started, stopped in plan:
         body = WindowCreate(targets=[t.key for t in targets])
-        assert insert_window(engine, Actor(team, "k"), window_id, body, targets, 10, "r", 0)
+        assert write_alone(
+            engine, add_window, Actor(team, "k"), window_id, body, targets, 10, "r", 0
+        )
         with engine.begin() as connection:
             connection.execute(
                 table.update()
@@ -394,7 +406,7 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
     engine = create_db_engine(url)
     targets = [parse_target(f"127.0.0.1:{9100 + i}") for i in range(5)]
     body = WindowCreate(targets=[t.key for t in targets])
-    stored = insert_window(engine, Actor("default", "t"), "w", body, targets, 10, "r", 0)
+    stored = write_alone(engine, add_window, Actor("default", "t"), "w", body, targets, 10, "r", 0)
     assert stored is not None
     # Each target its own counters: a target id given to the wrong target would show.
     outcomes = [

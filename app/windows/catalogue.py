@@ -9,18 +9,16 @@ stop reads back only the series it does not know yet.
 """
 
 import threading
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy import select as sa_select
-from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, col
 
 from app.counters import Role, ServingEngine
-from app.db import upsert_insert
+from app.db import PerEngine, upsert_insert
 from app.models import TABLES, EndpointSeries
 from app.promtext import (
     Series,
@@ -71,18 +69,12 @@ class KnownSeries:
                 self.keys[series_id] = key
 
 
-_KNOWN: "weakref.WeakKeyDictionary[Engine, KnownSeries]" = weakref.WeakKeyDictionary()
-_KNOWN_LOCK = threading.Lock()
+# Each process's memory of each database's catalogue.
+_KNOWN = PerEngine(KnownSeries)
 
 
 def _known(session: Session) -> KnownSeries:
-    bind = session.get_bind()
-    engine = bind.engine if isinstance(bind, Connection) else bind
-    with _KNOWN_LOCK:
-        known = _KNOWN.get(engine)
-        if known is None:
-            known = _KNOWN[engine] = KnownSeries()
-        return known
+    return _KNOWN.of(session)
 
 
 def _rows_where(session: Session, *conditions: Any) -> list[tuple[int, str, SeriesKey]]:

@@ -1,16 +1,15 @@
 """The other windows open on a target while a window was: named, or counted."""
 
 import threading
-import weakref
 from collections import OrderedDict
 from datetime import datetime
 from functools import lru_cache
 
 from sqlalchemy import String, bindparam, type_coerce
 from sqlalchemy import select as sa_select
-from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session
 
+from app.db import PerEngine
 from app.models import TABLES, as_utc, utcnow
 from app.results import OverlappingWindow, Overlaps, TargetResult
 from app.windows.stored import StoredWindow
@@ -82,18 +81,8 @@ class _KnownTargets:
         return found
 
 
-_KNOWN_TARGETS: "weakref.WeakKeyDictionary[Engine, _KnownTargets]" = weakref.WeakKeyDictionary()
-_KNOWN_TARGETS_LOCK = threading.Lock()
-
-
-def _known_targets(session: Session) -> _KnownTargets:
-    bind = session.get_bind()
-    engine = bind.engine if isinstance(bind, Connection) else bind
-    with _KNOWN_TARGETS_LOCK:
-        known = _KNOWN_TARGETS.get(engine)
-        if known is None:
-            known = _KNOWN_TARGETS[engine] = _KnownTargets()
-        return known
+# Each process's memory of each database's windows' targets.
+_KNOWN_TARGETS = PerEngine(_KnownTargets)
 
 
 def overlaps_of(
@@ -118,7 +107,7 @@ def overlaps_of(
     candidates = session.execute(
         _OPEN_BETWEEN, {"window_pk": window.id, "start": start, "end": end}
     ).all()
-    keys_of = _known_targets(session).of(
+    keys_of = _KNOWN_TARGETS.of(session).of(
         session, [(pk, team, wid) for pk, team, wid, *_ in candidates]
     )
     mine = frozenset(found)

@@ -250,25 +250,6 @@ def _insert_window(dialect_name: str) -> Any:
     )
 
 
-def insert_window(
-    engine: Engine,
-    actor: Actor,
-    window_id: str,
-    body: WindowCreate,
-    targets: Sequence[Target],
-    max_open: int,
-    sampler_owner: str,
-    first_lease_s: float,
-    scrape_budget: float = math.inf,
-    started_at: datetime | None = None,
-) -> StoredWindow | None:
-    """`add_window` in a transaction of its own."""
-    return write_alone(
-        engine, add_window, actor, window_id, body, targets, max_open, sampler_owner,
-        first_lease_s, scrape_budget, started_at,
-    )  # fmt: skip
-
-
 def _sampling_rate(session: Session, team: str) -> float:
     """Background scrapes per second of the team's open sampled windows (targets / interval)."""
     rate = session.execute(
