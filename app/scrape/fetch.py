@@ -18,6 +18,7 @@ from app.metrics import SCRAPE_ERRORS, SCRAPE_SECONDS
 from app.models import utcnow
 from app.promtext import ExtractionError, ExtractionLimits, extract_spec_decode
 from app.resolver import RESOLVING_FOR
+from app.scrape.client import ScrapeClient
 from app.scrape.config import OFF_LOOP_BYTES, ScrapeConfig
 from app.scrape.outcome import ScrapeErrorKind, ScrapeOutcome, failure
 from app.scrape.pinning import Refused, Unresolved, pin
@@ -109,11 +110,25 @@ def _transport_failure(target: Target, exc: Exception, timeout_s: float) -> Scra
 async def scrape_target(
     client: httpx.AsyncClient, target: Target, config: ScrapeConfig
 ) -> ScrapeOutcome:
-    """Scrape `target` once and extract its spec-decode series; never raises.
+    """Scrape `target` once and extract its spec-decode series; never raises. Through the
+    service's client, scrapes of one endpoint waiting for a connection together share one
+    request (`app.scrape.sharing`).
 
     Any fault of the collector's own is an `INTERNAL` failure with a fixed text (its type
     only: an exception's text may quote a header), so a stop always closes its window.
     """
+    if isinstance(client, ScrapeClient):
+        # One configuration per service (its identity: it holds a dict, and a semaphore).
+        key = (target.url, target.headers, id(config))
+        return await client.sharing.scrape(
+            key, target, config.timeout_s, lambda: _scrape_once(client, target, config)
+        )
+    return await _scrape_once(client, target, config)
+
+
+async def _scrape_once(
+    client: httpx.AsyncClient, target: Target, config: ScrapeConfig
+) -> ScrapeOutcome:
     try:
         return await _scrape(client, target, config)
     except Exception as exc:

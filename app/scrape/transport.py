@@ -58,6 +58,10 @@ def _as_httpx_errors(request: httpx.Request) -> Iterator[None]:
         raise  # pragma: no cover - every ClientError is mapped above
 
 
+#: Connections per origin (host and port) at most.
+PER_ORIGIN = 32
+
+
 @lru_cache(maxsize=4096)
 def _yarl_url(url: str) -> URL:
     """aiohttp's URL for httpx's, once per URL (already quoted by httpx: taken as it is)."""
@@ -85,7 +89,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     CA bundle, ~40 ms of CPU), TLS server names from httpx's `sni_hostname` extension (a
     request pinned to an address keeps its host's name for the certificate check)."""
 
-    def __init__(self, per_origin: int = 32, keepalive_s: float = 15.0) -> None:
+    def __init__(self, per_origin: int = PER_ORIGIN, keepalive_s: float = 15.0) -> None:
         self._per_origin = per_origin
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
