@@ -162,19 +162,24 @@ def run_collector(database_url: str, log_dir: Path, **env: str) -> Iterator[Coll
 
 @contextmanager
 def watching_health(base_url: str) -> Iterator[list[int]]:
-    """Poll `/healthz` every 50 ms for the duration of the block; yields the status codes."""
+    """Poll `/healthz` every 50 ms for the duration of the block; yields the status codes.
+
+    The block begins once the first answer is in: a block shorter than the poller's start
+    (making its client) would otherwise see none."""
     statuses: list[int] = []
-    done = threading.Event()
+    done, polling = threading.Event(), threading.Event()
 
     def poll() -> None:
         with httpx.Client(timeout=10) as client:
             while not done.is_set():
                 statuses.append(client.get(f"{base_url}/healthz").status_code)
+                polling.set()
                 time.sleep(0.05)
 
     poller = threading.Thread(target=poll)
     poller.start()
     try:
+        polling.wait(30)
         yield statuses
     finally:
         done.set()
