@@ -7,6 +7,7 @@ PostgreSQL, a file lock beside the SQLite file), so replicas that boot together 
 
 import fcntl
 import math
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ import pydantic_core
 from sqlalchemy import event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session, create_engine
 
@@ -120,6 +121,25 @@ def create_db_engine(
         # again: treated as lost, the pool opens a fresh one, and the service recovers by itself.
         if "readonly database" in str(context.original_exception):
             context.is_disconnect = True
+
+    if url.database and url.database != ":memory:":
+        files = [url.database, f"{url.database}-wal"]
+
+        def writable() -> bool:
+            return all(os.access(path, os.W_OK) for path in files if os.path.exists(path))
+
+        @event.listens_for(engine, "connect")
+        def _note_read_only(dbapi_connection: Any, record: Any) -> None:
+            if not writable():
+                record.info["opened_read_only"] = True
+
+        @event.listens_for(engine, "checkout")
+        def _reopen_once_writable(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+            # Such a connection fails its first write after the files are writable again (the
+            # first request after a disk comes back answered 503): the pool opens a fresh one
+            # instead of handing it out.
+            if record.info.get("opened_read_only") and writable():
+                raise DisconnectionError("the database files are writable again")
 
     return engine
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
 
+from app.db import create_db_engine, upgrade_database
 from tests.collector import run_collector
 from tests.metrics_server import MetricsServer, serve_metrics
 from tests.payloads import EngineCounters, vllm_payload
@@ -114,3 +116,24 @@ def test_read_only_database_files_answer_503_and_pass(
         assert api.get("/healthz").status_code == 200
         assert api.post("/windows/new/start", json={"targets": [server.target]}).status_code == 201
         assert api.get("/windows/kept").json() == kept
+
+
+def test_a_connection_opened_while_the_files_were_read_only_is_never_handed_out_again(
+    small_disk: Path,
+) -> None:
+    """SQLite opens a file it cannot write read-only, and the connection stays so: once the
+    files are writable again, the pool opens a fresh one instead (before, the first write
+    after a disk came back failed, and its request answered 503)."""
+    url = f"sqlite:///{small_disk / 'pool.db'}"
+    upgrade_database(url)
+    engine = create_db_engine(url)
+    files = [str(path) for path in small_disk.glob("pool.db*") if not path.name.endswith("-shm")]
+    subprocess.run(["chattr", "+i", *files], check=True)
+    try:
+        with engine.connect() as connection:  # the pool's only connection, opened read-only
+            assert connection.execute(text("SELECT count(*) FROM window")).scalar_one() == 0
+    finally:
+        subprocess.run(["chattr", "-i", *files], check=True)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE written (id INTEGER)"))
+    engine.dispose()
