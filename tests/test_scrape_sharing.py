@@ -65,7 +65,7 @@ async def test_a_waiting_scrape_keeps_its_own_timeout_and_the_request_goes_on() 
             assert (await first).error is None
             await asyncio.sleep(0.6)  # the shared request ends meanwhile
     assert late.error == f"Failed to fetch metrics from {server.url}: timed out after 0.5 s"
-    assert 0.5 <= waited < 0.7
+    assert 0.5 <= waited < 1.5  # its own timeout, not the shared request's end
     assert server.count() == 2
 
 
