@@ -197,6 +197,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 M = TypeVar("M")
 
+#: Values per `IN (…)` list at the most (SQLite's bound on a statement's variables).
+MAX_IN_LIST = 500
+
 
 def write_alone(
     engine: Engine, write: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs

@@ -45,9 +45,9 @@ from app.exceptions import SpecdecError
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: How long a start's write may wait for others (none: its benchmark is waiting), and any
-#: job of a lane whose jobs are all alike.
-START_MAY_YIELD_S = 0.0
+#: A job that yields to none: a start's writes (its benchmark is waiting), and any job of a
+#: lane whose jobs are all alike.
+NO_YIELD_S = 0.0
 #: How long a stop's write may yield to starts (its final scrape is taken already).
 STOP_MAY_YIELD_S = 10.0
 #: The most writes one transaction takes (the first of them waits for all).

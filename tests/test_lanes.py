@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from app.db import create_db_engine, takes_turns, upgrade_database
 from app.exceptions import TooManyWindows
-from app.lanes import START_MAY_YIELD_S, STOP_MAY_YIELD_S, Lane
+from app.lanes import NO_YIELD_S, STOP_MAY_YIELD_S, Lane
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ class _Held:
 async def _while_held(lane: Lane, queue_jobs: Any) -> list[Any]:
     """Hold the lane, queue what `queue_jobs()` returns (coroutines), release, gather them."""
     held = _Held()
-    holding = asyncio.ensure_future(lane.run(START_MAY_YIELD_S, held))
+    holding = asyncio.ensure_future(lane.run(NO_YIELD_S, held))
     await asyncio.to_thread(held.running.wait, 10)
     tasks = [asyncio.ensure_future(job) for job in queue_jobs()]
     await asyncio.sleep(0.05)  # every job is in the queue
@@ -85,9 +85,9 @@ def test_jobs_run_earliest_deadline_first(engine: Engine) -> None:
             lane,
             lambda: [
                 lane.run(STOP_MAY_YIELD_S, job, "stop-1"),
-                lane.run(START_MAY_YIELD_S, job, "start-1"),
+                lane.run(NO_YIELD_S, job, "start-1"),
                 lane.run(STOP_MAY_YIELD_S, job, "stop-2"),
-                lane.run(START_MAY_YIELD_S, job, "start-2"),
+                lane.run(NO_YIELD_S, job, "start-2"),
             ],
         )
 
@@ -104,7 +104,7 @@ def test_writes_that_wait_together_commit_together(engine: Engine) -> None:
 
     async def main() -> list[Any]:
         return await _while_held(
-            lane, lambda: [lane.write(START_MAY_YIELD_S, _note, f"n{i}") for i in range(5)]
+            lane, lambda: [lane.write(NO_YIELD_S, _note, f"n{i}") for i in range(5)]
         )
 
     assert asyncio.run(main()) == [f"n{i}" for i in range(5)]
@@ -125,9 +125,9 @@ def test_a_domain_error_fails_its_own_write_only(engine: Engine) -> None:
         return await _while_held(
             lane,
             lambda: [
-                lane.write(START_MAY_YIELD_S, _note, "a"),
-                lane.write(START_MAY_YIELD_S, refused),
-                lane.write(START_MAY_YIELD_S, _note, "b"),
+                lane.write(NO_YIELD_S, _note, "a"),
+                lane.write(NO_YIELD_S, refused),
+                lane.write(NO_YIELD_S, _note, "b"),
             ],
         )
 
@@ -148,9 +148,9 @@ def test_a_failing_write_is_never_another_writes_failure(engine: Engine) -> None
         return await _while_held(
             lane,
             lambda: [
-                lane.write(START_MAY_YIELD_S, _note, "a"),
-                lane.write(START_MAY_YIELD_S, _note, "a"),  # a second "a": refused
-                lane.write(START_MAY_YIELD_S, _note, "b"),
+                lane.write(NO_YIELD_S, _note, "a"),
+                lane.write(NO_YIELD_S, _note, "a"),  # a second "a": refused
+                lane.write(NO_YIELD_S, _note, "b"),
             ],
         )
 
@@ -166,10 +166,10 @@ def test_a_write_whose_caller_went_away_before_it_started_is_not_run(engine: Eng
 
     async def main() -> None:
         held = _Held()
-        holding = asyncio.ensure_future(lane.run(START_MAY_YIELD_S, held))
+        holding = asyncio.ensure_future(lane.run(NO_YIELD_S, held))
         await asyncio.to_thread(held.running.wait, 10)
-        gone = asyncio.ensure_future(lane.write(START_MAY_YIELD_S, _note, "gone"))
-        kept = asyncio.ensure_future(lane.write(START_MAY_YIELD_S, _note, "kept"))
+        gone = asyncio.ensure_future(lane.write(NO_YIELD_S, _note, "gone"))
+        kept = asyncio.ensure_future(lane.write(NO_YIELD_S, _note, "kept"))
         await asyncio.sleep(0.05)
         gone.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -190,7 +190,7 @@ def test_close_runs_the_jobs_already_queued(engine: Engine) -> None:
 
     async def main() -> None:
         held = _Held()
-        holding = asyncio.ensure_future(lane.run(START_MAY_YIELD_S, held))
+        holding = asyncio.ensure_future(lane.run(NO_YIELD_S, held))
         await asyncio.to_thread(held.running.wait, 10)
         writes = [asyncio.ensure_future(lane.write(STOP_MAY_YIELD_S, _note, "last"))]
         await asyncio.sleep(0.05)

@@ -20,7 +20,7 @@ from app.promtext import ExtractionError, ExtractionLimits, extract_spec_decode
 from app.resolver import RESOLVING_FOR
 from app.scrape.client import ScrapeClient
 from app.scrape.config import OFF_LOOP_BYTES, ScrapeConfig
-from app.scrape.outcome import ScrapeErrorKind, ScrapeOutcome, failure
+from app.scrape.outcome import ScrapeErrorKind, ScrapeOutcome, failure, timed_out
 from app.scrape.pinning import Refused, Unresolved, pin
 from app.targets import Target
 
@@ -186,7 +186,7 @@ async def _fetch_and_read(
     except _BadPayload as exc:
         return failure(target, Kind.INVALID_PAYLOAD, str(exc))
     except TimeoutError:
-        return failure(target, Kind.TIMEOUT, f"timed out after {timeout_s:g} s")
+        return timed_out(target, timeout_s)
     except zlib.error as exc:
         return failure(target, Kind.INVALID_PAYLOAD, f"invalid gzip data: {exc}")
     except (httpx.HTTPError, OSError) as exc:

@@ -38,6 +38,11 @@ class ScrapeOutcome:
     kind: ScrapeErrorKind | None = None
 
 
+def timed_out(target: Target, timeout_s: float) -> ScrapeOutcome:
+    """A scrape that did not end within its whole timeout."""
+    return failure(target, ScrapeErrorKind.TIMEOUT, f"timed out after {timeout_s:g} s")
+
+
 def failure(target: Target, kind: ScrapeErrorKind, detail: str) -> ScrapeOutcome:
     """A failed scrape, its error text as AISBench words it (`detail` says what happened).
 

@@ -17,20 +17,26 @@ import contextvars
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, replace
 
-from app.scrape.outcome import ScrapeErrorKind, ScrapeOutcome, failure
+from app.scrape.outcome import ScrapeOutcome, timed_out
 from app.targets import Target
 
 Scrape = Callable[[], Awaitable[ScrapeOutcome]]
 
 
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """The one request the scrapes waiting now will share, how to send it, and in whose
+    context (the first of them: its team shares the name resolver)."""
+
+    shared: "asyncio.Future[ScrapeOutcome]"
+    send: Scrape
+    context: contextvars.Context
+
+
 @dataclass
 class _Endpoint:
     sending: int = 0  # requests in flight
-    # The one request the scrapes waiting now will share, how to send it, and in whose
-    # context (the first of them: its team shares the name resolver).
-    shared: "asyncio.Future[ScrapeOutcome] | None" = None
-    send: Scrape | None = None
-    context: contextvars.Context | None = None
+    waiting: _Waiting | None = None
 
 
 class ScrapeSharing:
@@ -47,32 +53,32 @@ class ScrapeSharing:
         """`send()`'s outcome, or the one of a request shared with the scrapes of `key` that
         wait beside this one (under `target`)."""
         endpoint = self._endpoints.setdefault(key, _Endpoint())
-        if endpoint.sending < self._per_endpoint and endpoint.shared is None:
+        if endpoint.sending < self._per_endpoint and endpoint.waiting is None:
             endpoint.sending += 1
             try:
                 return await send()
             finally:
                 self._sent(key, endpoint)
-        if endpoint.shared is None:
-            endpoint.shared = asyncio.get_running_loop().create_future()
-            endpoint.send, endpoint.context = send, contextvars.copy_context()
+        if endpoint.waiting is None:
+            shared = asyncio.get_running_loop().create_future()
+            endpoint.waiting = _Waiting(shared, send, contextvars.copy_context())
         try:
             async with asyncio.timeout(timeout_s):
                 # Shielded: a waiting scrape that is cancelled leaves the request to the others.
-                outcome = await asyncio.shield(endpoint.shared)
+                outcome = await asyncio.shield(endpoint.waiting.shared)
         except TimeoutError:
-            return failure(target, ScrapeErrorKind.TIMEOUT, f"timed out after {timeout_s:g} s")
+            return timed_out(target, timeout_s)
         return replace(outcome, target=target)
 
     def _sent(self, key: Hashable, endpoint: _Endpoint) -> None:
         """A request of `key` ended: the scrapes waiting, if any, send theirs in its place."""
         endpoint.sending -= 1
-        if endpoint.shared is None or endpoint.send is None:
+        waiting, endpoint.waiting = endpoint.waiting, None
+        if waiting is None:
             if endpoint.sending == 0:
                 del self._endpoints[key]
             return
-        shared, send, context = endpoint.shared, endpoint.send, endpoint.context
-        endpoint.shared = endpoint.send = endpoint.context = None
+        shared, send = waiting.shared, waiting.send
         endpoint.sending += 1
 
         async def send_shared() -> None:
@@ -83,6 +89,6 @@ class ScrapeSharing:
                     shared.cancel()
                 self._sent(key, endpoint)
 
-        task = asyncio.get_running_loop().create_task(send_shared(), context=context)
+        task = asyncio.get_running_loop().create_task(send_shared(), context=waiting.context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

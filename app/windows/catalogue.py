@@ -18,7 +18,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
 from app.counters import Role, ServingEngine
-from app.db import PerEngine, upsert_insert
+from app.db import MAX_IN_LIST, PerEngine, upsert_insert
 from app.models import TABLES, EndpointSeries
 from app.promtext import (
     Series,
@@ -34,7 +34,6 @@ from app.windows.stored import NO_BASELINE, StoredSnapshot
 #: Entries each process keeps per database before starting over: a hostile endpoint whose
 #: labels change on every scrape adds catalogue rows, and must not grow the memory too.
 MAX_KNOWN_SERIES = 200_000
-_IN_LIST = 500  # ids per IN list (SQLite's bound on variables)
 
 
 @lru_cache(maxsize=4096)
@@ -97,11 +96,11 @@ def _stored_rows(
     """(id, endpoint, series) of the stored rows of these endpoints with these label digests."""
     wanted_endpoints, wanted_digests = list(set(endpoints)), list(set(digests))
     rows: list[tuple[int, str, SeriesKey]] = []
-    for first in range(0, len(wanted_digests), _IN_LIST):
+    for first in range(0, len(wanted_digests), MAX_IN_LIST):
         rows += _rows_where(
             session,
             col(EndpointSeries.endpoint).in_(wanted_endpoints),
-            col(EndpointSeries.labels_digest).in_(wanted_digests[first : first + _IN_LIST]),
+            col(EndpointSeries.labels_digest).in_(wanted_digests[first : first + MAX_IN_LIST]),
         )
     return rows
 
@@ -205,8 +204,10 @@ def keys_of(
     }
     found = {series_id: known.keys[series_id] for series_id in ids if series_id in known.keys}
     unknown = sorted(ids - found.keys())
-    for first in range(0, len(unknown), _IN_LIST):
-        rows = _rows_where(session, col(EndpointSeries.id).in_(unknown[first : first + _IN_LIST]))
+    for first in range(0, len(unknown), MAX_IN_LIST):
+        rows = _rows_where(
+            session, col(EndpointSeries.id).in_(unknown[first : first + MAX_IN_LIST])
+        )
         _remember(session, rows, added=False)
         found.update({series_id: key for series_id, _, key in rows})
     return found

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
 from app.exceptions import InvalidInput, WindowConflict
-from app.lanes import START_MAY_YIELD_S, STOP_MAY_YIELD_S, Lane
+from app.lanes import NO_YIELD_S, STOP_MAY_YIELD_S, Lane
 from app.leases import first_lease_seconds
 from app.models import WindowCreate, WindowPublic, as_utc, utcnow
 from app.prometheus import PrometheusRead, PrometheusSource, SourceError
@@ -139,7 +139,7 @@ async def start_window(
     await _check_body(service, body, targets)
     max_open = service.settings.max_open_windows_per_team
     inserted = await service.writes.write(
-        START_MAY_YIELD_S,
+        NO_YIELD_S,
         add_window,
         actor,
         window_id,
@@ -166,7 +166,7 @@ async def start_window(
                     actor.team, window_id, actor.key, len(targets))  # fmt: skip
         return True, view_from(stored, {})
     outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
-    await service.writes.write(START_MAY_YIELD_S, add_baseline, stored, outcomes)
+    await service.writes.write(NO_YIELD_S, add_baseline, stored, outcomes)
     baselines: dict[int, Reading] = {
         target.id: outcome.series if outcome.series is not None else outcome.error or ""
         for target, outcome in zip(stored.targets, outcomes, strict=True)
@@ -240,9 +240,7 @@ async def stop_window(
         outcomes = [ScrapeOutcome(target, utcnow(), error=FORCE_CLOSED) for target in targets]
     else:
         outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
-    prepared = await service.computations.run(
-        START_MAY_YIELD_S, prepare_close, engine, stored, outcomes
-    )
+    prepared = await service.computations.run(NO_YIELD_S, prepare_close, engine, stored, outcomes)
     closed = await service.writes.write(STOP_MAY_YIELD_S, add_close, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
@@ -288,7 +286,7 @@ async def _stop_from_prometheus(
     writes = service.writes
     await writes.write(STOP_MAY_YIELD_S, add_earlier_snapshots, stored, befores, samples)
     prepared = await service.computations.run(
-        START_MAY_YIELD_S, prepare_close, engine, stored, afters, end, notes
+        NO_YIELD_S, prepare_close, engine, stored, afters, end, notes
     )
     closed = await writes.write(STOP_MAY_YIELD_S, add_close, stored, actor, prepared)
     if closed is None:

@@ -9,7 +9,7 @@ from sqlalchemy import String, bindparam, type_coerce
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from app.db import PerEngine
+from app.db import MAX_IN_LIST, PerEngine
 from app.models import TABLES, as_utc, utcnow
 from app.results import OverlappingWindow, Overlaps, TargetResult
 from app.windows.stored import StoredWindow
@@ -32,7 +32,6 @@ _OPEN_BETWEEN = (
 _TARGET_KEYS_OF = sa_select(_TARGETS.c.window_pk, _TARGETS.c.target).where(
     _TARGETS.c.window_pk.in_(bindparam("window_pks", expanding=True))
 )
-_IN_LIST = 500  # window ids per IN list (SQLite's bound on variables)
 #: Target keys each process keeps, of the windows it looked up last (their rows never change
 #: once stored): a few MB, whatever number of targets hostile windows have.
 MAX_KNOWN_TARGET_KEYS = 200_000
@@ -67,8 +66,10 @@ class _KnownTargets:
             return found
         read: dict[int, set[str]] = {pk: set() for pk in missing}
         pks = list(missing)
-        for first in range(0, len(pks), _IN_LIST):
-            rows = session.execute(_TARGET_KEYS_OF, {"window_pks": pks[first : first + _IN_LIST]})
+        for first in range(0, len(pks), MAX_IN_LIST):
+            rows = session.execute(
+                _TARGET_KEYS_OF, {"window_pks": pks[first : first + MAX_IN_LIST]}
+            )
             for window_pk, key in rows:
                 read[window_pk].add(key)
         with self._lock:

@@ -59,9 +59,7 @@ _TARGET_IDS_OF = sa_select(
         cast(_TARGETS.c.ordinal, String) + ":" + cast(_TARGETS.c.id, String), ","
     )
 ).where(_TARGETS.c.window_pk == bindparam("window_pk"))
-_WINDOW_ID_OF = sa_select(_WINDOWS.c.id).where(
-    _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.window_id == bindparam("window_id")
-)
+_WINDOW_ID_OF = _WINDOW_BY_ID.with_only_columns(_WINDOWS.c.id)  # same row, id only
 _OPEN_WINDOWS_OF_TEAM = sa_select(func.count()).where(
     _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.state == "open"
 )
@@ -211,7 +209,8 @@ def add_window(
     window.id = session.execute(insert, window.model_dump(exclude={"id"})).scalar_one_or_none()
     if window.id is None:
         return None
-    # One Core executemany that returns the new ids in order: no ORM objects, no read-back.
+    # One Core executemany (one multi-row statement on SQLite), no ORM objects; the ids back
+    # in one row.
     rows = [
         {"window_pk": window.id, "ordinal": ordinal, "target": target.key,
          "url": target.url, "headers": dict(target.headers) or None,
