@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from app.scrape.sharing import ScrapeSharing
+from app.scrape.sharing import PATIENCE_S, ScrapeSharing
 from app.scrape.transport import PER_ORIGIN, AiohttpTransport
 
 # Ask for the classic text format: every vLLM version serves it, and OpenMetrics answers
@@ -47,12 +47,12 @@ _NO_COOKIES = _NoCookies()  # keeps nothing: one for every client
 class ScrapeClient(httpx.AsyncClient):
     """httpx's client without cookies: cookies are per host, not per port, so a cookie one
     target sets (a hostile team's server) would be sent to every other server on its host,
-    and the shared client's jar would grow without bound. A scrape needs none. Its scrapes of
-    one endpoint that wait for a connection share one request (`sharing`)."""
+    and the shared client's jar would grow without bound. A scrape needs none. Scrapes of one
+    endpoint asked for while a request of it is in flight share the next one (`sharing`)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.sharing = ScrapeSharing(PER_ORIGIN)
+        self.sharing = ScrapeSharing(PATIENCE_S, PER_ORIGIN)
 
     @property
     def cookies(self) -> httpx.Cookies:

@@ -111,8 +111,8 @@ async def scrape_target(
     client: httpx.AsyncClient, target: Target, config: ScrapeConfig
 ) -> ScrapeOutcome:
     """Scrape `target` once and extract its spec-decode series; never raises. Through the
-    service's client, scrapes of one endpoint waiting for a connection together share one
-    request (`app.scrape.sharing`).
+    service's client, scrapes of one endpoint asked for while a request of it is in flight
+    share the next one (`app.scrape.sharing`).
 
     Any fault of the collector's own is an `INTERNAL` failure with a fixed text (its type
     only: an exception's text may quote a header), so a stop always closes its window.
