@@ -122,6 +122,12 @@ class Settings(BaseSettings):
         ge=0,
         description="Closed windows whose results are kept in memory for reads (0: none).",
     )
+    open_views_cache_windows: int = Field(
+        default=1024,
+        ge=0,
+        description="Open windows whose view (targets, baselines) is kept in memory for reads "
+        "(0: none).",
+    )
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_labels_per_window: int = Field(default=32, ge=0, le=1000)
     max_label_chars: int = Field(

@@ -30,7 +30,7 @@ from app.routes import compare, health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
 from app.state import Services, State
-from app.windows.cache import ResultsCache
+from app.windows.cache import OpenViews, ResultsCache
 from app.windows.lifecycle import WindowService
 
 
@@ -90,7 +90,8 @@ def create_app(
         computations = Lane("specdec-computations", serial=serial)
         windows = WindowService(
             engine, client, scrape, sampler, settings,
-            ResultsCache(settings.results_cache_windows), writes, computations, prometheus,
+            ResultsCache(settings.results_cache_windows), writes, computations,
+            OpenViews(settings.open_views_cache_windows), prometheus,
         )  # fmt: skip
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         services = Services(engine, env_keys, open_mode, windows)

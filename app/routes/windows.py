@@ -25,11 +25,16 @@ from app.results import TargetResult
 from app.routes import error_responses
 from app.safetext import has_control_characters, safe_error_text
 from app.targets import WINDOW_ID_PATTERN, parse_target_key
-from app.windows.lifecycle import closed_results, live_timeline, start_window, stop_window
+from app.windows.lifecycle import (
+    closed_results,
+    live_timeline,
+    start_window,
+    stop_window,
+    window_view,
+)
 from app.windows.listing import WindowFilter, list_windows
 from app.windows.reads import read_bounded_results, read_timeline
 from app.windows.storage import load_window
-from app.windows.views import read_window
 
 router = APIRouter(
     prefix="/windows", tags=["windows"], responses=error_responses(400, 401, 403, 422)
@@ -174,7 +179,7 @@ async def force_close(window_id: WindowId, windows: WindowsDep, actor: AdminActo
 @router.get("/{window_id}", response_model=WindowPublic, responses=error_responses(404))
 async def get_window(window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep) -> Response:
     """The window with its targets and their results."""
-    return _window_json(await run_in_threadpool(read_window, windows.engine, scope, window_id))
+    return _window_json(await window_view(windows, scope, window_id))
 
 
 @router.get("/{window_id}/results", responses=error_responses(404, 409))

@@ -6,9 +6,9 @@ request, sent when the one in flight ends: later than each of them was asked for
 valid reading for each (a start's baseline after its call, a stop's final scrape after its
 call). A slow endpoint is not waited on for long: after `patience_s` (at most a tenth of the
 scrape's timeout) the waiting scrapes send theirs beside the one in flight, as long as fewer
-than `per_endpoint` are (the transport's connections per origin). 200 clients starting windows on the same 20 servers at once asked
-each server ~100 times within a second; the collector now sends a few requests for them, and
-the herd of starts costs half the CPU it cost with up to 32 requests of a server at once.
+than `per_endpoint` are (the transport's connections per origin). 200 clients starting
+windows on the same 20 servers at once asked each server ~100 times within a second; a herd
+like it costs half the CPU it cost when up to 32 requests of a server went out at once.
 
 A scrape is shared only with scrapes of the same URL, headers and configuration; each gets
 the outcome under its own target. A waiting scrape stays within its own timeout: past it, it

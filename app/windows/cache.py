@@ -1,9 +1,14 @@
-"""Results of closed windows, kept per replica (they never change once stopped)."""
+"""What a replica keeps of windows between calls: the results of closed windows (they never
+change once stopped) and the view of open ones (it changes only when they close)."""
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
+from app.models import WindowPublic
 from app.results import TargetResult
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,31 +31,59 @@ class ClosedResults:
         return found
 
 
-class ResultsCache:
-    """The results of recently read closed windows, by (team, window id).
+class RecentWindows(Generic[V]):
+    """A value per window, by (team, window id), for the `max_windows` read last.
 
-    A closed window's results never change (a stop stores them with their overlaps; nothing
-    rewrites them and windows are not deleted), so every replica may keep them: a read is then
-    a dict lookup on the event loop instead of a thread-pool hop and two queries. The least
-    recently read beyond `max_windows` are dropped. Used from the event loop only.
+    Windows are never deleted and a window id names one window of its team for good, so an
+    entry never stands for another window. Used from the event loop only.
     """
 
     def __init__(self, max_windows: int) -> None:
-        self._windows: OrderedDict[tuple[str, str], ClosedResults] = OrderedDict()
+        self._windows: OrderedDict[tuple[str, str], V] = OrderedDict()
         self._max_windows = max_windows
 
-    def get(self, team: str, window_id: str) -> ClosedResults | None:
+    def get(self, team: str, window_id: str) -> V | None:
         found = self._windows.get((team, window_id))
         if found is not None:
             self._windows.move_to_end((team, window_id))
         return found
 
+    def put(self, team: str, window_id: str, value: V) -> None:
+        if self._max_windows > 0:
+            self._windows[(team, window_id)] = value
+            self._windows.move_to_end((team, window_id))
+            if len(self._windows) > self._max_windows:
+                self._windows.popitem(last=False)
+
+    def drop(self, team: str, window_id: str) -> None:
+        self._windows.pop((team, window_id), None)
+
+
+class ResultsCache:
+    """The results of recently read closed windows, by (team, window id).
+
+    A closed window's results never change (a stop stores them with their overlaps; nothing
+    rewrites them), so every replica may keep them: a read is then a dict lookup on the event
+    loop instead of a thread-pool hop and two queries.
+    """
+
+    def __init__(self, max_windows: int) -> None:
+        self._windows = RecentWindows[ClosedResults](max_windows)
+
+    def get(self, team: str, window_id: str) -> ClosedResults | None:
+        return self._windows.get(team, window_id)
+
     def put(
         self, team: str, window_id: str, results: list[tuple[str, TargetResult]]
     ) -> ClosedResults:
         closed = ClosedResults(results)
-        if self._max_windows > 0:
-            self._windows[(team, window_id)] = closed
-            if len(self._windows) > self._max_windows:
-                self._windows.popitem(last=False)
+        self._windows.put(team, window_id, closed)
         return closed
+
+
+#: The views of open windows this replica started or read. An open window's view (its
+#: targets and their baselines) is fixed until it closes, and whether it has closed is one
+#: indexed column. A read of an open window (a dashboard polling it, the load benchmark's
+#: client after each start) cost the collector more than the start: its baselines were read
+#: from the catalogue and summed anew each time.
+OpenViews = RecentWindows[WindowPublic]

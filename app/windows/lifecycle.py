@@ -22,10 +22,16 @@ from app.safetext import has_control_characters, safe_error_text
 from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Reading, timeline
 from app.targets import Target
-from app.windows.cache import ClosedResults, ResultsCache
+from app.windows.cache import ClosedResults, OpenViews, ResultsCache
 from app.windows.closing import add_close, prepare_close
 from app.windows.reads import read_results
-from app.windows.storage import add_baseline, add_earlier_snapshots, add_window, load_window
+from app.windows.storage import (
+    add_baseline,
+    add_earlier_snapshots,
+    add_window,
+    load_window,
+    window_state,
+)
 from app.windows.stored import Actor, SamplerHandle, StoredTarget, StoredWindow
 from app.windows.views import read_window, view_from
 
@@ -50,6 +56,7 @@ class WindowService:
     # on SQLite (see `app.lanes`).
     writes: Lane
     computations: Lane
+    open_views: OpenViews
     # The deployment's Prometheus, when SPECDEC_PROMETHEUS_URL names one.
     prometheus: PrometheusSource | None = None
 
@@ -159,12 +166,12 @@ async def start_window(
         if not _same_targets(stored, targets):
             known = ", ".join(t.key for t in stored.targets)
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
-        return False, await run_in_threadpool(read_window, engine, actor.team, window_id)
+        return False, await window_view(service, actor.team, window_id)
     stored = inserted
     if body.source == "prometheus":  # nothing to scrape: Prometheus is read at the stop
         logger.info("window %s/%s started by %s from Prometheus: %d targets",
                     actor.team, window_id, actor.key, len(targets))  # fmt: skip
-        return True, view_from(stored, {})
+        return True, _opened(service, view_from(stored, {}))
     outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
     await service.writes.write(NO_YIELD_S, add_baseline, stored, outcomes)
     baselines: dict[int, Reading] = {
@@ -178,7 +185,26 @@ async def start_window(
         "window %s/%s started by %s: %d targets, %d failed",
         actor.team, window_id, actor.key, len(targets), failed,
     )  # fmt: skip
-    return True, view_from(stored, baselines)
+    return True, _opened(service, view_from(stored, baselines))
+
+
+def _opened(service: WindowService, view: WindowPublic) -> WindowPublic:
+    service.open_views.put(view.team, view.id, view)
+    return view
+
+
+async def window_view(service: WindowService, team: str, window_id: str) -> WindowPublic:
+    """The window's public view; an open one's as this replica keeps it, once its row says
+    it is still open (another replica may have closed it)."""
+    kept = service.open_views.get(team, window_id)
+    if kept is not None:
+        if await run_in_threadpool(window_state, service.engine, team, window_id) == "open":
+            return kept
+        service.open_views.drop(team, window_id)
+    view = await run_in_threadpool(read_window, service.engine, team, window_id)
+    if view.state == "open":
+        service.open_views.put(team, window_id, view)
+    return view
 
 
 async def closed_results(service: WindowService, team: str, window_id: str) -> ClosedResults:
@@ -227,6 +253,8 @@ async def stop_window(
     stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
     if stored.window.state == "closed":
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
+    # Memory only: every use of a kept view first reads whether the window is still open.
+    service.open_views.drop(actor.team, window_id)
     if at is not None and stored.window.source != "prometheus":
         raise InvalidInput(
             ["body", "at"], "only a window read from Prometheus may stop in the past"

@@ -65,6 +65,20 @@ _OPEN_WINDOWS_OF_TEAM = sa_select(func.count()).where(
 )
 
 
+_STATE_OF = sa_select(_WINDOWS.c.state).where(
+    _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.window_id == bindparam("window_id")
+)
+
+
+def window_state(engine: Engine, team: str, window_id: str) -> str | None:
+    """The window's state (`open`, `closed`), None if there is no such window."""
+    with engine.connect() as connection:
+        state: str | None = connection.execute(
+            _STATE_OF, {"team": team, "window_id": window_id}
+        ).scalar()
+        return state
+
+
 def find_window(session: Session, team: str, window_id: str) -> StoredWindow | None:
     window = session.exec(_WINDOW_BY_ID, params={"team": team, "window_id": window_id}).first()
     if window is None:
