@@ -7,6 +7,7 @@ the error text of a scrape that failed.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from app.counters import GAUGES, POSITION_LABELS, Role
@@ -39,21 +40,23 @@ class Totals:
 
     def add(self, key: SeriesKey, amount: float) -> None:
         """Add `amount` to the field of `key`'s role (per position for accepted per position)."""
-        if key.role is Role.DRAFTS:
-            self.num_drafts += amount
-        elif key.role is Role.DRAFT_TOKENS:
-            self.num_draft_tokens += amount
-        elif key.role is Role.ACCEPTED:
-            self.num_accepted_tokens += amount
-        elif key.role is Role.ACCEPTED_PER_POSITION:
+        role = key.role
+        # Most series of a payload count accepted tokens at a position: that test comes first.
+        if role is Role.ACCEPTED_PER_POSITION:
             _add_at(self.accepted_per_pos, key, amount)
-        elif key.role is Role.DRAFTED_PER_POSITION:
+        elif role is Role.DRAFTS:
+            self.num_drafts += amount
+        elif role is Role.DRAFT_TOKENS:
+            self.num_draft_tokens += amount
+        elif role is Role.ACCEPTED:
+            self.num_accepted_tokens += amount
+        elif role is Role.DRAFTED_PER_POSITION:
             _add_at(self.drafted_per_pos, key, amount)
-        elif key.role is Role.VERIFY_CALLS:
+        elif role is Role.VERIFY_CALLS:
             self.verify_calls += amount
-        elif key.role is Role.GENERATION_TOKENS:
+        elif role is Role.GENERATION_TOKENS:
             self.generation_tokens += amount
-        elif key.role is Role.REQUESTS:
+        elif role is Role.REQUESTS:
             self.requests += amount
 
     def absorb(self, other: "Totals") -> None:
@@ -82,7 +85,7 @@ class Totals:
 
 
 def _add_at(by_position: dict[int, float], key: SeriesKey, amount: float) -> None:
-    position = _position(key)
+    position = _position(key.labels)
     if position is not None:
         by_position[position] = by_position.get(position, 0.0) + amount
 
@@ -93,8 +96,10 @@ def _merge(into: dict[int, float], more: dict[int, float]) -> None:
         into[position] = into.get(position, 0.0) + amount
 
 
-def _position(key: SeriesKey) -> int | None:
-    for name, value in key.labels:
+# Asked for each per-position series of every snapshot summed; a server repeats its label sets.
+@lru_cache(maxsize=8192)
+def _position(labels: tuple[tuple[str, str], ...]) -> int | None:
+    for name, value in labels:
         if name in POSITION_LABELS:
             try:
                 return int(value)

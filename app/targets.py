@@ -246,6 +246,13 @@ def parse_target(value: str | Mapping[str, Any]) -> Target:
         )  # fmt: skip
     if not isinstance(value, str):
         raise ValueError("a target is a string or an object with host_ip and host_port")
+    return _parse_text(value)
+
+
+# Pure, and asked twice per target of every start (its body's check, then its parse): the
+# parsed target is immutable, so one parse of each text serves them all.
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Target:
     if value.startswith(PROMETHEUS_PREFIX):  # as stored for a window read from Prometheus
         selector = value[len(PROMETHEUS_PREFIX) :]
         instance = re.fullmatch(r'\{instance="([^"]*)"\}', selector)
