@@ -37,6 +37,10 @@ class ScrapeOutcome:
     error: str | None = None
     kind: ScrapeErrorKind | None = None
 
+    def for_target(self, target: Target) -> "ScrapeOutcome":
+        """The same outcome under `target` (a scrape shared with another of the same endpoint)."""
+        return ScrapeOutcome(target, self.taken_at, self.series, self.error, self.kind)
+
 
 def timed_out(target: Target, timeout_s: float) -> ScrapeOutcome:
     """A scrape that did not end within its whole timeout."""

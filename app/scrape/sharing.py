@@ -18,7 +18,7 @@ fails as a timeout, and the shared request goes on for the others.
 import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 from app.scrape.outcome import ScrapeOutcome, timed_out
 from app.targets import Target
@@ -32,13 +32,14 @@ PATIENCE_S = 0.25
 
 @dataclass(slots=True)
 class _Waiting:
-    """The one request the scrapes waiting now will share, how to send it, in whose context
-    (the first of them: its team shares the name resolver), and the timer that sends it
-    beside the one in flight if that one is slow."""
+    """The scrapes waiting now for the one request they will share (each its own future:
+    None once its timeout passed), how to send it, in whose context (the first of them: its
+    team shares the name resolver), and the timer that sends it beside the one in flight if
+    that one is slow."""
 
-    shared: "asyncio.Future[ScrapeOutcome]"
     send: Scrape
     context: contextvars.Context
+    waiters: "list[asyncio.Future[ScrapeOutcome | None]]" = field(default_factory=list)
     impatient: asyncio.TimerHandle | None = None
 
 
@@ -70,21 +71,25 @@ class ScrapeSharing:
                 return await send()
             finally:
                 self._sent(endpoint)
+        loop = asyncio.get_running_loop()
         waiting = endpoint.waiting
         if waiting is None:
-            loop = asyncio.get_running_loop()
-            waiting = endpoint.waiting = _Waiting(
-                loop.create_future(), send, contextvars.copy_context()
-            )
+            waiting = endpoint.waiting = _Waiting(send, contextvars.copy_context())
             patience_s = min(self._patience_s, timeout_s / 10)
             waiting.impatient = loop.call_later(patience_s, self._impatient, endpoint)
+        # A future of its own and a timer, not a shield of the shared request and a timeout
+        # scope: a herd of starts waited in thousands of scrapes at once, and those cost a
+        # tenth of its CPU. Cancelled, it leaves the request to the others.
+        mine: asyncio.Future[ScrapeOutcome | None] = loop.create_future()
+        waiting.waiters.append(mine)
+        timer = loop.call_later(timeout_s, _answer, mine, None)
         try:
-            async with asyncio.timeout(timeout_s):
-                # Shielded: a waiting scrape that is cancelled leaves the request to the others.
-                outcome = await asyncio.shield(waiting.shared)
-        except TimeoutError:
+            outcome = await mine
+        finally:
+            timer.cancel()
+        if outcome is None:
             return timed_out(target, timeout_s)
-        return replace(outcome, target=target)
+        return outcome.for_target(target)
 
     def _impatient(self, endpoint: _Endpoint) -> None:
         """The request in flight is slow: the waiting scrapes send theirs beside it, if the
@@ -107,16 +112,25 @@ class ScrapeSharing:
         if waiting.impatient is not None:
             waiting.impatient.cancel()
         endpoint.sending += 1
-        shared, send = waiting.shared, waiting.send
+        waiters, send = waiting.waiters, waiting.send
 
         async def send_shared() -> None:
+            outcome = None
             try:
-                shared.set_result(await send())  # a scrape never raises
+                outcome = await send()  # a scrape never raises
             finally:
-                if not shared.done():  # cancelled (the service stops): so are its waiters
-                    shared.cancel()
+                for waiter in waiters:
+                    if outcome is None:  # cancelled (the service stops): so are its waiters
+                        waiter.cancel()
+                    else:
+                        _answer(waiter, outcome)
                 self._sent(endpoint)
 
         task = asyncio.get_running_loop().create_task(send_shared(), context=waiting.context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _answer(waiter: "asyncio.Future[ScrapeOutcome | None]", outcome: ScrapeOutcome | None) -> None:
+    if not waiter.done():  # timed out, or cancelled, before
+        waiter.set_result(outcome)
