@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import bindparam, func
+from sqlalchemy import bindparam, create_engine, func
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import StaticPool
 from sqlmodel import Session, col, select
+from starlette.concurrency import run_in_threadpool
 
 from app.exceptions import NotAllowed, NotAuthenticated
 from app.models import TABLES, ApiKey, utcnow
@@ -151,6 +154,53 @@ class OpenMode(StrEnum):
         return active_db_keys(engine) == 0
 
 
+class AnonymousAccess:
+    """Whether a request without a key is served now (see `OpenMode`), asked by every one.
+
+    The keys are read from the database each time (one created by `specdec keys create` or on
+    another replica closes the service at once), but on SQLite from the event loop, through a
+    connection of its own that never waits for a lock (a rare lock falls back to a thread):
+    the thread-pool hop cost more than the rest of a cached read. Once a key exists in
+    `UNTIL_FIRST_KEY` mode the service is closed for good, and nothing more is read.
+    """
+
+    def __init__(self, mode: OpenMode, env_keys: list[EnvKey], engine: Engine) -> None:
+        self.mode = mode
+        self._env_keys, self._engine = env_keys, engine
+        self._closed_for_good = bool(env_keys) or mode is OpenMode.NEVER
+        self._on_loop = None if self._closed_for_good else _reader_on_the_loop(engine)
+
+    async def is_open(self) -> bool:
+        if self._closed_for_good:
+            return False
+        found: bool | None = None
+        if self._on_loop is not None:
+            try:
+                found = self.mode.is_open(self._env_keys, self._on_loop)
+            except OperationalError:  # locked: a thread may wait for it
+                found = None
+        if found is None:
+            found = await run_in_threadpool(self.mode.is_open, self._env_keys, self._engine)
+        if not found and self.mode is OpenMode.UNTIL_FIRST_KEY:
+            self._closed_for_good = True
+        return found
+
+    def close(self) -> None:
+        if self._on_loop is not None:
+            self._on_loop.dispose()
+
+
+def _reader_on_the_loop(engine: Engine) -> Engine | None:
+    """One connection to the same SQLite file that fails at once rather than wait for a lock
+    (WAL readers take none but in recovery); None for other databases and for one in memory."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return create_engine(
+        url, poolclass=StaticPool, connect_args={"check_same_thread": False, "timeout": 0}
+    )
+
+
 def create_key(engine: Engine, team: str, role: str) -> tuple[ApiKey, str]:
     """Store a new key of `team` with `role`; the key itself is returned once, never stored."""
     key = new_key()
@@ -204,14 +254,19 @@ def _bearer(authorization: str) -> str:
     return authorization[len(_BEARER) :].strip()
 
 
+def anonymous(is_open: bool) -> Principal:
+    """The caller of a request without a key: team `default` in open mode, else 401."""
+    if is_open:
+        return Principal(DEFAULT_TEAM, "write", "anonymous")
+    raise NotAuthenticated("an API key is required: Authorization: Bearer <key>")
+
+
 def authenticate(
     authorization: str | None, env_keys: list[EnvKey], engine: Engine, open_mode: OpenMode
 ) -> Principal:
     """The caller of a request with this `Authorization` header, or 401."""
     if authorization is None:
-        if open_mode.is_open(env_keys, engine):
-            return Principal(DEFAULT_TEAM, "write", "anonymous")
-        raise NotAuthenticated("an API key is required: Authorization: Bearer <key>")
+        return anonymous(open_mode.is_open(env_keys, engine))
     key = _bearer(authorization)
     found = _env_principal(key, env_keys) or _lookup(engine, key)
     if found is None:

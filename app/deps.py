@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from app.auth import (
     TEAM_PATTERN,
     Principal,
+    anonymous,
     authenticate,
     principal_from_env_keys,
     team_scope,
@@ -60,16 +61,18 @@ _PRINCIPAL = "specdec.principal"
 async def get_principal(request: Request) -> Principal:
     """The authenticated caller.
 
-    A key from SPECDEC_API_KEYS is checked here on the event loop; only what needs the
-    database (stored keys, open mode) goes to the thread pool: that hop cost more than the
-    rest of a cached read.
+    A key from SPECDEC_API_KEYS is checked here on the event loop, and so is open mode on
+    SQLite (`AnonymousAccess`); only a stored key goes to the thread pool: that hop cost more
+    than the rest of a cached read.
     """
     found: Principal | None = request.scope.get(_PRINCIPAL)
     if found is not None:
         return found
     services = _services(request)
     authorization = request.headers.get("authorization")
-    if authorization is not None:
+    if authorization is None:
+        found = anonymous(await services.anonymous.is_open())
+    else:
         found = principal_from_env_keys(authorization, services.env_keys)
     if found is None:
         found = await run_in_threadpool(
@@ -77,7 +80,7 @@ async def get_principal(request: Request) -> Principal:
             authorization,
             services.env_keys,
             services.engine,
-            services.open_mode,
+            services.anonymous.mode,
         )
     request.scope[_PRINCIPAL] = found
     return found

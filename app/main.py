@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from app import __version__
-from app.auth import OpenMode, parse_env_keys
+from app.auth import AnonymousAccess, OpenMode, parse_env_keys
 from app.config import Settings, get_settings
 from app.db import create_db_engine, database_unavailable, takes_turns, upgrade_database
 from app.exception_handlers import add_exception_handlers
@@ -94,7 +94,8 @@ def create_app(
             OpenViews(settings.open_views_cache_windows), prometheus,
         )  # fmt: skip
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
-        services = Services(engine, env_keys, open_mode, windows)
+        anonymous = AnonymousAccess(open_mode, env_keys, engine)
+        services = Services(engine, env_keys, anonymous, windows)
         database_metrics = DatabaseMetrics(engine)
         REGISTRY.register(database_metrics)
         await sampler.start()
@@ -112,6 +113,7 @@ def create_app(
             await run_in_threadpool(computations.close)
             await run_in_threadpool(writes.close)
             await client.aclose()
+            anonymous.close()
             if isinstance(scrape.resolve, SystemResolver):
                 scrape.resolve.close()
             engine.dispose()

@@ -6,7 +6,7 @@ from typing import TypedDict
 
 from sqlalchemy.engine import Engine
 
-from app.auth import EnvKey, OpenMode
+from app.auth import AnonymousAccess, EnvKey
 from app.windows.lifecycle import WindowService
 
 
@@ -29,8 +29,8 @@ class Services:
 
     engine: Engine
     env_keys: list[EnvKey]
-    # When a request without a key is served as team `default` (`specdec serve` decides).
-    open_mode: OpenMode
+    # Whether a request without a key is served as team `default` (`specdec serve` decides).
+    anonymous: AnonymousAccess
     windows: WindowService
     health: Health = field(default_factory=Health)
 

@@ -1,12 +1,19 @@
 """Keys, roles and teams: the pure parts and the database-backed keys."""
 
+import asyncio
+import sqlite3
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
+import app.auth
 from app.auth import (
+    AnonymousAccess,
     OpenMode,
     Principal,
     authenticate,
@@ -104,6 +111,78 @@ def test_open_mode_only_without_any_key(engine: Engine) -> None:
     env = parse_env_keys(f"a:write:{KEY_A}")
     with pytest.raises(NotAuthenticated):
         authenticate(None, env, engine, OpenMode.WHILE_NO_ACTIVE_KEY)
+
+
+@pytest.mark.anyio
+async def test_open_mode_closes_at_the_first_key_another_process_creates(engine: Engine) -> None:
+    """Asked anew on every request (a key made by `specdec keys create` closes it at once),
+    then never again once a key exists; on SQLite from the event loop, not a thread."""
+    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], engine)
+    on_sqlite = engine.dialect.name == "sqlite"
+    real_hop = app.auth.run_in_threadpool
+    hops: list[object] = []
+
+    async def counted_hop(*args: object) -> object:
+        hops.append(args[0])
+        return await real_hop(*args)  # type: ignore[arg-type]
+
+    app.auth.run_in_threadpool = counted_hop  # type: ignore[assignment]
+    try:
+        assert await access.is_open() and await access.is_open()
+        other = create_db_engine(str(engine.url.render_as_string(hide_password=False)))
+        row, _ = create_key(other, "t", "read")
+        assert not await access.is_open()
+        assert revoke_key(other, row.id or 0)
+        other.dispose()
+        statements: list[str] = []
+        event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+        assert not await access.is_open()  # closed for good: nothing read
+        assert statements == []
+    finally:
+        app.auth.run_in_threadpool = real_hop  # type: ignore[assignment]
+        access.close()
+    assert len(hops) == (0 if on_sqlite else 3)
+    reopening = AnonymousAccess(OpenMode.WHILE_NO_ACTIVE_KEY, [], engine)
+    assert await reopening.is_open() and await reopening.is_open()  # every key revoked
+    reopening.close()
+    closed = AnonymousAccess(
+        OpenMode.WHILE_NO_ACTIVE_KEY, parse_env_keys(f"a:write:{KEY_A}"), engine
+    )
+    assert not await closed.is_open()
+
+
+@pytest.mark.anyio
+async def test_a_locked_sqlite_file_is_waited_for_in_a_thread_never_on_the_loop(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/locked.db"
+    upgrade_database(url)
+    engine = create_db_engine(url)
+    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], engine)
+    # A connection in exclusive locking mode keeps even WAL readers out until it closes.
+    holder = sqlite3.connect(f"{tmp_path}/locked.db", check_same_thread=False)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("DELETE FROM api_key")
+    holder.commit()
+    threading.Timer(0.5, holder.close).start()
+    ticks: list[float] = []
+
+    async def tick() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.02)
+
+    ticker = asyncio.ensure_future(tick())
+    began = time.monotonic()
+    try:
+        assert await access.is_open()  # no key: open, once the lock is gone
+    finally:
+        ticker.cancel()
+        access.close()
+        engine.dispose()
+    assert time.monotonic() - began >= 0.4  # it waited for the lock...
+    assert len([t for t in ticks if t - began < 0.4]) >= 10  # ...and the loop ran meanwhile
 
 
 def test_open_mode_of_the_bind_and_the_setting() -> None:
