@@ -9,10 +9,11 @@ import fcntl
 import math
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import IO, Any, Concatenate, Generic, ParamSpec, TypeVar
 from weakref import WeakKeyDictionary
 
 import pydantic_core
@@ -101,7 +102,7 @@ def create_db_engine(
     engine.dialect.use_insertmanyvalues_wo_returning = True
     _WRITE_LOCKS[engine] = threading.Lock()
     if url.database and url.database != ":memory:":
-        _WRITER_FILES[engine] = Path(f"{url.database}.writer-lock")
+        _WRITER_FILES[engine] = _WriterFile(Path(f"{url.database}.writer-lock"))
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -147,7 +148,28 @@ def create_db_engine(
 _WRITE_LOCKS: "WeakKeyDictionary[Engine, threading.Lock]" = WeakKeyDictionary()
 # Beside a SQLite file: the lock the writers of every process (`specdec serve --workers N`)
 # take turns on, as this process's writers do on `_WRITE_LOCKS`.
-_WRITER_FILES: "WeakKeyDictionary[Engine, Path]" = WeakKeyDictionary()
+_WRITER_FILES: "WeakKeyDictionary[Engine, _WriterFile]" = WeakKeyDictionary()
+
+
+class _WriterFile:
+    """The lock file of one engine, opened once (opening it for every write was ~2 % of a
+    window's CPU) and closed with the engine's last reference. The threads of a process share
+    it: they take `_WRITE_LOCKS` first, so one of them at a time holds its lock."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._handle: IO[str] | None = None
+
+    def handle(self) -> IO[str] | None:
+        """The open file; None where it cannot be made (a read-only folder: tried again next
+        time)."""
+        if self._handle is None:
+            try:
+                self._handle = self._path.open("a")
+            except OSError:
+                return None
+            weakref.finalize(self, self._handle.close)
+        return self._handle
 
 
 def takes_turns(engine: Engine) -> bool:
@@ -159,20 +181,16 @@ def takes_turns(engine: Engine) -> bool:
 def _every_process_turn(engine: Engine) -> Iterator[None]:
     """Every process's turn: a file lock, where the file can be made (a read-only folder only
     loses the fairness, not the write)."""
-    path = _WRITER_FILES.get(engine)
-    try:
-        handle = path.open("a") if path is not None else None
-    except OSError:
-        handle = None
+    file = _WRITER_FILES.get(engine)
+    handle = file.handle() if file is not None else None
     if handle is None:
         yield
         return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """The schema comes from the migrations, and the migrations agree with the models."""
 
 import hashlib
+import os
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -321,5 +322,18 @@ def test_sqlite_writers_of_every_process_take_turns_on_a_file_lock(tmp_path: Pat
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with lock_file.open("a") as other:
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the write is done
+        for _ in range(3):
+            with write_session(engine):
+                pass
+        # Opened once per engine, not for every write.
+        opened = [fd for fd in Path("/proc/self/fd").iterdir() if _target(fd) == str(lock_file)]
+        assert len(opened) == 1
     finally:
         engine.dispose()
+
+
+def _target(fd: Path) -> str:
+    try:
+        return os.readlink(fd)
+    except OSError:  # closed meanwhile
+        return ""
