@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from app import __version__
+from app.allocator import tune_allocator
 from app.auth import AnonymousAccess, OpenMode, parse_env_keys
 from app.config import Settings, get_settings
 from app.db import create_db_engine, database_unavailable, takes_turns, upgrade_database
@@ -65,6 +66,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
+        tune_allocator()  # each worker process: large answers reuse heap blocks
         # Migrations run before the first request is accepted.
         await run_in_threadpool(upgrade_database, settings.database_url)
         engine = create_db_engine(
