@@ -4,6 +4,9 @@ server that counts what it is asked and when."""
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -13,7 +16,7 @@ from app.scrape import ScrapeConfig, ScrapeOutcome, new_client, scrape_target
 from app.scrape.client import ScrapeClient
 from app.scrape.sharing import ScrapeSharing
 from app.targets import Target, parse_target
-from tests.metrics_server import serve_metrics
+from tests.metrics_server import MetricsServer, serve_metrics
 from tests.payloads import EngineCounters, vllm_payload
 
 pytestmark = pytest.mark.anyio
@@ -26,6 +29,34 @@ def _share(client: httpx.AsyncClient, patience_s: float, per_endpoint: int) -> N
     endpoint at once (the service: 0.25 s and 32)."""
     assert isinstance(client, ScrapeClient)
     client.sharing = ScrapeSharing(patience_s, per_endpoint)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    server: MetricsServer
+    target: Target
+    scrape: Callable[[], Awaitable[ScrapeOutcome]]  # another scrape of the target
+    first: "asyncio.Future[ScrapeOutcome]"  # the scrape in flight
+
+
+@asynccontextmanager
+async def _one_in_flight(
+    delay_s: float,
+    patience_s: float,
+    per_endpoint: int,
+    timeout_s: float = 5.0,
+    ahead_s: float = 0.1,
+) -> AsyncIterator[InFlight]:
+    """A server answering after `delay_s`, a client sharing as `_share` says, and a first
+    scrape of the server sent `ahead_s` ago."""
+    config = ScrapeConfig(timeout_s, 1 << 20)
+    with serve_metrics(body=PAYLOAD.encode(), delay_s=delay_s) as server:
+        async with new_client(timeout_s) as client:
+            _share(client, patience_s, per_endpoint)
+            target = parse_target(server.target)
+            first = asyncio.ensure_future(scrape_target(client, target, config))
+            await asyncio.sleep(ahead_s)
+            yield InFlight(server, target, lambda: scrape_target(client, target, config), first)
 
 
 async def test_scrapes_asked_meanwhile_share_one_request_sent_after_each_was_asked() -> None:
@@ -55,68 +86,47 @@ async def test_scrapes_asked_meanwhile_share_one_request_sent_after_each_was_ask
 
 
 async def test_a_slow_request_in_flight_is_waited_on_for_the_patience_only() -> None:
-    config = ScrapeConfig(5.0, 1 << 20)
-    with serve_metrics(body=PAYLOAD.encode(), delay_s=1.0) as server:
-        async with new_client(5.0) as client:
-            _share(client, patience_s=0.2, per_endpoint=32)
-            target = parse_target(server.target)
-            first = asyncio.ensure_future(scrape_target(client, target, config))
-            await asyncio.sleep(0.1)
-            began = time.monotonic()
-            waited = [asyncio.ensure_future(scrape_target(client, target, config)) for _ in "ab"]
-            outcomes = await asyncio.gather(first, *waited)
+    async with _one_in_flight(delay_s=1.0, patience_s=0.2, per_endpoint=32) as flight:
+        began = time.monotonic()
+        waited = [asyncio.ensure_future(flight.scrape()) for _ in "ab"]
+        outcomes = await asyncio.gather(flight.first, *waited)
     assert [o.error for o in outcomes] == [None] * 3
-    (_, first_answered), (shared_arrived, _) = sorted(server.spans)
+    (_, first_answered), (shared_arrived, _) = sorted(flight.server.spans)
     assert began + 0.2 <= shared_arrived < first_answered  # beside the slow one, both waiters
 
 
 async def test_an_endpoint_with_every_place_taken_is_waited_on_past_the_patience() -> None:
-    config = ScrapeConfig(5.0, 1 << 20)
-    with serve_metrics(body=PAYLOAD.encode(), delay_s=0.5) as server:
-        async with new_client(5.0) as client:
-            _share(client, patience_s=0.05, per_endpoint=1)
-            target = parse_target(server.target)
-            first = asyncio.ensure_future(scrape_target(client, target, config))
-            await asyncio.sleep(0.1)
-            late = await scrape_target(client, target, config)
-            assert (await first).error is None and late.error is None
-    (_, first_answered), (shared_arrived, _) = sorted(server.spans)
+    async with _one_in_flight(delay_s=0.5, patience_s=0.05, per_endpoint=1) as flight:
+        late = await flight.scrape()
+        assert (await flight.first).error is None and late.error is None
+    (_, first_answered), (shared_arrived, _) = sorted(flight.server.spans)
     assert shared_arrived >= first_answered
 
 
 async def test_a_waiting_scrape_keeps_its_own_timeout_and_the_request_goes_on() -> None:
-    config = ScrapeConfig(0.5, 1 << 20)
-    with serve_metrics(body=PAYLOAD.encode(), delay_s=0.4) as server:
-        async with new_client(0.5) as client:
-            _share(client, patience_s=10.0, per_endpoint=1)
-            target = parse_target(server.target)
-            first = asyncio.ensure_future(scrape_target(client, target, config))
-            await asyncio.sleep(0.05)
-            began = time.monotonic()
-            late = await scrape_target(client, target, config)  # 0.35 s waiting + 0.4 s
-            waited = time.monotonic() - began
-            assert (await first).error is None
-            await asyncio.sleep(0.6)  # the shared request ends meanwhile
-    assert late.error == f"Failed to fetch metrics from {server.url}: timed out after 0.5 s"
+    async with _one_in_flight(
+        delay_s=0.4, patience_s=10.0, per_endpoint=1, timeout_s=0.5, ahead_s=0.05
+    ) as flight:
+        began = time.monotonic()
+        late = await flight.scrape()  # 0.35 s waiting + 0.4 s
+        waited = time.monotonic() - began
+        assert (await flight.first).error is None
+        await asyncio.sleep(0.6)  # the shared request ends meanwhile
+    url = flight.server.url
+    assert late.error == f"Failed to fetch metrics from {url}: timed out after 0.5 s"
     assert 0.5 <= waited < 1.5  # its own timeout, not the shared request's end
-    assert server.count() == 2
+    assert flight.server.count() == 2
 
 
 async def test_a_cancelled_waiting_scrape_leaves_the_request_to_the_others() -> None:
-    config = ScrapeConfig(5.0, 1 << 20)
-    with serve_metrics(body=PAYLOAD.encode(), delay_s=0.2) as server:
-        async with new_client(5.0) as client:
-            _share(client, patience_s=10.0, per_endpoint=1)
-            target = parse_target(server.target)
-            first = asyncio.ensure_future(scrape_target(client, target, config))
-            await asyncio.sleep(0.05)
-            gone = asyncio.ensure_future(scrape_target(client, target, config))
-            kept = asyncio.ensure_future(scrape_target(client, target, config))
-            await asyncio.sleep(0.05)
-            gone.cancel()
-            assert (await first).error is None and (await kept).error is None
-            assert gone.cancelled()
-    assert server.count() == 2
+    async with _one_in_flight(delay_s=0.2, patience_s=10.0, per_endpoint=1, ahead_s=0.05) as flight:
+        gone = asyncio.ensure_future(flight.scrape())
+        kept = asyncio.ensure_future(flight.scrape())
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        assert (await flight.first).error is None and (await kept).error is None
+        assert gone.cancelled()
+    assert flight.server.count() == 2
 
 
 async def test_scrapes_with_other_headers_never_share() -> None:
