@@ -25,7 +25,7 @@ from app.scrape import ScrapeOutcome
 from app.targets import Target, parse_target
 from app.windows.cache import OpenViews, ResultsCache
 from app.windows.closing import close_window
-from app.windows.lifecycle import WindowService, window_view
+from app.windows.lifecycle import WindowService, window_json
 from app.windows.overlaps import overlaps_of
 from app.windows.storage import add_window, load_window, store_baseline, store_snapshots
 from app.windows.stored import Actor
@@ -126,9 +126,9 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     series = extract_spec_decode(vllm_payload([counters]))
     store_baseline(engine, stored, [ScrapeOutcome(target, datetime.now(UTC), series=series)])
     service = _service_for_reads(engine)
-    first = await window_view(service, "default", "w")
-    before = first.targets[0].before
-    assert before is not None and before.model_dump() == {
+    first = await window_json(service, "default", "w")
+    before = json.loads(first)["targets"][0]["before"]
+    assert before == {
         "num_drafts": 5, "num_draft_tokens": 15, "num_accepted_tokens": 6,
         "accepted_per_pos": {"0": 3, "1": 2, "2": 1},
     }  # fmt: skip
@@ -138,39 +138,35 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
         statements.append(statement)
 
     event.listen(engine, "after_cursor_execute", record)
-    again = await window_view(service, "default", "w")
+    again = await window_json(service, "default", "w")
     event.remove(engine, "after_cursor_execute", record)
-    assert again == first
+    assert again is first  # kept
     assert len(statements) == 1 and statements[0].replace('"', "").startswith("SELECT window.state")
     later = EngineCounters(drafts=9, draft_tokens=27, accepted_per_pos=[6, 4, 1])
     final = ScrapeOutcome(
         target, datetime.now(UTC), series=extract_spec_decode(vllm_payload([later]))
     )
     assert close_window(other, stored, Actor("default", "t"), [final]) is not None
-    shown = await window_view(service, "default", "w")
-    assert shown.state == "closed"
-    result = shown.targets[0].result
-    assert result is not None and result.data is not None
-    assert (result.data.num_drafts, result.data.draft_tokens, result.data.accepted_tokens) == (
-        4,
-        12,
-        5,
-    )
-    assert result.data.acceptance_rate == 5 / 12 * 100
-    assert await window_view(service, "default", "w") == shown  # a closed view is not kept
+    shown = json.loads(await window_json(service, "default", "w"))
+    assert shown["state"] == "closed"
+    data = shown["targets"][0]["result"]["data"]
+    assert (data["num_drafts"], data["draft_tokens"], data["accepted_tokens"]) == (4, 12, 5)
+    assert data["acceptance_rate"] == 5 / 12 * 100
+    again_closed = await window_json(service, "default", "w")
+    assert json.loads(again_closed) == shown and service.open_views.get("default", "w") is None
 
 
 def test_open_views_keep_the_windows_read_last_and_forget_a_dropped_one() -> None:
     views: OpenViews = OpenViews(max_windows=2)
-    made = [object() for _ in range(3)]
+    made = [f"view {index}".encode() for index in range(3)]
     for index, view in enumerate(made):
-        views.put("t", f"w{index}", view)  # type: ignore[arg-type]
+        views.put("t", f"w{index}", view)
     assert views.get("t", "w0") is None and views.get("t", "w2") is made[2]
     views.drop("t", "w2")
     assert views.get("t", "w2") is None and views.get("t", "w1") is made[1]
     views.drop("t", "w9")  # never kept: nothing to do
     nothing: OpenViews = OpenViews(max_windows=0)
-    nothing.put("t", "w", made[0])  # type: ignore[arg-type]
+    nothing.put("t", "w", made[0])
     assert nothing.get("t", "w") is None
 
 

@@ -135,8 +135,9 @@ def _check_at(at: datetime | None, loc: list[str | int]) -> None:
 
 async def start_window(
     service: WindowService, actor: Actor, window_id: str, body: WindowCreate
-) -> tuple[bool, WindowPublic]:
-    """Create the window, store every target's baseline, start sampling; `True` if created.
+) -> tuple[bool, bytes]:
+    """Create the window, store every target's baseline, start sampling; `True` if created,
+    and the window's view as JSON.
 
     A start of an existing open window with the same targets is a retry: it returns the
     window unchanged and scrapes nothing.
@@ -166,7 +167,7 @@ async def start_window(
         if not _same_targets(stored, targets):
             known = ", ".join(t.key for t in stored.targets)
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
-        return False, await window_view(service, actor.team, window_id)
+        return False, await window_json(service, actor.team, window_id)
     stored = inserted
     if body.source == "prometheus":  # nothing to scrape: Prometheus is read at the stop
         logger.info("window %s/%s started by %s from Prometheus: %d targets",
@@ -188,23 +189,26 @@ async def start_window(
     return True, _opened(service, view_from(stored, baselines))
 
 
-def _opened(service: WindowService, view: WindowPublic) -> WindowPublic:
-    service.open_views.put(view.team, view.id, view)
-    return view
+def _opened(service: WindowService, view: WindowPublic) -> bytes:
+    """The new window's view as JSON, kept for its reads."""
+    encoded = view.model_dump_json().encode()
+    service.open_views.put(view.team, view.id, encoded)
+    return encoded
 
 
-async def window_view(service: WindowService, team: str, window_id: str) -> WindowPublic:
-    """The window's public view; an open one's as this replica keeps it, once its row says
-    it is still open (another replica may have closed it)."""
+async def window_json(service: WindowService, team: str, window_id: str) -> bytes:
+    """The window's public view as JSON; an open one's as this replica keeps it, once its row
+    says it is still open (another replica may have closed it)."""
     kept = service.open_views.get(team, window_id)
     if kept is not None:
         if await run_in_threadpool(window_state, service.engine, team, window_id) == "open":
             return kept
         service.open_views.drop(team, window_id)
     view = await run_in_threadpool(read_window, service.engine, team, window_id)
+    encoded = view.model_dump_json().encode()
     if view.state == "open":
-        service.open_views.put(team, window_id, view)
-    return view
+        service.open_views.put(team, window_id, encoded)
+    return encoded
 
 
 async def closed_results(service: WindowService, team: str, window_id: str) -> ClosedResults:
