@@ -4,12 +4,13 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
+from starlette.concurrency import run_in_threadpool
 
 import app.auth
 from app.auth import (
@@ -114,19 +115,20 @@ def test_open_mode_only_without_any_key(engine: Engine) -> None:
 
 
 @pytest.mark.anyio
-async def test_open_mode_closes_at_the_first_key_another_process_creates(engine: Engine) -> None:
+async def test_open_mode_closes_at_the_first_key_another_process_creates(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Asked anew on every request (a key made by `specdec keys create` closes it at once),
     then never again once a key exists; on SQLite from the event loop, not a thread."""
     access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], engine)
     on_sqlite = engine.dialect.name == "sqlite"
-    real_hop = app.auth.run_in_threadpool
-    hops: list[object] = []
+    hops: list[Callable[..., object]] = []
 
-    async def counted_hop(*args: object) -> object:
-        hops.append(args[0])
-        return await real_hop(*args)  # type: ignore[arg-type]
+    async def counted_hop(call: Callable[..., object], *args: object) -> object:
+        hops.append(call)
+        return await run_in_threadpool(call, *args)
 
-    app.auth.run_in_threadpool = counted_hop  # type: ignore[assignment]
+    monkeypatch.setattr(app.auth, "run_in_threadpool", counted_hop)
     try:
         assert await access.is_open() and await access.is_open()
         other = create_db_engine(str(engine.url.render_as_string(hide_password=False)))
@@ -139,7 +141,6 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(engine:
         assert not await access.is_open()  # closed for good: nothing read
         assert statements == []
     finally:
-        app.auth.run_in_threadpool = real_hop  # type: ignore[assignment]
         access.close()
     assert len(hops) == (0 if on_sqlite else 3)
     reopening = AnonymousAccess(OpenMode.WHILE_NO_ACTIVE_KEY, [], engine)
