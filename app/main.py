@@ -31,7 +31,7 @@ from app.routes import compare, health, windows
 from app.sampler import Sampler
 from app.scrape import Resolver, ScrapeConfig, new_client
 from app.state import Services, State
-from app.windows.cache import OpenViews, ResultsCache
+from app.windows.cache import MAX_KEPT_VIEW_BYTES, OpenViews, ResultsCache
 from app.windows.lifecycle import WindowService
 
 
@@ -93,7 +93,7 @@ def create_app(
         windows = WindowService(
             engine, client, scrape, sampler, settings,
             ResultsCache(settings.results_cache_windows), writes, computations,
-            OpenViews(settings.open_views_cache_windows), prometheus,
+            OpenViews(settings.open_views_cache_windows, MAX_KEPT_VIEW_BYTES), prometheus,
         )  # fmt: skip
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         anonymous = AnonymousAccess(open_mode, env_keys, engine)

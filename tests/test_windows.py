@@ -109,7 +109,15 @@ def _service_for_reads(engine: Engine) -> WindowService:
     """A window service with what reads use (the engine, the kept results and views)."""
     unused: Any = None  # scrapes, sampler, settings, lanes: a read uses none
     return WindowService(
-        engine, unused, unused, unused, unused, ResultsCache(8), unused, unused, OpenViews(8)
+        engine,
+        unused,
+        unused,
+        unused,
+        unused,
+        ResultsCache(8),
+        unused,
+        unused,
+        OpenViews(8, 1 << 20),
     )
 
 
@@ -157,17 +165,36 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
 
 
 def test_open_views_keep_the_windows_read_last_and_forget_a_dropped_one() -> None:
-    views: OpenViews = OpenViews(max_windows=2)
+    views: OpenViews = OpenViews(max_windows=2, max_weight=100)
     made = [f"view {index}".encode() for index in range(3)]
     for index, view in enumerate(made):
-        views.put("t", f"w{index}", view)
+        views.put("t", f"w{index}", view, len(view))
     assert views.get("t", "w0") is None and views.get("t", "w2") is made[2]
     views.drop("t", "w2")
     assert views.get("t", "w2") is None and views.get("t", "w1") is made[1]
     views.drop("t", "w9")  # never kept: nothing to do
-    nothing: OpenViews = OpenViews(max_windows=0)
-    nothing.put("t", "w", made[0])
+    nothing: OpenViews = OpenViews(max_windows=0, max_weight=100)
+    nothing.put("t", "w", made[0], len(made[0]))
     assert nothing.get("t", "w") is None
+
+
+def test_kept_windows_are_bounded_by_their_weight_too() -> None:
+    """A few wide windows cannot take the memory the many narrow ones were given."""
+    views: OpenViews = OpenViews(max_windows=100, max_weight=100)
+    for index in range(5):
+        views.put("t", f"narrow{index}", b"x" * 10, 10)
+    views.put("t", "wide", b"x" * 60, 60)  # 110 in all: the one read longest ago goes
+    gone = [views.get("t", f"narrow{i}") is None for i in range(5)]
+    assert gone == [True, False, False, False, False]
+    views.put("t", "wide", b"x" * 30, 30)  # put again: weighs its new size only
+    assert views.get("t", "narrow2") is not None and views.get("t", "wide") == b"x" * 30
+    views.put("t", "huge", b"x" * 101, 101)  # heavier than everything: not kept, nothing lost
+    assert views.get("t", "huge") is None and views.get("t", "narrow2") is not None
+    results = ResultsCache(max_windows=10, max_targets=5)
+    wide = [(f"h:{port}", TargetResult(status="na", url="u")) for port in range(4)]
+    results.put("t", "a", wide[:2])
+    results.put("t", "b", wide)  # 6 targets: `a` goes
+    assert results.get("t", "a") is None and results.get("t", "b") is not None
 
 
 def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> None:

@@ -31,31 +31,47 @@ class ClosedResults:
 
 
 class RecentWindows(Generic[V]):
-    """A value per window, by (team, window id), for the `max_windows` read last.
+    """A value per window, by (team, window id), for the windows read last: at most
+    `max_windows` of them, weighing `max_weight` in all (each value weighs what `put` says: its
+    targets, its bytes), so that a few wide windows cannot fill the memory the many narrow
+    ones were given.
 
     Windows are never deleted and a window id names one window of its team for good, so an
     entry never stands for another window. Used from the event loop only.
     """
 
-    def __init__(self, max_windows: int) -> None:
-        self._windows: OrderedDict[tuple[str, str], V] = OrderedDict()
-        self._max_windows = max_windows
+    def __init__(self, max_windows: int, max_weight: int) -> None:
+        self._windows: OrderedDict[tuple[str, str], tuple[V, int]] = OrderedDict()
+        self._max_windows, self._max_weight = max_windows, max_weight
+        self._weight = 0
 
     def get(self, team: str, window_id: str) -> V | None:
         found = self._windows.get((team, window_id))
-        if found is not None:
-            self._windows.move_to_end((team, window_id))
-        return found
+        if found is None:
+            return None
+        self._windows.move_to_end((team, window_id))
+        return found[0]
 
-    def put(self, team: str, window_id: str, value: V) -> None:
-        if self._max_windows > 0:
-            self._windows[(team, window_id)] = value
-            self._windows.move_to_end((team, window_id))
-            if len(self._windows) > self._max_windows:
-                self._windows.popitem(last=False)
+    def put(self, team: str, window_id: str, value: V, weight: int) -> None:
+        self.drop(team, window_id)
+        if self._max_windows <= 0 or weight > self._max_weight:
+            return
+        self._windows[(team, window_id)] = (value, weight)
+        self._weight += weight
+        while len(self._windows) > self._max_windows or self._weight > self._max_weight:
+            self._weight -= self._windows.popitem(last=False)[1][1]
 
     def drop(self, team: str, window_id: str) -> None:
-        self._windows.pop((team, window_id), None)
+        found = self._windows.pop((team, window_id), None)
+        if found is not None:
+            self._weight -= found[1]
+
+
+#: Targets' results a replica keeps in all (a result is ~6 KB of objects: ~50 MB). By windows
+#: alone, 1024 stopped windows of 256 targets each would have kept 1.6 GB.
+MAX_KEPT_RESULTS = 8192
+#: Bytes of open windows' views a replica keeps in all.
+MAX_KEPT_VIEW_BYTES = 64 * 1024 * 1024
 
 
 class ResultsCache:
@@ -66,8 +82,8 @@ class ResultsCache:
     loop instead of a thread-pool hop and two queries.
     """
 
-    def __init__(self, max_windows: int) -> None:
-        self._windows = RecentWindows[ClosedResults](max_windows)
+    def __init__(self, max_windows: int, max_targets: int = MAX_KEPT_RESULTS) -> None:
+        self._windows = RecentWindows[ClosedResults](max_windows, max_targets)
 
     def get(self, team: str, window_id: str) -> ClosedResults | None:
         return self._windows.get(team, window_id)
@@ -76,7 +92,7 @@ class ResultsCache:
         self, team: str, window_id: str, results: list[tuple[str, TargetResult]]
     ) -> ClosedResults:
         closed = ClosedResults(results)
-        self._windows.put(team, window_id, closed)
+        self._windows.put(team, window_id, closed, len(results))
         return closed
 
 

@@ -192,7 +192,7 @@ async def start_window(
 def _opened(service: WindowService, view: WindowPublic) -> bytes:
     """The new window's view as JSON, kept for its reads."""
     encoded = view.model_dump_json().encode()
-    service.open_views.put(view.team, view.id, encoded)
+    service.open_views.put(view.team, view.id, encoded, len(encoded))
     return encoded
 
 
@@ -207,7 +207,7 @@ async def window_json(service: WindowService, team: str, window_id: str) -> byte
     view = await run_in_threadpool(read_window, service.engine, team, window_id)
     encoded = view.model_dump_json().encode()
     if view.state == "open":
-        service.open_views.put(team, window_id, encoded)
+        service.open_views.put(team, window_id, encoded, len(encoded))
     return encoded
 
 
