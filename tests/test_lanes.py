@@ -55,11 +55,17 @@ class _Held:
         assert self.release.wait(10)
 
 
-async def _while_held(lane: Lane, queue_jobs: Any) -> list[Any]:
-    """Hold the lane, queue what `queue_jobs()` returns (coroutines), release, gather them."""
+async def _hold(lane: Lane) -> tuple[_Held, "asyncio.Future[None]"]:
+    """The lane held by a job (running once this returns), and that job's future."""
     held = _Held()
     holding = asyncio.ensure_future(lane.run(NO_YIELD_S, held))
     await asyncio.to_thread(held.running.wait, 10)
+    return held, holding
+
+
+async def _while_held(lane: Lane, queue_jobs: Any) -> list[Any]:
+    """Hold the lane, queue what `queue_jobs()` returns (coroutines), release, gather them."""
+    held, holding = await _hold(lane)
     tasks = [asyncio.ensure_future(job) for job in queue_jobs()]
     await asyncio.sleep(0.05)  # every job is in the queue
     held.release.set()
@@ -165,9 +171,7 @@ def test_a_write_whose_caller_went_away_before_it_started_is_not_run(engine: Eng
     lane = Lane("test", serial=True, engine=engine)
 
     async def main() -> None:
-        held = _Held()
-        holding = asyncio.ensure_future(lane.run(NO_YIELD_S, held))
-        await asyncio.to_thread(held.running.wait, 10)
+        held, holding = await _hold(lane)
         gone = asyncio.ensure_future(lane.write(NO_YIELD_S, _note, "gone"))
         kept = asyncio.ensure_future(lane.write(NO_YIELD_S, _note, "kept"))
         await asyncio.sleep(0.05)
@@ -189,9 +193,7 @@ def test_close_runs_the_jobs_already_queued(engine: Engine) -> None:
     lane = Lane("test", serial=True, engine=engine)
 
     async def main() -> None:
-        held = _Held()
-        holding = asyncio.ensure_future(lane.run(NO_YIELD_S, held))
-        await asyncio.to_thread(held.running.wait, 10)
+        held, holding = await _hold(lane)
         writes = [asyncio.ensure_future(lane.write(STOP_MAY_YIELD_S, _note, "last"))]
         await asyncio.sleep(0.05)
         closing = asyncio.ensure_future(asyncio.to_thread(lane.close))

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 import httpx
@@ -183,6 +183,15 @@ async def test_connection_reset(respx_mock: respx.MockRouter) -> None:
     )
 
 
+async def _listening(
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    context: ssl.SSLContext | None = None,
+) -> tuple[asyncio.Server, int]:
+    """A raw server on a free loopback port running `handler` for each connection."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=context)
+    return server, server.sockets[0].getsockname()[1]
+
+
 async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
     async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -195,8 +204,7 @@ async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
             await asyncio.sleep(0.1)
         writer.close()
 
-    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server, port = await _listening(trickle)
     async with server, new_client(0.5) as client:
         outcome = await scrape_target(
             client, parse_target(f"127.0.0.1:{port}"), ScrapeConfig(0.5, MAX)
@@ -221,8 +229,7 @@ async def test_an_answer_that_stops_arriving_ends_at_the_total_timeout(
         await asyncio.sleep(5)
         writer.close()
 
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server, port = await _listening(silent)
     async with server, new_client(0.5) as client:
         send = client.send
 
@@ -601,8 +608,7 @@ async def _tls_server(
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=context)
-    return server, server.sockets[0].getsockname()[1]
+    return await _listening(answer, context)
 
 
 @pytest.mark.parametrize("certified", ["metrics.test", "other.test"])

@@ -172,7 +172,7 @@ async def start_window(
     if body.source == "prometheus":  # nothing to scrape: Prometheus is read at the stop
         logger.info("window %s/%s started by %s from Prometheus: %d targets",
                     actor.team, window_id, actor.key, len(targets))  # fmt: skip
-        return True, _opened(service, view_from(stored, {}))
+        return True, _encoded(service, view_from(stored, {}))
     outcomes = await scrape_all(service.client, targets, service.scrape, actor.team)
     await service.writes.write(NO_YIELD_S, add_baseline, stored, outcomes)
     baselines: dict[int, Reading] = {
@@ -186,13 +186,14 @@ async def start_window(
         "window %s/%s started by %s: %d targets, %d failed",
         actor.team, window_id, actor.key, len(targets), failed,
     )  # fmt: skip
-    return True, _opened(service, view_from(stored, baselines))
+    return True, _encoded(service, view_from(stored, baselines))
 
 
-def _opened(service: WindowService, view: WindowPublic) -> bytes:
-    """The new window's view as JSON, kept for its reads."""
+def _encoded(service: WindowService, view: WindowPublic) -> bytes:
+    """The view as JSON; an open window's kept for its reads."""
     encoded = view.model_dump_json().encode()
-    service.open_views.put(view.team, view.id, encoded, len(encoded))
+    if view.state == "open":
+        service.open_views.put(view.team, view.id, encoded, len(encoded))
     return encoded
 
 
@@ -204,11 +205,7 @@ async def window_json(service: WindowService, team: str, window_id: str) -> byte
         if await run_in_threadpool(window_state, service.engine, team, window_id) == "open":
             return kept
         service.open_views.drop(team, window_id)
-    view = await run_in_threadpool(read_window, service.engine, team, window_id)
-    encoded = view.model_dump_json().encode()
-    if view.state == "open":
-        service.open_views.put(team, window_id, encoded, len(encoded))
-    return encoded
+    return _encoded(service, await run_in_threadpool(read_window, service.engine, team, window_id))
 
 
 async def closed_results(service: WindowService, team: str, window_id: str) -> ClosedResults:
