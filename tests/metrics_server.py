@@ -56,6 +56,7 @@ class MetricsServer:
     delay_s: float = 0.0
     extra_headers: dict[str, str] = field(default_factory=dict)
     requests: list[dict[str, str]] = field(default_factory=list)
+    connections: int = 0  # accepted, whether or not a request came on them
     in_flight: int = 0
     max_in_flight: int = 0
     spans: list[tuple[float, float]] = field(default_factory=list)  # (arrived, answered), monotonic
@@ -98,6 +99,11 @@ class MetricsServer:
 def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:  # once per connection
+            with state.lock:
+                state.connections += 1
+            super().setup()
 
         def do_GET(self) -> None:
             arrived = time.monotonic()

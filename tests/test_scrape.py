@@ -23,6 +23,7 @@ from app.scrape import (
     JSON_METRICS,
     AiohttpTransport,
     Resolver,
+    ScrapeClient,
     ScrapeConfig,
     ScrapeErrorKind,
     ScrapeOutcome,
@@ -34,6 +35,7 @@ from app.scrape import (
 from app.targets import TargetPolicy, parse_target
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import EngineCounters, fixture, vllm_payload
+from tests.waiting import wait_for
 
 MAX = 1 << 20
 pytestmark = pytest.mark.anyio
@@ -396,6 +398,79 @@ async def test_each_origin_keeps_its_own_connection() -> None:
     assert len({request["_peer"] for request in a.requests}) == 1
     assert len({request["_peer"] for request in b.requests}) == 1
     assert len(a.requests) == 3 and len(b.requests) == 2
+
+
+async def _opened_ahead(transport: AiohttpTransport, url: str) -> None:
+    opening = transport.connect_ahead(url, None, 2.0)
+    assert opening is not None
+    await opening
+
+
+async def test_a_connection_opened_ahead_is_the_one_its_request_takes() -> None:
+    body = fixture("vllm_v1_dp1_k5.txt").encode()
+    transport = AiohttpTransport()
+    with serve_metrics(body=body) as ahead, serve_metrics(body=body) as used:
+        async with httpx.AsyncClient(transport=transport) as http:
+            await _opened_ahead(transport, ahead.url)
+            wait_for(lambda: ahead.connections or None, "the connection opened ahead")
+            assert ahead.count() == 0  # opened, nothing asked
+            assert (await http.get(ahead.url)).status_code == 200
+            # An origin just used has its connection: none is opened ahead.
+            assert (await http.get(used.url)).status_code == 200
+            assert transport.connect_ahead(used.url, None, 2.0) is None
+    assert (ahead.connections, ahead.count(), used.connections, used.count()) == (1, 1, 1, 1)
+
+
+async def test_a_request_waits_for_the_connection_being_opened_ahead_for_it() -> None:
+    body = fixture("vllm_v1_dp1_k5.txt").encode()
+    transport = AiohttpTransport()
+    with serve_metrics(body=body) as a, serve_metrics(body=body) as b:
+        async with httpx.AsyncClient(transport=transport) as http:
+            for server in (a, b):
+                assert transport.connect_ahead(server.url, None, 2.0) is not None
+            # Sent at once: each request takes the connection being opened for its origin.
+            answers = await asyncio.gather(http.get(a.url), http.get(b.url), http.get(a.url))
+            assert [answer.status_code for answer in answers] == [200, 200, 200]
+    assert (a.connections, b.connections) in ((1, 1), (2, 1))  # a's two requests were at once
+    assert (a.count(), b.count()) == (2, 1)
+
+
+async def test_a_connection_that_cannot_be_opened_ahead_leaves_its_scrape_to_say_why() -> None:
+    port = free_port()  # nothing listens
+    async with new_client(2.0) as client:
+        assert isinstance(client, ScrapeClient)
+        opening = client.connect_ahead(f"http://127.0.0.1:{port}/metrics", {}, 2.0)
+        assert opening is not None
+        await opening  # no exception
+        outcome = await scrape(client, f"127.0.0.1:{port}")
+    assert outcome.kind is ScrapeErrorKind.CONNECT
+
+
+async def test_checked_targets_are_connected_ahead_where_their_scrapes_connect() -> None:
+    """A name is pinned to its checked address with its Host header: the scrape takes the
+    connection opened for that address when the target was checked (one connection each)."""
+    text = fixture("vllm_v1_dp1_k5.txt")
+    with serve_metrics(body=text.encode()) as named, serve_metrics(body=text.encode()) as plain:
+        config = ScrapeConfig(
+            2.0, MAX, TargetPolicy.parse("127.0.0.0/8"), resolver({"metrics.test": [["127.0.0.1"]]})
+        )
+        targets = [parse_target(f"metrics.test:{named.port}"), parse_target(plain.target)]
+        async with new_client(2.0) as client:
+            assert isinstance(client, ScrapeClient)
+            openings: list[asyncio.Task[None]] = []
+
+            def allowed(url: str, extensions: dict[str, Any]) -> None:
+                opening = client.connect_ahead(url, extensions, 2.0)
+                assert opening is not None
+                openings.append(opening)
+
+            assert await refusals(targets, config, allowed) == [None, None]
+            await asyncio.gather(*openings)
+            wait_for(lambda: (named.connections and plain.connections) or None, "both connections")
+            outcomes = await scrape_all(client, targets, config)
+    assert [outcome.error for outcome in outcomes] == [None, None]
+    assert named.requests[0]["host"] == f"metrics.test:{named.port}"
+    assert (named.connections, plain.connections, named.count(), plain.count()) == (1, 1, 1, 1)
 
 
 async def test_new_origins_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:

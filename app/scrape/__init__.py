@@ -1,15 +1,16 @@
 """Scraping targets: configuration, where a scrape may connect, the HTTP client, one scrape
 and its outcome. Each job has its module; the names other modules use are here."""
 
-from app.scrape.client import ACCEPT, ACCEPT_ENCODING, new_client
+from app.scrape.client import ACCEPT, ACCEPT_ENCODING, ScrapeClient, new_client
 from app.scrape.config import LARGE_ANSWERS_AT_ONCE, OFF_LOOP_BYTES, Resolver, ScrapeConfig
 from app.scrape.fetch import DYNAMO_FRONTEND, JSON_METRICS, scrape_all, scrape_target
 from app.scrape.outcome import ScrapeErrorKind, ScrapeOutcome, failure
-from app.scrape.pinning import Refused, pin, refusals
+from app.scrape.pinning import Allowed, Refused, pin, refusals
 from app.scrape.transport import AiohttpTransport
 
 __all__ = [
     "ACCEPT", "ACCEPT_ENCODING", "DYNAMO_FRONTEND", "JSON_METRICS", "LARGE_ANSWERS_AT_ONCE",
-    "OFF_LOOP_BYTES", "AiohttpTransport", "Refused", "Resolver", "ScrapeConfig", "ScrapeErrorKind",
-    "ScrapeOutcome", "failure", "new_client", "pin", "refusals", "scrape_all", "scrape_target",
+    "OFF_LOOP_BYTES", "AiohttpTransport", "Allowed", "Refused", "Resolver", "ScrapeClient",
+    "ScrapeConfig", "ScrapeErrorKind", "ScrapeOutcome", "failure", "new_client", "pin",
+    "refusals", "scrape_all", "scrape_target",
 ]  # fmt: skip

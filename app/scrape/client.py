@@ -1,7 +1,9 @@
 """The HTTP client of every scrape: explicit timeouts, proxies from the environment, no
 redirects, no cookies, and a small connection pool per origin."""
 
+import asyncio
 import urllib.request
+from collections.abc import Mapping
 from http.cookiejar import Cookie, CookieJar
 from typing import Any
 
@@ -48,11 +50,24 @@ class ScrapeClient(httpx.AsyncClient):
     """httpx's client without cookies: cookies are per host, not per port, so a cookie one
     target sets (a hostile team's server) would be sent to every other server on its host,
     and the shared client's jar would grow without bound. A scrape needs none. Scrapes of one
-    endpoint asked for while a request of it is in flight share the next one (`sharing`)."""
+    endpoint asked for while a request of it is in flight share the next one (`sharing`).
+    `direct` are the transports of the schemes it reaches without a proxy."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, direct: Mapping[str, AiohttpTransport] | None = None, **kwargs: Any) -> None:
+        self._direct = dict(direct or {})
+        super().__init__(mounts={f"{scheme}://": t for scheme, t in self._direct.items()}, **kwargs)
         self.sharing = ScrapeSharing(PATIENCE_S, PER_ORIGIN)
+
+    def connect_ahead(
+        self, url: str, extensions: Mapping[str, Any], timeout_s: float
+    ) -> "asyncio.Task[None] | None":
+        """Start opening the connection a request of `url` (pinned, with its `extensions`)
+        will take, if its scheme is reached without a proxy (see `AiohttpTransport`); the
+        opening, if one was started."""
+        transport = self._direct.get(url.partition(":")[0])
+        if transport is None:
+            return None
+        return transport.connect_ahead(url, extensions.get("sni_hostname"), timeout_s)
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -73,15 +88,15 @@ def new_client(timeout_s: float) -> httpx.AsyncClient:
     """
     proxies = urllib.request.getproxies()
     pools = AiohttpTransport()
-    mounts: dict[str, httpx.AsyncBaseTransport | None] = {
-        f"{scheme}://": pools
+    direct = {
+        scheme: pools
         for scheme in ("http", "https")
         if not proxies.get(scheme) and not proxies.get("all")
     }
     return ScrapeClient(
+        direct,
         timeout=httpx.Timeout(timeout_s),
         limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
-        mounts=mounts,
         follow_redirects=False,
         trust_env=True,
         headers={"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},

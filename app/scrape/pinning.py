@@ -3,7 +3,7 @@ to, and the request pinned to the address checked (no DNS rebinding in between).
 
 import asyncio
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -75,18 +75,29 @@ async def pin(target: Target, config: ScrapeConfig) -> tuple[str, dict[str, str]
     return urlunsplit(parts._replace(netloc=netloc)), headers, extensions
 
 
-async def refusals(targets: Sequence[Target], config: ScrapeConfig) -> list[str | None]:
-    """Why each target may not be scraped, or None; a name that does not resolve is not refused."""
+#: Told where the scrape of a target that is not refused will connect: its URL and extensions.
+Allowed = Callable[[str, dict[str, Any]], None]
+
+
+async def refusals(
+    targets: Sequence[Target], config: ScrapeConfig, allowed: Allowed | None = None
+) -> list[str | None]:
+    """Why each target may not be scraped, or None; a name that does not resolve is not refused.
+
+    `allowed` is told, as each is checked, where the scrape of a target not refused connects.
+    """
 
     async def check(target: Target) -> str | None:
         try:
             async with asyncio.timeout(config.timeout_s):
-                await pin(target, config)
+                url, _, extensions = await pin(target, config)
         except Refused as exc:
             return str(exc)
         except Exception:
             # Unresolved, slow to resolve, or anything else: not refused; its scrape says why.
             return None
+        if allowed is not None:
+            allowed(url, extensions)
         return None
 
     return list(await asyncio.gather(*(check(target) for target in targets)))

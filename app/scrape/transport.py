@@ -21,6 +21,7 @@ the exceptions the scrape tells apart, which this module maps from aiohttp's:
 
 import asyncio
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -61,11 +62,27 @@ def _as_httpx_errors(request: httpx.Request) -> Iterator[None]:
 #: Connections per origin (host and port) at most.
 PER_ORIGIN = 32
 
+#: For how long after a request to an origin ended its connection is taken to be open still,
+#: so `connect_ahead` opens no other. Less than the keep-alive of the servers scraped (uvicorn,
+#: under vLLM and SGLang, closes an idle connection after 5 s): a guess that is wrong costs
+#: only what a connection not opened ahead costs.
+FRESH_S = 4.0
+
+#: Origins whose last use `connect_ahead` remembers, at most (past it, the stale ones go).
+MAX_ORIGINS_REMEMBERED = 16384
+
+#: An origin as a connection pool tells them apart: scheme, host, port, TLS server name.
+Origin = tuple[str, str | None, int | None, str | None]
+
 
 @lru_cache(maxsize=4096)
 def _yarl_url(url: str) -> URL:
     """aiohttp's URL for httpx's, once per URL (already quoted by httpx: taken as it is)."""
     return URL(url, encoded=True)
+
+
+def _origin(url: URL, server_hostname: str | None) -> Origin:
+    return (url.scheme, url.raw_host, url.port, server_hostname)
 
 
 class _AnswerStream(httpx.AsyncByteStream):
@@ -87,7 +104,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     """Direct HTTP/1.1 connections through one aiohttp session: a pool per host (at most
     `per_origin` connections each), one TLS context for every origin (building one loads the
     CA bundle, ~40 ms of CPU), TLS server names from httpx's `sni_hostname` extension (a
-    request pinned to an address keeps its host's name for the certificate check)."""
+    request pinned to an address keeps its host's name for the certificate check).
+
+    `connect_ahead` opens a connection to an origin before its request is sent; the request
+    then waits for that connection rather than opening another."""
 
     def __init__(self, per_origin: int = PER_ORIGIN, keepalive_s: float = 15.0) -> None:
         self._per_origin = per_origin
@@ -96,6 +116,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         # Made now, not at the first scrape: loading the CA bundle is ~40 ms of CPU that the
         # first window's start would wait for.
         self._ssl_context: ssl.SSLContext = httpx.create_ssl_context()
+        self._opening: dict[Origin, asyncio.Task[None]] = {}
+        self._last_used: dict[Origin, float] = {}  # monotonic time a connection was last free
 
     def _open(self) -> aiohttp.ClientSession:
         # Made on first use: a session belongs to the running event loop.
@@ -113,22 +135,73 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
         )
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def connect_ahead(
+        self, url: str, server_hostname: str | None, timeout_s: float
+    ) -> "asyncio.Task[None] | None":
+        """Start opening a connection to `url`'s origin, unless one is being opened or was
+        free less than FRESH_S ago; it waits in the pool for the origin's next request, which
+        waits for it rather than opening another. A connection that cannot be opened is
+        forgotten: that request tells why. The opening, if one was started."""
+        origin = _origin(_yarl_url(url), server_hostname)
+        used = self._last_used.get(origin)
+        if origin in self._opening or (used is not None and time.monotonic() - used < FRESH_S):
+            return None
+        opening = asyncio.get_running_loop().create_task(
+            self._connect(_yarl_url(url), origin, timeout_s)
+        )
+        self._opening[origin] = opening
+        opening.add_done_callback(lambda _: self._opening.pop(origin, None))
+        return opening
+
+    async def _connect(self, url: URL, origin: Origin, timeout_s: float) -> None:
+        session = self._started()
+        assert session.connector is not None, "the session was made with a connector"
+        request = aiohttp.ClientRequest(
+            "GET", url, loop=asyncio.get_running_loop(), server_hostname=origin[3]
+        )
+        timeout = aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_connect=timeout_s)
+        try:
+            connection = await session.connector.connect(request, [], timeout)
+        except Exception:  # refused, unreachable, a bad certificate: its request tells why
+            return
+        connection.release()  # into the pool, free
+        self._free(origin)
+
+    def _free(self, origin: Origin) -> None:
+        """A connection to `origin` is free now (in the pool, or soon: its answer was read)."""
+        if len(self._last_used) >= MAX_ORIGINS_REMEMBERED:
+            now = time.monotonic()
+            self._last_used = {o: t for o, t in self._last_used.items() if now - t < FRESH_S}
+        self._last_used[origin] = time.monotonic()
+
+    def _started(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = self._open()
+        return self._session
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        session = self._started()
         timeouts = request.extensions.get("timeout", {})
         headers = CIMultiDict(
             (name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw
         )
         body = await request.aread()
+        url = _yarl_url(str(request.url))
+        server_hostname = request.extensions.get("sni_hostname")
+        origin = _origin(url, server_hostname)
+        opening = self._opening.get(origin)
+        if opening is not None:
+            # Its connection, once open, is this request's; the request's own timeout bounds
+            # the wait, which never cancels the opening.
+            await asyncio.wait((opening,))
         with _as_httpx_errors(request):
-            response = await self._session.request(
+            response = await session.request(
                 request.method,
-                _yarl_url(str(request.url)),
+                url,
                 headers=headers,
                 data=body or None,
                 allow_redirects=False,
-                server_hostname=request.extensions.get("sni_hostname"),
+                server_hostname=server_hostname,
                 timeout=aiohttp.ClientTimeout(
                     total=None,
                     connect=timeouts.get("pool"),
@@ -136,6 +209,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                     sock_read=timeouts.get("read"),
                 ),
             )
+        self._free(origin)
         return httpx.Response(
             status_code=response.status,
             headers=[(name, value) for name, value in response.raw_headers],
@@ -147,6 +221,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
+        for opening in list(self._opening.values()):
+            opening.cancel()
         session, self._session = self._session, None
         if session is not None:
             await session.close()

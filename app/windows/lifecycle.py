@@ -1,5 +1,6 @@
 """The window calls: start (with its checks) and stop, over the scrapes and the store."""
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from app.prometheus import PrometheusRead, PrometheusSource, SourceError
 from app.promtext import Series
 from app.results import TargetResult
 from app.safetext import has_control_characters, safe_error_text
-from app.scrape import ScrapeConfig, ScrapeOutcome, refusals, scrape_all
+from app.scrape import Allowed, ScrapeClient, ScrapeConfig, ScrapeOutcome, refusals, scrape_all
 from app.specdecode import Reading, timeline
 from app.targets import Target
 from app.windows.cache import ClosedResults, OpenViews, ResultsCache
@@ -62,9 +63,13 @@ class WindowService:
 
 
 async def _check_body(
-    service: WindowService, body: WindowCreate, targets: Sequence[Target]
+    service: WindowService,
+    body: WindowCreate,
+    targets: Sequence[Target],
+    allowed: Allowed | None = None,
 ) -> None:
-    """`InvalidInput` naming the field if the body breaks a limit or names a refused target."""
+    """`InvalidInput` naming the field if the body breaks a limit or names a refused target;
+    `allowed` is told where the scrape of each target not refused connects."""
     settings = service.settings
     if len(targets) > settings.max_targets_per_window:
         raise InvalidInput(
@@ -103,12 +108,38 @@ async def _check_body(
                 ["body", "targets", index], "a selector names a target of a window read from "
                 "Prometheus (source prometheus)"
             )  # fmt: skip
-    for index, reason in enumerate(await refusals(targets, service.scrape)):
+    for index, reason in enumerate(await refusals(targets, service.scrape, allowed)):
         if reason is not None:
             raise InvalidInput(
                 ["body", "targets", index],
                 f"target {index} ({targets[index].key}) is refused: {reason}",
             )
+
+
+#: How long a start waits for the connections it opens ahead before it writes its window: long
+#: enough to open them on a LAN, not to wait for a server that does not answer (its scrape
+#: waits for it, within its own timeout).
+CONNECT_AHEAD_WAIT_S = 0.05
+
+
+def _connecting_ahead(
+    service: WindowService, openings: "list[asyncio.Task[None]]"
+) -> Allowed | None:
+    """Start opening the connections of the start's scrapes as its targets are checked (into
+    `openings`), so the scrapes of servers new to the collector go out at once after the
+    window is written. A connection is opened once, and nothing is asked of the server: a
+    start that is refused, or a retry, sends no request (see `AiohttpTransport.connect_ahead`)."""
+    client = service.client
+    if not isinstance(client, ScrapeClient):
+        return None
+    timeout_s = service.scrape.timeout_s
+
+    def allowed(url: str, extensions: dict[str, Any]) -> None:
+        opening = client.connect_ahead(url, extensions, timeout_s)
+        if opening is not None:
+            openings.append(opening)
+
+    return allowed
 
 
 # How far in the future a client's clock may put `at` (clocks drift).
@@ -144,7 +175,12 @@ async def start_window(
     """
     engine = service.engine
     targets = body.parsed_targets()
-    await _check_body(service, body, targets)
+    openings: list[asyncio.Task[None]] = []
+    await _check_body(service, body, targets, _connecting_ahead(service, openings))
+    if openings:
+        # Their connections open before the window is written, not meanwhile: the write, in a
+        # thread, would take turns with them for the interpreter's lock (slowing both).
+        await asyncio.wait(openings, timeout=CONNECT_AHEAD_WAIT_S)
     max_open = service.settings.max_open_windows_per_team
     inserted = await service.writes.write(
         NO_YIELD_S,

@@ -16,6 +16,7 @@ from app.results import Overlaps
 from tests.collector import CollectorProcess, NewTeam, Team, run_collector, watching_health
 from tests.metrics_server import serve_metrics
 from tests.payloads import drafts_payload
+from tests.waiting import wait_for
 
 SECRET = "Bearer s3cret-token-never-shown"
 
@@ -122,7 +123,12 @@ def test_limits_of_a_window(database_url: str, tmp_path: Path) -> None:
                 ).status_code
                 == 201
             )
-        third = api.post("/windows/w3/start", json={"targets": [server.target]})
+        with serve_metrics(body=drafts_payload(10)) as fresh:
+            third = api.post("/windows/w3/start", json={"targets": [fresh.target]})
+            # Its connection was opened as the target was checked, before the limit was
+            # known: one connection, and nothing asked on it.
+            wait_for(lambda: fresh.connections or None, "the connection opened ahead")
+            assert (fresh.connections, fresh.count()) == (1, 0)
         assert third.status_code == 429
         assert "team default has 2 open windows" in third.json()["detail"]
         assert api.get("/windows/w3").status_code == 404  # nothing stored

@@ -154,6 +154,18 @@ def test_start_retry_returns_200_without_scraping(api: httpx.Client) -> None:
         assert server.count() == 1
 
 
+def test_a_start_opens_one_connection_to_each_server_new_to_the_collector(
+    api: httpx.Client,
+) -> None:
+    """Opened as the targets are checked; the start's scrapes, then its stop's, take them."""
+    payload = vllm_payload(SEED_BEFORE).encode()
+    with serve_metrics(body=payload) as a, serve_metrics(body=payload) as b:
+        started = api.post("/windows/fresh/start", json={"targets": [a.target, b.target]})
+        assert started.status_code == 201
+        assert api.post("/windows/fresh/stop").status_code == 200
+    assert (a.connections, a.count(), b.connections, b.count()) == (1, 2, 1, 2)
+
+
 def test_twenty_concurrent_starts_create_one_window(team: Team) -> None:
     with serve_metrics(body=vllm_payload(SEED_BEFORE).encode(), delay_s=0.3) as server:
 
