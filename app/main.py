@@ -33,6 +33,9 @@ from app.scrape import Resolver, ScrapeConfig, new_client
 from app.state import Services, State
 from app.windows.cache import MAX_KEPT_VIEW_BYTES, OpenViews, ResultsCache
 from app.windows.lifecycle import WindowService
+from app.windows.rehearsal import rehearse_window
+
+logger = logging.getLogger(__name__)
 
 
 async def _database_error(request: Request, exc: Exception) -> Response:
@@ -75,6 +78,11 @@ def create_app(
             statement_timeout_s=settings.db_statement_timeout_s,
             connect_timeout_s=settings.db_connect_timeout_s,
         )
+        # Before the first request: its start would otherwise compile every statement it runs.
+        try:
+            await run_in_threadpool(rehearse_window, engine)
+        except Exception:  # only the first start's speed depends on it
+            logger.exception("the rehearsal of a window failed; the first start compiles it")
         client = new_client(settings.scrape_timeout_s)
         sampler = Sampler(
             engine,

@@ -138,14 +138,25 @@ def prepare_close(
     final scrapes, in the targets' order. `stopped_at` is now unless given (a window read from
     Prometheus may stop in the past); `notes` are added to the results of the targets (by id)
     they are given for."""
-    stopped_at = stopped_at or utcnow()
-    notes = notes or {}
     # Outside the write (a stop's arithmetic inside it kept every writer of every worker
     # waiting); the service runs one at a time on SQLite (see `app.lanes`).
     with Session(engine) as session:
-        chains = snapshots_of(session, [t.id for t in stored.targets])
-        read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
-        closed = _results(session, stored, chains, outcomes, stopped_at, notes)
+        return prepare_close_in(session, stored, outcomes, stopped_at, notes)
+
+
+def prepare_close_in(
+    session: Session,
+    stored: StoredWindow,
+    outcomes: Sequence[ScrapeOutcome],
+    stopped_at: datetime | None = None,
+    notes: dict[int, list[str]] | None = None,
+) -> PreparedClose:
+    """`prepare_close` through `session`."""
+    stopped_at = stopped_at or utcnow()
+    notes = notes or {}
+    chains = snapshots_of(session, [t.id for t in stored.targets])
+    read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
+    closed = _results(session, stored, chains, outcomes, stopped_at, notes)
     rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
     return PreparedClose(outcomes, stopped_at, notes, read_up_to, closed, rows)
 

@@ -1,0 +1,81 @@
+"""The start-up rehearsal of a window: it compiles what a start and a stop run, keeps nothing."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.engine.default import CACHE_HIT, DefaultExecutionContext
+from sqlmodel import Session
+
+from app.db import create_db_engine, upgrade_database, write_alone
+from app.models import TABLES, WindowCreate, utcnow
+from app.promtext import extract_spec_decode
+from app.scrape import ScrapeOutcome
+from app.windows.catalogue import _KNOWN
+from app.windows.closing import close_window
+from app.windows.rehearsal import rehearse_window
+from app.windows.storage import add_baseline, add_window, load_window, store_snapshots
+from app.windows.stored import Actor
+from tests.payloads import fixture
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    upgrade_database(database_url)
+    engine = create_db_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+def _rows(engine: Engine) -> dict[str, int]:
+    with engine.connect() as connection:
+        return {
+            name: connection.execute(select(func.count()).select_from(table)).scalar_one()
+            for name, table in TABLES.items()
+        }
+
+
+def _start_sample_stop(engine: Engine) -> None:
+    """A window of three targets (the rehearsal has two), started, sampled and stopped."""
+    actor = Actor(team="t", key="k")
+    body = WindowCreate(targets=["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"],
+                        sample_interval_s=5.0)  # fmt: skip
+    targets = body.parsed_targets()
+    series = extract_spec_decode(fixture("vllm_v1_dp8_k5.txt"))
+    outcomes = [ScrapeOutcome(target, utcnow(), series=series) for target in targets]
+    stored = write_alone(engine, add_window, actor, "w", body, targets, 10, "r", 30.0)
+    assert stored is not None
+    write_alone(engine, add_baseline, stored, outcomes)
+    ids = {t.key: t.id for t in stored.targets}
+    write_alone(engine, store_snapshots, ids, "sample", outcomes)
+    stored = load_window(engine, actor.team, "w")
+    assert close_window(engine, stored, actor, outcomes) is not None
+
+
+def test_the_rehearsal_stores_nothing_and_remembers_no_series(engine: Engine) -> None:
+    before = _rows(engine)
+    rehearse_window(engine)
+    assert _rows(engine) == before
+    with Session(engine) as session:
+        known = _KNOWN.of(session)
+    assert known.ids == {} and known.keys == {}
+
+
+def test_after_the_rehearsal_a_start_and_a_stop_compile_nothing(engine: Engine) -> None:
+    """Every statement of a window's start, samples and stop was compiled by the rehearsal
+    (SQLAlchemy's cache of compiled statements, per engine): none is compiled again."""
+    rehearse_window(engine)
+    misses: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def seen(
+        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+    ) -> None:
+        assert isinstance(context, DefaultExecutionContext)
+        if context.compiled is not None and context.cache_hit is not CACHE_HIT:
+            misses.append(statement.split("\n")[0][:80])
+
+    _start_sample_stop(engine)
+    assert misses == []
