@@ -17,5 +17,6 @@ the background sampler up to that moment is part of the result, and none after i
 The modules, one job each: `stored` (what a stored window is), `storage` (its SQL),
 `closing` (a stop's results and the write that stores them), `overlaps`, `views` (one
 window's public view), `listing` (filters and paging), `reads` (results, comparisons,
-timelines), `cache` (closed windows' results) and `lifecycle` (the start and stop calls).
+timelines), `cache` (closed windows' results), `lifecycle` (the start and stop calls) and
+`rehearsal` (a start and stop run once at start-up and rolled back).
 """
