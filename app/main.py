@@ -106,6 +106,9 @@ def create_app(
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         anonymous = AnonymousAccess(open_mode, env_keys, engine)
         services = Services(engine, env_keys, anonymous, windows)
+        # Asked once now: its connection opened and its query compiled before the first call
+        # without a key (~2 ms of it), and a database that has a key closes it from the start.
+        await anonymous.is_open()
         database_metrics = DatabaseMetrics(engine)
         REGISTRY.register(database_metrics)
         await sampler.start()

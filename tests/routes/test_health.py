@@ -11,7 +11,9 @@ import fastapi.routing
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.engine import Engine
 
+from app.auth import EnvKey, OpenMode
 from app.config import Settings
 from app.main import create_app
 from tests.collector import CollectorProcess, run_collector, serve_in_thread
@@ -141,3 +143,22 @@ def test_routes_are_built_before_the_first_request(
         assert httpx.get(f"{url}/windows").status_code == 200
         assert httpx.get(f"{url}/healthz").status_code == 200
     assert built == []
+
+
+def test_open_mode_is_asked_once_before_the_first_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its connection opened and its query compiled at start-up, not in the first call."""
+    asked: list[Engine] = []
+    original = OpenMode.is_open
+
+    def counted(mode: OpenMode, env_keys: list[EnvKey], engine: Engine) -> bool:
+        asked.append(engine)
+        return original(mode, env_keys, engine)
+
+    monkeypatch.setattr(OpenMode, "is_open", counted)
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'db'}"))
+    with serve_in_thread(app) as url:
+        assert len(asked) == 1
+        assert httpx.get(f"{url}/windows").status_code == 200  # open: no key exists
+    assert len(asked) == 2
