@@ -198,8 +198,8 @@ def test_kept_windows_are_bounded_by_their_weight_too() -> None:
 
 
 def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> None:
-    """Under READ COMMITTED another writer can add a series between our read and our insert:
-    the insert keeps its row, returns nothing for it, and the ids come from a second read."""
+    """Another writer can add a series this process does not know just before our insert:
+    the insert keeps its row, returns nothing for it, and its id comes from a read."""
     upgrade_database(postgres_url)
     engine, other = create_db_engine(postgres_url), create_db_engine(postgres_url)
     target = parse_target("127.0.0.1:9100")
@@ -225,7 +225,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     def add_one_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if (
             not raced
-            and statement.lstrip().upper().startswith("SELECT")
+            and statement.lstrip().upper().startswith("INSERT")
             and "endpoint_series" in statement
         ):
             with other.begin() as connection:
@@ -238,7 +238,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
                     ).scalar_one()
                 )  # fmt: skip
 
-    event.listen(engine, "after_cursor_execute", add_one_first)
+    event.listen(engine, "before_cursor_execute", add_one_first)
     try:
         with Session(engine) as session:
             store_snapshots(
@@ -247,7 +247,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
             )  # fmt: skip
             session.commit()
     finally:
-        event.remove(engine, "after_cursor_execute", add_one_first)
+        event.remove(engine, "before_cursor_execute", add_one_first)
     assert raced  # the race happened
     window = read_window(engine, "default", "w")
     before = window.targets[0].before

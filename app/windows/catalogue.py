@@ -76,32 +76,36 @@ def _known(session: Session) -> KnownSeries:
     return _KNOWN.of(session)
 
 
+#: A catalogue row as stored: id, endpoint, family, labels.
+_ROWS = sa_select(
+    col(EndpointSeries.id),
+    col(EndpointSeries.endpoint),
+    col(EndpointSeries.family),
+    col(EndpointSeries.labels),
+)
+
+
 def _rows_where(session: Session, *conditions: Any) -> list[tuple[int, str, SeriesKey]]:
     """(id, endpoint, series) of the stored rows that meet `conditions`."""
-    query = sa_select(
-        col(EndpointSeries.id),
-        col(EndpointSeries.endpoint),
-        col(EndpointSeries.family),
-        col(EndpointSeries.labels),
-    ).where(*conditions)
     return [
         (series_id, endpoint, series_key(family, labels_from_text(labels)))
-        for series_id, endpoint, family, labels in session.execute(query)
+        for series_id, endpoint, family, labels in session.execute(_ROWS.where(*conditions))
     ]
 
 
 def _stored_rows(
     session: Session, endpoints: Iterable[str], digests: Iterable[str]
-) -> list[tuple[int, str, SeriesKey]]:
-    """(id, endpoint, series) of the stored rows of these endpoints with these label digests."""
+) -> list[tuple[int, str, str, str]]:
+    """The rows (`_ROWS`) of these endpoints with these label digests."""
     wanted_endpoints, wanted_digests = list(set(endpoints)), list(set(digests))
-    rows: list[tuple[int, str, SeriesKey]] = []
+    rows: list[tuple[int, str, str, str]] = []
     for first in range(0, len(wanted_digests), MAX_IN_LIST):
-        rows += _rows_where(
-            session,
-            col(EndpointSeries.endpoint).in_(wanted_endpoints),
-            col(EndpointSeries.labels_digest).in_(wanted_digests[first : first + MAX_IN_LIST]),
-        )
+        rows += session.execute(
+            _ROWS.where(
+                col(EndpointSeries.endpoint).in_(wanted_endpoints),
+                col(EndpointSeries.labels_digest).in_(wanted_digests[first : first + MAX_IN_LIST]),
+            )
+        ).all()
     return rows
 
 
@@ -110,8 +114,8 @@ def series_ids(
 ) -> dict[tuple[str, SeriesKey], int]:
     """Ids of the series in `wanted` (by endpoint), adding the ones never stored.
 
-    Known series cost nothing; the others one read and, for those never stored, one insert
-    that returns their ids.
+    Known series cost nothing; the others one insert that returns the ids of those never
+    stored, and one read of those stored before (by another process, or before a restart).
     """
     known = _known(session)
     found: dict[tuple[str, SeriesKey], int] = {}
@@ -127,38 +131,45 @@ def series_ids(
         return found
     texts = {key: labels_to_text(key.labels) for _, key in missing}
     digests = {text: labels_digest(text) for text in texts.values()}
+    # What each missing series' row holds: the rows read or added are matched to their series
+    # through it, not parsed back from their text.
+    as_stored = {(endpoint, family_of(key), texts[key]): key for endpoint, key in missing}
+
+    def matched(rows: Iterable[tuple[int, str, str, str]]) -> list[tuple[int, str, SeriesKey]]:
+        return [
+            (series_id, endpoint, key)
+            for series_id, endpoint, family, labels in rows
+            if (key := as_stored.get((endpoint, family, labels))) is not None
+        ]
 
     def read() -> None:
-        rows = _stored_rows(session, (e for e, _ in missing), digests.values())
+        rows = matched(_stored_rows(session, (e for e, _ in missing), digests.values()))
         _remember(session, rows, added=False)
         found.update({(endpoint, key): series_id for series_id, endpoint, key in rows})
 
-    read()
-    new = [(endpoint, key) for endpoint, key in missing if (endpoint, key) not in found]
-    if new:
-        insert = upsert_insert(session.get_bind().dialect.name)
-        table = TABLES["endpoint_series"]
-        # Core executemany, not a multi-row VALUES: its statement is compiled once and
-        # cached, where one of N rows was compiled anew for every window.
-        added = [
-            (series_id, endpoint, series_key(family, labels_from_text(labels)))
-            for series_id, endpoint, family, labels in session.execute(
-                insert(table)
-                .on_conflict_do_nothing(index_elements=["endpoint", "family", "labels_digest"])
-                .returning(table.c.id, table.c.endpoint, table.c.family, table.c.labels),
-                [
-                    {"endpoint": endpoint, "family": family_of(key), "labels": texts[key],
-                     "labels_digest": digests[texts[key]]}
-                    for endpoint, key in new
-                ],
-            )
-        ]  # fmt: skip
-        _remember(session, added, added=True)
-        found.update({(endpoint, key): series_id for series_id, endpoint, key in added})
-        if any((endpoint, key) not in found for endpoint, key in new):
-            # Another writer added some of them at the same moment: the unique constraint kept
-            # its rows, our inserts of those did nothing and returned nothing. Read them.
-            read()
+    # Inserted first, read after: a series this process does not know is most often new (a
+    # server seen for the first time), and its insert returns its id; one stored already (by
+    # another process, or before a restart) inserts nothing and is read.
+    insert = upsert_insert(session.get_bind().dialect.name)
+    table = TABLES["endpoint_series"]
+    # Core executemany, not a multi-row VALUES: its statement is compiled once and cached,
+    # where one of N rows was compiled anew for every window.
+    added = matched(
+        session.execute(
+            insert(table)
+            .on_conflict_do_nothing(index_elements=["endpoint", "family", "labels_digest"])
+            .returning(table.c.id, table.c.endpoint, table.c.family, table.c.labels),
+            [
+                {"endpoint": endpoint, "family": family_of(key), "labels": texts[key],
+                 "labels_digest": digests[texts[key]]}
+                for endpoint, key in missing
+            ],
+        )
+    )  # fmt: skip
+    _remember(session, added, added=True)
+    found.update({(endpoint, key): series_id for series_id, endpoint, key in added})
+    if len(added) < len(missing):
+        read()
     return found
 
 
