@@ -94,6 +94,15 @@ def database_url(
 
 
 @pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on `database_url`, migrated."""
+    upgrade_database(database_url)
+    engine = create_db_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
 def postgres_url(services: SessionServices) -> Iterator[str]:
     """A fresh schema on the test PostgreSQL server, for what only PostgreSQL can show."""
     with fresh_schema(services.postgres_url()) as url:

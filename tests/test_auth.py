@@ -4,7 +4,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,14 +31,6 @@ from app.exceptions import NotAllowed, NotAuthenticated
 
 KEY_A = "team-a-write-key-0123456789"
 KEY_R = "team-a-read-key-0123456789"
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    upgrade_database(database_url)
-    engine = create_db_engine(database_url)
-    yield engine
-    engine.dispose()
 
 
 def test_env_keys_parse_with_colons_in_the_key() -> None:

@@ -1,15 +1,13 @@
 """The start-up rehearsal of a window: it compiles what a start and a stop run, keeps nothing."""
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.engine.default import CACHE_HIT, DefaultExecutionContext
 from sqlmodel import Session
 
-from app.db import create_db_engine, upgrade_database, write_alone
+from app.db import write_alone
 from app.models import TABLES, WindowCreate, utcnow
 from app.promtext import extract_spec_decode
 from app.scrape import ScrapeOutcome
@@ -19,14 +17,6 @@ from app.windows.rehearsal import rehearse_window
 from app.windows.storage import add_baseline, add_window, load_window, store_snapshots
 from app.windows.stored import Actor
 from tests.payloads import fixture
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    upgrade_database(database_url)
-    engine = create_db_engine(database_url)
-    yield engine
-    engine.dispose()
 
 
 def _rows(engine: Engine) -> dict[str, int]:
