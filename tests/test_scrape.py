@@ -664,6 +664,7 @@ async def _tls_server(
 
     def record_sni(_socket: Any, server_name: str | None, _context: Any) -> None:
         seen["sni"] = server_name
+        seen.setdefault("handshakes", []).append(server_name)
 
     context.sni_callback = record_sni
 
@@ -686,13 +687,15 @@ async def _tls_server(
     return await _listening(answer, context)
 
 
+@pytest.mark.parametrize("ahead", [False, True], ids=["connected-by-the-scrape", "ahead"])
 @pytest.mark.parametrize("certified", ["metrics.test", "other.test"])
 async def test_https_is_pinned_to_the_checked_address_and_verified_for_the_name(
-    certified: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    certified: str, ahead: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The name resolves (here) to loopback; the request goes to that address with the name as
     TLS server name and Host, and the certificate is checked for the name: one for another
-    name is a connect failure that says why."""
+    name is a connect failure that says why. Connected ahead (as a start checks its targets),
+    the scrape takes that connection; one that failed its check leaves the scrape to say why."""
     import trustme
 
     authority = trustme.CA()
@@ -708,17 +711,29 @@ async def test_https_is_pinned_to_the_checked_address_and_verified_for_the_name(
         return ["127.0.0.1"]
 
     config = ScrapeConfig(2.0, MAX, resolve=resolve)
+    target = parse_target(f"https://metrics.test:{port}/metrics")
     try:
         async with new_client(2.0) as client:
-            outcome = await scrape_target(
-                client, parse_target(f"https://metrics.test:{port}/metrics"), config
-            )
+            if ahead:
+                assert isinstance(client, ScrapeClient)
+                openings: list[asyncio.Task[None]] = []
+
+                def allowed(url: str, extensions: dict[str, Any]) -> None:
+                    opening = client.connect_ahead(url, extensions, 2.0)
+                    assert opening is not None
+                    openings.append(opening)
+
+                assert await refusals([target], config, allowed) == [None]
+                await asyncio.gather(*openings)
+            outcome = await scrape_target(client, target, config)
     finally:
         server.close()
-    assert looked_up == ["metrics.test"] and seen["sni"] == "metrics.test"
+    assert looked_up == ["metrics.test"] * (2 if ahead else 1)
+    assert set(seen["handshakes"]) == {"metrics.test"}  # the name, on every connection
     if certified == "metrics.test":
         assert outcome.error is None and outcome.series == extract_spec_decode(body.decode())
         assert seen["host"] == f"metrics.test:{port}"
+        assert len(seen["handshakes"]) == 1  # connected ahead: the scrape took that connection
     else:
         assert outcome.kind is ScrapeErrorKind.CONNECT and outcome.error is not None
         assert "ConnectError" in outcome.error and "metrics.test" in outcome.error
