@@ -32,7 +32,7 @@ from app.scrape import (
     scrape_all,
     scrape_target,
 )
-from app.targets import TargetPolicy, parse_target
+from app.targets import Target, TargetPolicy, parse_target
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import EngineCounters, fixture, vllm_payload
 from tests.waiting import wait_for
@@ -406,6 +406,24 @@ async def _opened_ahead(transport: AiohttpTransport, url: str) -> None:
     await opening
 
 
+async def _checked_connecting_ahead(
+    client: httpx.AsyncClient, targets: list[Target], config: ScrapeConfig
+) -> list[str | None]:
+    """`refusals` as a start asks it: each target not refused has its connection opened ahead
+    (one is started for each; all are awaited)."""
+    assert isinstance(client, ScrapeClient)
+    openings: list[asyncio.Task[None]] = []
+
+    def allowed(url: str, extensions: dict[str, Any]) -> None:
+        opening = client.connect_ahead(url, extensions, config.timeout_s)
+        assert opening is not None
+        openings.append(opening)
+
+    reasons = await refusals(targets, config, allowed)
+    await asyncio.gather(*openings)
+    return reasons
+
+
 async def test_a_connection_opened_ahead_is_the_one_its_request_takes() -> None:
     body = fixture("vllm_v1_dp1_k5.txt").encode()
     transport = AiohttpTransport()
@@ -456,16 +474,7 @@ async def test_checked_targets_are_connected_ahead_where_their_scrapes_connect()
         )
         targets = [parse_target(f"metrics.test:{named.port}"), parse_target(plain.target)]
         async with new_client(2.0) as client:
-            assert isinstance(client, ScrapeClient)
-            openings: list[asyncio.Task[None]] = []
-
-            def allowed(url: str, extensions: dict[str, Any]) -> None:
-                opening = client.connect_ahead(url, extensions, 2.0)
-                assert opening is not None
-                openings.append(opening)
-
-            assert await refusals(targets, config, allowed) == [None, None]
-            await asyncio.gather(*openings)
+            assert await _checked_connecting_ahead(client, targets, config) == [None, None]
             wait_for(lambda: (named.connections and plain.connections) or None, "both connections")
             outcomes = await scrape_all(client, targets, config)
     assert [outcome.error for outcome in outcomes] == [None, None]
@@ -715,16 +724,7 @@ async def test_https_is_pinned_to_the_checked_address_and_verified_for_the_name(
     try:
         async with new_client(2.0) as client:
             if ahead:
-                assert isinstance(client, ScrapeClient)
-                openings: list[asyncio.Task[None]] = []
-
-                def allowed(url: str, extensions: dict[str, Any]) -> None:
-                    opening = client.connect_ahead(url, extensions, 2.0)
-                    assert opening is not None
-                    openings.append(opening)
-
-                assert await refusals([target], config, allowed) == [None]
-                await asyncio.gather(*openings)
+                assert await _checked_connecting_ahead(client, [target], config) == [None]
             outcome = await scrape_target(client, target, config)
     finally:
         server.close()

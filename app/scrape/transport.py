@@ -142,13 +142,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         free less than FRESH_S ago; it waits in the pool for the origin's next request, which
         waits for it rather than opening another. A connection that cannot be opened is
         forgotten: that request tells why. The opening, if one was started."""
-        origin = _origin(_yarl_url(url), server_hostname)
+        parsed = _yarl_url(url)
+        origin = _origin(parsed, server_hostname)
         used = self._last_used.get(origin)
         if origin in self._opening or (used is not None and time.monotonic() - used < FRESH_S):
             return None
-        opening = asyncio.get_running_loop().create_task(
-            self._connect(_yarl_url(url), origin, timeout_s)
-        )
+        opening = asyncio.get_running_loop().create_task(self._connect(parsed, origin, timeout_s))
         self._opening[origin] = opening
         opening.add_done_callback(lambda _: self._opening.pop(origin, None))
         return opening
