@@ -33,7 +33,8 @@ from app.models import TABLES, ApiKey, utcnow
 
 ROLES = ("read", "write", "admin")
 DEFAULT_TEAM = "default"
-TEAM_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+TEAM_MAX_CHARS = 64
+TEAM_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{TEAM_MAX_CHARS - 1}}}$"
 _TEAM = re.compile(TEAM_PATTERN)
 _BEARER = "bearer "
 

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from app.auth import (
+    TEAM_MAX_CHARS,
     TEAM_PATTERN,
     Principal,
     anonymous,
@@ -106,7 +107,11 @@ async def get_writer(request: Request) -> Principal:
 
 TeamQuery = Annotated[
     str | None,
-    Query(pattern=TEAM_PATTERN, description="admin keys only: the team to act in"),
+    Query(
+        max_length=TEAM_MAX_CHARS,
+        pattern=TEAM_PATTERN,
+        description="admin keys only: the team to act in",
+    ),
 ]
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import AwareDatetime
+from pydantic import AwareDatetime, StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from app.deps import ActorDep, AdminActorDep, ReadTeamDep, WindowsDep
@@ -58,6 +58,14 @@ def _target_key(target: str, where: str = "path") -> str:
         raise InvalidInput([where, "target"], str(exc)) from None
 
 
+#: Label filters of one list and the length of each: a window's label at the default
+#: `SPECDEC_MAX_LABEL_CHARS` (128), `key=value`, fits, and the longest URL this allows (each
+#: character four UTF-8 bytes, percent-encoded) stays under the 64 KiB past which uvicorn
+#: answers a plain-text 400 of its own before the service sees the request.
+LABEL_FILTERS_MAX = 16
+LABEL_FILTER_MAX_CHARS = 2 * 128 + 1
+
+
 def _label_pairs(labels: list[str]) -> tuple[tuple[str, str], ...]:
     pairs = []
     for text in labels:
@@ -80,7 +88,12 @@ async def list_all(
     scope: ReadTeamDep,
     state: Literal["open", "closed"] | None = None,
     label: Annotated[
-        list[str], Query(max_length=200, description="key=value; repeat for more")
+        list[Annotated[str, StringConstraints(max_length=LABEL_FILTER_MAX_CHARS)]],
+        Query(
+            max_length=LABEL_FILTERS_MAX,
+            description=f"key=value, at most {LABEL_FILTER_MAX_CHARS} characters; repeat for "
+            f"more (at most {LABEL_FILTERS_MAX}, all must match)",
+        ),
     ] = [],  # noqa: B006
     target: Annotated[str | None, Query(max_length=300, description="host:port")] = None,
     started_after: datetime | None = None,
