@@ -1,4 +1,5 @@
-"""schemathesis against the OpenAPI schema, with a valid key: no 5xx, every answer as documented.
+"""The OpenAPI schema against the served API: schemathesis with a valid key (no 5xx, every
+answer as documented), and every URL the schema allows short enough for uvicorn to hand over.
 
 The service runs in a uvicorn thread on a free port, with a resolver that knows no names, so
 the fuzzer's made-up host names never reach a DNS server.
