@@ -22,6 +22,7 @@ from tests.metrics_server import serve_metrics
 from tests.payloads import EngineCounters, vllm_payload
 
 KEY = "fuzz-team-write-key-0123456789"
+HEADERS = {"Authorization": f"Bearer {KEY}"}
 CHECKS = ",".join(
     [
         "not_a_server_error",
@@ -50,7 +51,6 @@ def base_url(database_url: str) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(base_url: str) -> None:
-    headers = {"Authorization": f"Bearer {KEY}"}
     payload = vllm_payload([EngineCounters(drafts=9, draft_tokens=27, accepted_per_pos=[5, 3, 1])])
     with serve_metrics(body=payload.encode()) as server:
         # Windows the fuzzer can find: "0" and "a" are ids it tries first.
@@ -58,11 +58,11 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(base_url:
             started = httpx.post(
                 f"{base_url}/windows/{window_id}/start",
                 json={"targets": [server.target]},
-                headers=headers,
+                headers=HEADERS,
             )
             assert started.status_code == 201
             if stop:
-                httpx.post(f"{base_url}/windows/{window_id}/stop", headers=headers)
+                httpx.post(f"{base_url}/windows/{window_id}/stop", headers=HEADERS)
         schemathesis = Path(sys.executable).parent / "schemathesis"
         run = subprocess.run(
             [str(schemathesis), "run", f"{base_url}/openapi.json", "-H", f"Authorization: Bearer {KEY}",
@@ -75,8 +75,13 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(base_url:
     assert "Tested: 12" in run.stdout  # every operation of the schema
 
 
-def test_the_schema_describes_a_result_field_by_field(tmp_path: Path) -> None:
-    schema = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'db'}")).openapi()
+@pytest.fixture
+def schema(tmp_path: Path) -> dict[str, Any]:
+    """The service's OpenAPI schema, as it serves it."""
+    return create_app(Settings(database_url=f"sqlite:///{tmp_path / 'db'}")).openapi()
+
+
+def test_the_schema_describes_a_result_field_by_field(schema: dict[str, Any]) -> None:
     models = schema["components"]["schemas"]
     assert list(models["TargetResult"]["properties"]) == [
         "status",
@@ -154,8 +159,7 @@ def longest_url_bytes(path: str, operation: dict[str, Any], components: dict[str
     return length
 
 
-def test_every_url_the_schema_allows_reaches_the_service(tmp_path: Path) -> None:
-    schema = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'db'}")).openapi()
+def test_every_url_the_schema_allows_reaches_the_service(schema: dict[str, Any]) -> None:
     longest = {
         f"{method.upper()} {path}": longest_url_bytes(
             path, operation, schema["components"]["schemas"]
@@ -181,18 +185,17 @@ def _longest_label_filter() -> str:
 def test_the_longest_label_filter_is_answered_and_a_longer_one_is_refused_by_name(
     base_url: str,
 ) -> None:
-    headers = {"Authorization": f"Bearer {KEY}"}
     longest = [_longest_label_filter()] * 16
-    listed = httpx.get(f"{base_url}/windows", params={"label": longest}, headers=headers)
+    listed = httpx.get(f"{base_url}/windows", params={"label": longest}, headers=HEADERS)
     assert (listed.status_code, listed.json()["windows"]) == (200, [])
     assert len(str(listed.request.url).encode()) > 16 * 256 * ENCODED_CHAR_BYTES
     one_more = httpx.get(
-        f"{base_url}/windows", params={"label": [*longest, "a=b"]}, headers=headers
+        f"{base_url}/windows", params={"label": [*longest, "a=b"]}, headers=HEADERS
     )
     assert one_more.status_code == 422
     assert [error["loc"] for error in one_more.json()["detail"]] == [["query", "label"]]
     longer = httpx.get(
-        f"{base_url}/windows", params={"label": _longest_label_filter() + "x"}, headers=headers
+        f"{base_url}/windows", params={"label": _longest_label_filter() + "x"}, headers=HEADERS
     )
     assert longer.status_code == 422
     assert [error["loc"] for error in longer.json()["detail"]] == [["query", "label", 0]]
