@@ -126,21 +126,43 @@ SGLANG = CounterSchema(
         "sglang:num_requests": Role.REQUESTS,
     },
     position_label="position",
-    marker="sglang:spec_verify_calls",
+    # Without the colon: OpenMetrics from prometheus_client >= 0.23 writes `sglang_spec_...`.
+    marker="spec_verify_calls",
     companions=frozenset({"sglang:generation_tokens", "sglang:num_requests"}),
 )
 
 #: Every engine the extraction reads.
 SCHEMAS: tuple[CounterSchema, ...] = (VLLM_V1, LLAMACPP, TRTLLM, SGLANG)
 
-#: Counter family name -> (engine, role), over every schema.
+
+def escaped(name: str) -> str:
+    """A family name as prometheus_client 0.23 and later writes its *samples* in OpenMetrics by
+    default (`escaping=underscores`: every `:` becomes `_`, while `# TYPE` keeps the colon;
+    prometheus/client_python#1177), and as a Prometheus 2 that scraped such a server stores it.
+    SGLang and LMDeploy serve through it; each name is read in both spellings."""
+    return name.replace(":", "_")
+
+
+def spellings(name: str) -> tuple[str, ...]:
+    """`name`, and its escaped spelling when that differs."""
+    other = escaped(name)
+    return (name,) if other == name else (name, other)
+
+
+#: Counter family name (in both spellings) -> (engine, role), over every schema.
 ROLE_OF_FAMILY: dict[str, tuple[ServingEngine, Role]] = {
-    family: (schema.engine, role) for schema in SCHEMAS for family, role in schema.families.items()
+    spelling: (schema.engine, role)
+    for schema in SCHEMAS
+    for family, role in schema.families.items()
+    for spelling in spellings(family)
 }
 
-#: Gauge family name -> (engine, role), over every schema.
+#: Gauge family name (in both spellings) -> (engine, role), over every schema.
 ROLE_OF_GAUGE: dict[str, tuple[ServingEngine, Role]] = {
-    family: (schema.engine, role) for schema in SCHEMAS for family, role in schema.gauges.items()
+    spelling: (schema.engine, role)
+    for schema in SCHEMAS
+    for family, role in schema.gauges.items()
+    for spelling in spellings(family)
 }
 
 #: The labels that hold a position, over every schema.

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from app.counters import GAUGES, ROLE_OF_FAMILY, ROLE_OF_GAUGE, SCHEMAS, Role, ServingEngine
+from app.counters import (
+    GAUGES,
+    ROLE_OF_FAMILY,
+    ROLE_OF_GAUGE,
+    SCHEMAS,
+    Role,
+    ServingEngine,
+    spellings,
+)
 
 # One sample line: name, optional label set (quoted values may hold `}`, `,`, `"` escaped),
 # value, optional timestamp, optional OpenMetrics exemplar.
@@ -228,7 +236,8 @@ def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()
         for schema in SCHEMAS:
             if schema.engine in engines:
                 for family in schema.companions:  # its name is its own marker
-                    _extract_marked(text, limit, family, series, limits, read)
+                    for spelling in spellings(family):
+                        _extract_marked(text, limit, spelling, series, limits, read)
     return {key: value for key, value in series.items() if value.value is not None}
 
 

@@ -116,6 +116,26 @@ def test_the_answer_becomes_the_chain_with_every_reset_counted() -> None:
     assert (result.restarts, result.series_resets) == (1, 3)
 
 
+def test_names_a_prometheus_2_stored_with_underscores_are_asked_for_and_read() -> None:
+    """A Prometheus 2 that scraped SGLang's prometheus_client in OpenMetrics stores
+    `sglang_spec_verify_calls_total` (kubernetes-sigs/inference-perf#600)."""
+    assert "sglang_spec_verify_calls_total" in NAME_PATTERN.replace("\\", "")
+    names = ("spec_verify_calls", "generation_tokens", "num_requests")
+    steps = {"spec_verify_calls": (10.0, 30.0), "generation_tokens": (70.0, 190.0),
+             "num_requests": (2.0, 6.0)}  # fmt: skip
+    answer = matrix(
+        *(
+            (f"sglang_{name}_total", LABELS, [(T0 - 5, steps[name][0]), (T0 + 5, steps[name][1])])
+            for name in names
+        )
+    )
+    before, middle, after, _, _ = snapshots_of(answer).window(datetime.fromtimestamp(T0, UTC))
+    result = build_result("http://10.0.0.1:8000/metrics", before, after, middle)
+    assert result.engine == "sglang"
+    assert result.data is not None and result.data.num_drafts == 20
+    assert result.data.accepted_tokens == (190 - 70) - (6 - 2) - 20
+
+
 def test_a_selector_that_matches_two_servers_is_refused_never_summed() -> None:
     other = {**LABELS, "instance": "10.0.0.2:8000"}
     answer = matrix(

@@ -5,6 +5,9 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
@@ -18,6 +21,7 @@ from app.counters import (
     CounterSchema,
     Role,
     ServingEngine,
+    spellings,
 )
 from app.promtext import (
     ExtractionError,
@@ -27,6 +31,7 @@ from app.promtext import (
     labels_from_text,
     labels_to_text,
 )
+from app.scrape import ACCEPT
 from tests.payloads import fixture
 
 
@@ -50,7 +55,12 @@ def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]
                     else:
                         slot.created = sample.value
     # A schema's companion families count only on a server that shows another of its families.
-    companions = {family for schema in SCHEMAS for family in schema.companions}
+    companions = {
+        spelling
+        for schema in SCHEMAS
+        for family in schema.companions
+        for spelling in spellings(family)
+    }
     shown = {key.engine for key, base in bases.items() if base not in companions}
     return {
         key: value
@@ -206,7 +216,8 @@ def payloads(draw: st.DrawFn) -> tuple[str, bool]:
     lines.append('# HELP noise_metric help with "quotes" and vllm:spec_decode_num_drafts_total')
     lines.append("# TYPE noise_metric gauge")
     lines.append(f'noise_metric{{label="{_escape(noise_labels)}"}} 1.5')
-    for base in ROLE_OF_FAMILY:
+    for family in sorted({family for schema in SCHEMAS for family in schema.families}):
+        base = draw(st.sampled_from(spellings(family)))  # one payload, one spelling of each
         families = draw(st.sampled_from(["both", "total", "none"]))
         if families == "none":
             continue
@@ -322,3 +333,43 @@ def test_lines_read_before_give_the_same_series_and_still_obey_the_limits() -> N
     twice = 'series given twice: vllm:spec_decode_num_drafts_total{engine="0",pod="p'
     with pytest.raises(ExtractionError, match=twice):
         extract_spec_decode(line + line)
+
+
+# --- prometheus_client's format negotiation (SGLang's and LMDeploy's /metrics) -------------
+
+
+def _prometheus_client_registry() -> CollectorRegistry:
+    """The spec-decode counters SGLang and LMDeploy register with prometheus_client (their
+    names and labels from `sglang/srt/metrics/collector.py` and `lmdeploy/metrics/loggers.py`)."""
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    for name in ("sglang:spec_verify_calls", "sglang:generation_tokens", "sglang:num_requests"):
+        Counter(name, name, labels, registry=registry).labels("m", "0").inc(40)
+    for role in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        name = f"lmdeploy:spec_decode_{role}"
+        Counter(name, name, labels, registry=registry).labels("m", "0").inc(12)
+    per_pos = Counter(
+        "lmdeploy:spec_decode_num_accepted_tokens_per_pos", "x", [*labels, "position"],
+        registry=registry,
+    )  # fmt: skip
+    per_pos.labels("m", "0", "0").inc(9)
+    return registry
+
+
+def test_the_collectors_accept_gets_the_classic_text_from_prometheus_client() -> None:
+    """prometheus_client answers OpenMetrics to any Accept that names it, whatever its q-value,
+    with `sglang_...` sample names from 0.23 on: the collector must not name it."""
+    encoder, content_type = choose_encoder(ACCEPT)
+    text = encoder(_prometheus_client_registry()).decode()
+    assert content_type.startswith("text/plain"), content_type
+    assert "sglang:spec_verify_calls_total" in text
+
+
+def test_openmetrics_with_escaped_names_reads_as_the_classic_text() -> None:
+    registry = _prometheus_client_registry()
+    classic = extract_spec_decode(generate_latest(registry).decode())
+    escaped = openmetrics_latest(registry, escaping="underscores").decode()
+    assert "sglang_spec_verify_calls_total" in escaped  # what 0.23 and later write
+    assert "lmdeploy_spec_decode_num_drafts_total" in escaped
+    assert {key.engine for key in classic} >= {ServingEngine.SGLANG}
+    assert extract_spec_decode(escaped) == classic

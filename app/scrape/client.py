@@ -12,9 +12,11 @@ import httpx
 from app.scrape.sharing import PATIENCE_S, ScrapeSharing
 from app.scrape.transport import PER_ORIGIN, AiohttpTransport
 
-# Ask for the classic text format: every vLLM version serves it, and OpenMetrics answers
-# (some proxies rewrite the negotiation) are read by the same extraction.
-ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+# Ask for the classic text format only. prometheus_client (SGLang, LMDeploy) answers OpenMetrics
+# to any Accept that names it, whatever its q-value, and from 0.23 on escapes the colons of its
+# sample names there; servers that always answer OpenMetrics (vLLM's Rust frontend) are read
+# by the same extraction, in both spellings of every name.
+ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 # gzip only, decoded here: httpx's own decoders have no output limit per chunk.
 ACCEPT_ENCODING = "gzip, identity"
 
