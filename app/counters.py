@@ -33,9 +33,16 @@ class Role(StrEnum):
     # TensorRT-LLM: drafted tokens at each position, of finished requests (position 0: drafts).
     DRAFTED_PER_POSITION = "drafted_per_pos"
     # SGLang: verify calls (one per draft), generated tokens and requests, at request completion.
+    # Generated tokens are a witness of vLLM and llama.cpp too (below).
     VERIFY_CALLS = "verify_calls"
     GENERATION_TOKENS = "generation_tokens"
     REQUESTS = "num_requests"
+    # Witnesses: counters that exist without speculative decoding, read beside a schema's
+    # spec-decode families. A restart that none of those shows (llama.cpp has no `_created`)
+    # shows in them where they fell; generated tokens also say what a server without
+    # drafting did in a window.
+    PROMPT_TOKENS = "prompt_tokens"
+    DECODE_CALLS = "decode_calls"
     # vLLM V0 only: tells its counters from V1's, which have the same names.
     EMITTED = "num_emitted_tokens"
     # vLLM V0's lifetime ratios: gauges, shown as such, never counted.
@@ -63,12 +70,17 @@ class CounterSchema:
     # finds their lines by searching for it, in one pass shared by the schemas that share it.
     marker: str = "spec_decode_"
     # Families read only on a server that shows another family of the schema (SGLang's token
-    # and request counters exist without speculative decoding): found by name once one is.
+    # and request counters, the witnesses of vLLM and llama.cpp: they exist without
+    # speculative decoding): found by name once one is. Their names may lie outside `prefix`.
     companions: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         names = [*self.families, *self.gauges]
-        stray = [name for name in names if not name.startswith(self.prefix)]
+        stray = [
+            name
+            for name in names
+            if not name.startswith(self.prefix) and name not in self.companions
+        ]
         if stray:
             raise ValueError(f"{self.engine}: families outside prefix {self.prefix!r}: {stray}")
         unmarked = [n for n in names if self.marker not in n and n not in self.companions]
@@ -85,8 +97,11 @@ VLLM_V1 = CounterSchema(
         "vllm:spec_decode_num_accepted_tokens": Role.ACCEPTED,
         "vllm:spec_decode_num_accepted_tokens_per_pos": Role.ACCEPTED_PER_POSITION,
         "vllm:spec_decode_num_emitted_tokens": Role.EMITTED,
+        "vllm:generation_tokens": Role.GENERATION_TOKENS,
+        "vllm:prompt_tokens": Role.PROMPT_TOKENS,
     },
     position_label="position",
+    companions=frozenset({"vllm:generation_tokens", "vllm:prompt_tokens"}),
     gauges={
         "vllm:spec_decode_draft_acceptance_rate": Role.LIFETIME_ACCEPTANCE_RATE,
         "vllm:spec_decode_efficiency": Role.LIFETIME_EFFICIENCY,
@@ -101,8 +116,15 @@ LLAMACPP = CounterSchema(
         "llamacpp:spec_decode_num_draft_tokens": Role.DRAFT_TOKENS,
         "llamacpp:spec_decode_num_accepted_tokens": Role.ACCEPTED,
         "llamacpp:spec_decode_num_accepted_tokens_per_pos": Role.ACCEPTED_PER_POSITION,
+        # llama.cpp's own counters (`tools/server/server-task.cpp`, `to_metrics`).
+        "llamacpp:tokens_predicted": Role.GENERATION_TOKENS,
+        "llamacpp:prompt_tokens": Role.PROMPT_TOKENS,
+        "llamacpp:n_decode": Role.DECODE_CALLS,
     },
     position_label="position",
+    companions=frozenset(
+        {"llamacpp:tokens_predicted", "llamacpp:prompt_tokens", "llamacpp:n_decode"}
+    ),
 )
 
 TRTLLM = CounterSchema(

@@ -70,6 +70,20 @@ MINDIE_REASON = (
     "MindIE Service documents no spec-decode counters on its metrics endpoint: no window can be "
     "measured. Measure on the client side (AISBench's own records) until it exports them."
 )
+RESTARTED = (
+    "the engine restarted inside the window ({n}x) and no sample was taken in between: what it "
+    "counted before the restart is lost, the figures count from the restart on; sample the "
+    "window (sample_interval_s) to keep it"
+)
+RESTARTED_SAMPLED = (
+    "the engine restarted inside the window ({n}x): what it counted between the last sample "
+    "before a restart and the restart is lost (a shorter sample_interval_s loses less)"
+)
+UNSEEN_RESTART = (
+    "{engine} shows no start time (_created) for its counters and no sample was taken: a "
+    "restart inside the window that left every counter higher at the end than at the start "
+    "cannot be seen; sample the window (sample_interval_s) to see restarts"
+)
 INCONSISTENT = "Inconsistent counters: fewer generated tokens than requests and verify calls"
 MIXED_NOTE = "the engines' figures do not mean the same: these are {first}'s; see `engines`"
 SUM_NOTE = "the sum over the engines {names}; each one's figures are under `engines`"
@@ -140,7 +154,7 @@ def _trtllm(totals: Totals) -> EngineResult:
         acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
         acceptance_length=1 + accepted_finished / drafts if drafts > 0 else None,
         per_position_acceptance_rates=(
-            {str(p): round(n / drafts, 4) for p, n in sorted(totals.accepted_per_pos.items())}
+            {str(p): n / drafts for p, n in sorted(totals.accepted_per_pos.items())}
             if drafts > 0 else None
         ),
     )  # fmt: skip
@@ -195,7 +209,7 @@ def _figures(
                 notes.append(rounding)
                 exact = False
     if totals.num_draft_tokens <= 0 or (has_drafts and totals.num_drafts <= 0):
-        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=exact, notes=notes)
+        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False, notes=notes)
     if has_drafts:
         data = derived(totals)
     else:
@@ -258,8 +272,24 @@ def _engine_windows(
         else:
             has_drafts = Role.DRAFTS in _roles(own[-1])
             result = _figures(kind, totals, has_drafts, (own[0], own[-1]), hints)
+        result = _restart_notes(result, totals.restarts, own)
         windows.append(_EngineWindow(kind, totals, result))
     return windows, everything
+
+
+def _restart_notes(result: EngineResult, restarts: int, chain: Sequence[Series]) -> EngineResult:
+    """What a restart inside the window, seen or not, does to the figures: a restart loses
+    what was counted since the snapshot before it; without samples, one that no counter shows
+    (no `_created`, every counter higher at the end) cannot be seen at all."""
+    sampled = len(chain) > 2
+    notes = list(result.notes)
+    if restarts:
+        notes.append((RESTARTED_SAMPLED if sampled else RESTARTED).format(n=restarts))
+    elif not sampled and not any(v.created is not None for s in chain for v in s.values()):
+        notes.append(UNSEEN_RESTART.format(engine=result.engine))
+    if notes == result.notes:
+        return result
+    return result.model_copy(update={"notes": notes, "exact": result.exact and not restarts})
 
 
 def _appear_late(after: Reading) -> bool:

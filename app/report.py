@@ -44,6 +44,9 @@ def render_block(target: str, result: TargetResult) -> str:
         ]
     else:
         rows = [_row("Status", "N/A"), _row("Reason", result.error)]
+    if result.restarts:
+        # The figures lost what the engine counted before a restart: never shown without it.
+        rows.append(_row("Restarts", f"{result.restarts} (see notes)"))
     if result.engine not in (None, "vllm"):
         # AISBench's rows are vLLM's: another engine says so, below them.
         exactness = "" if result.exact else " (approximate: see notes)"

@@ -52,7 +52,7 @@ class ResultData(BaseModel):
     acceptance_rate: float | None = Field(description="accepted / draft tokens x 100, full float")
     acceptance_length: float | None = Field(description="1 + accepted / drafts, full float")
     per_position_acceptance_rates: dict[str, float] | None = Field(
-        description="accepted at position N / drafts, 4 decimals, keys in numeric order"
+        description="accepted at position N / drafts, full float, keys in numeric order"
     )
 
     def is_finite(self) -> bool:

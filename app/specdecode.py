@@ -122,49 +122,65 @@ def absolute_totals(series: Series) -> Totals:
     return totals
 
 
-def instance_of(key: SeriesKey) -> tuple[str, tuple[tuple[str, str], ...]]:
+Instance = tuple[str, tuple[tuple[str, str], ...]]
+"""One engine instance of a target: its engine and its labels but the position."""
+
+
+def instance_of(key: SeriesKey) -> Instance:
     """The engine instance a series belongs to: its engine and every label but the position
     (every family and position of one instance share them, and reset together on a restart)."""
     return key.engine.value, tuple(pair for pair in key.labels if pair[0] not in POSITION_LABELS)
 
 
-def series_increase(earlier: SeriesValue | None, later: SeriesValue) -> tuple[float, bool]:
-    """Increase of one series between two snapshots, and whether it was reset in between.
-
-    Prometheus' rule: a series that fell, or whose `_created` time grew, was reset, and its
-    increase is its new value. A series absent earlier starts from 0.
-    """
-    assert later.value is not None
-    if earlier is None or earlier.value is None:
-        return later.value, False
-    reset = later.value < earlier.value or (
+def was_reset(earlier: SeriesValue | None, later: SeriesValue) -> bool:
+    """Whether a series was reset between two snapshots: Prometheus' rule, it fell or its
+    `_created` time grew. A series absent earlier was not reset (it starts from 0)."""
+    if earlier is None or earlier.value is None or later.value is None:
+        return False
+    return later.value < earlier.value or (
         earlier.created is not None
         and later.created is not None
         and later.created > earlier.created
     )
-    return (later.value if reset else later.value - earlier.value), reset
 
 
 def interval_increases(chain: Sequence[Series]) -> list[Totals]:
     """The increase of each step of `chain`: element i is from snapshot i to snapshot i + 1.
 
-    A series missing from one snapshot is compared, when it returns, with its last value seen,
-    so a scrape that omitted it loses nothing.
+    Resets are found per engine instance (`instance_of`): when any series of an instance was
+    reset in a step, spec-decode counter or witness (its generated tokens, say), the instance
+    restarted, and every one of its series counts its new value. So a restart whose new
+    counts outgrew the old ones is still found where anything of it fell. A series missing
+    from one snapshot is compared, when it returns, with its last value seen, so a scrape that
+    omitted it loses nothing; unless its instance restarted in between.
     """
     steps: list[Totals] = []
     last: dict[SeriesKey, SeriesValue] = dict(chain[0]) if chain else {}
     for snapshot in chain[1:]:
         step = Totals()
-        restarted: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+        reset = [key for key, sample in snapshot.items() if was_reset(last.get(key), sample)]
+        restarted: set[Instance] = {instance_of(key) for key in reset if key.role not in GAUGES}
+        step.series_resets = len(reset)
         for key, sample in snapshot.items():
             if key.role in GAUGES:
                 continue  # a gauge goes down and up: never a reset, never counted
-            amount, reset = series_increase(last.get(key), sample)
-            step.add(key, amount)
-            if reset:
-                step.series_resets += 1
-                restarted.add(instance_of(key))
+            assert sample.value is not None
+            earlier = last.get(key)
+            if (
+                earlier is None
+                or earlier.value is None
+                or (restarted and instance_of(key) in restarted)
+            ):
+                step.add(key, sample.value)
+            else:
+                step.add(key, sample.value - earlier.value)
             last[key] = sample
+        if restarted:
+            # A restarted engine shows some families only later (llama.cpp prints its
+            # per-position family once its first speculative request completes): what was last
+            # seen of them is from before the restart, so they come back from 0, not as a reset.
+            for key in [k for k in last if k not in snapshot and instance_of(k) in restarted]:
+                del last[key]
         step.restarts = len(restarted)
         steps.append(step)
     return steps
@@ -181,9 +197,8 @@ def window_increase(chain: Sequence[Series]) -> Totals:
 def derived(totals: Totals) -> ResultData:
     """The AISBench `data` block of a window's increases (drafts must be positive).
 
-    The acceptance rate and length are the full floats, as AISBench writes them; only
-    displays (the console block, the dashboard) round them. Per-position rates have 4 decimals,
-    as in AISBench's files.
+    Every figure is the full float, as the real AISBench writes its files (per-position rates
+    too: `0.951417004048583`); only displays (the console block, the dashboard) round them.
     """
     return ResultData(
         num_drafts=as_number(totals.num_drafts),
@@ -192,7 +207,7 @@ def derived(totals: Totals) -> ResultData:
         acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
         acceptance_length=1 + totals.num_accepted_tokens / totals.num_drafts,
         per_position_acceptance_rates={
-            str(pos): round(accepted / totals.num_drafts, 4)
+            str(pos): accepted / totals.num_drafts
             for pos, accepted in sorted(totals.accepted_per_pos.items())
         },
     )
@@ -288,6 +303,8 @@ def compare_results(
                     "error": None if result is None else result.error,
                     "engine": None if result is None else result.engine,
                     "exact": None if result is None else result.exact,
+                    "restarts": None if result is None else result.restarts,
+                    "notes": None if result is None else result.notes,
                     "acceptance_rate": None if data is None else data.acceptance_rate,
                     "acceptance_length": None if data is None else data.acceptance_length,
                     "num_drafts": None if data is None else data.num_drafts,
@@ -313,7 +330,7 @@ def compare_results(
                             data.acceptance_length, base.acceptance_length
                         ),
                         "per_position_acceptance_rates": {
-                            pos: round(rates[pos] - base_rates[pos], 4)
+                            pos: rates[pos] - base_rates[pos]
                             for pos in sorted(set(rates) & set(base_rates), key=int)
                         },
                     }

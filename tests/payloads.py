@@ -78,3 +78,48 @@ def drafts_payload(drafts: int) -> bytes:
     per_pos = [drafts // 2, drafts // 4, drafts // 8]
     engine = EngineCounters(drafts=drafts, draft_tokens=3 * drafts, accepted_per_pos=per_pos)
     return vllm_payload([engine]).encode()
+
+
+@dataclass
+class LlamaCppCounters:
+    """What llama-server counts (`server_task_result_metrics::to_metrics` in llama.cpp's
+    `tools/server/server-task.cpp`): no labels, no `_created`, values printed with `%g`."""
+
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)  # empty: the family is absent
+    predicted: int = 0  # tokens_predicted_total
+    prompt: int = 0  # prompt_tokens_total
+    decodes: int = 0  # n_decode_total
+
+
+def _g(value: float) -> str:
+    """C++'s default stream formatting of a double (`%g`, six significant digits)."""
+    return f"{value:g}"
+
+
+def llamacpp_payload(c: LlamaCppCounters) -> str:
+    """A llama-server `/metrics` answer, counters and gauges in its order."""
+    counters = [
+        ("prompt_tokens_total", c.prompt), ("prompt_tokens_cached_total", 0),
+        ("prompt_seconds_total", c.prompt / 1000), ("tokens_predicted_total", c.predicted),
+        ("tokens_predicted_seconds_total", c.predicted / 50), ("n_decode_total", c.decodes),
+        ("n_tokens_max", c.prompt + c.predicted),
+        ("spec_decode_num_draft_tokens_total", c.draft_tokens),
+        ("spec_decode_num_accepted_tokens_total", sum(c.accepted_per_pos)),
+        ("spec_decode_num_drafts_total", c.drafts),
+    ]  # fmt: skip
+    gauges = [
+        ("prompt_tokens_seconds", 0.0), ("predicted_tokens_seconds", 48.5),
+        ("requests_processing", 0), ("requests_deferred", 0), ("n_busy_slots_per_decode", 1),
+    ]  # fmt: skip
+    lines: list[str] = []
+    for kind, items in (("counter", counters), ("gauge", gauges)):
+        for name, value in items:
+            lines += [f"# HELP llamacpp:{name} x", f"# TYPE llamacpp:{name} {kind}"]
+            lines.append(f"llamacpp:{name} {_g(value)}")
+    if c.accepted_per_pos:
+        name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+        lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
+        lines += [f'{name}{{position="{i}"}} {n}' for i, n in enumerate(c.accepted_per_pos)]
+    return "\n".join(lines) + "\n"

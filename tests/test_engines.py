@@ -12,6 +12,7 @@ from app.engines import (
     MINDIE_REASON,
     SGLANG_NOTES,
     TRTLLM_NOTE,
+    UNSEEN_RESTART,
     V0_REASON,
     build_result,
 )
@@ -40,14 +41,14 @@ def llamacpp(drafts: float, draft_tokens: float, per_position: list[float]) -> S
 def test_llamacpp_below_a_million_is_exact() -> None:
     result = build_result(URL, llamacpp(100, 300, [80, 50, 20]), llamacpp(250, 750, [200, 120, 60]))
     assert (result.status, result.engine, result.exact) == ("ok", "llamacpp", True)
-    assert result.notes == [LLAMACPP_COMPLETION_NOTE]
+    assert result.notes == [LLAMACPP_COMPLETION_NOTE, UNSEEN_RESTART.format(engine="llamacpp")]
     assert result.data is not None
     assert (result.data.num_drafts, result.data.draft_tokens, result.data.accepted_tokens) == (
         150, 450, (200 + 120 + 60) - (80 + 50 + 20)
     )  # fmt: skip
     assert result.data.acceptance_length == float(1 + Fraction(230, 150))
     assert result.data.per_position_acceptance_rates == {
-        "0": round(120 / 150, 4), "1": round(70 / 150, 4), "2": round(40 / 150, 4)
+        "0": 120 / 150, "1": 70 / 150, "2": 40 / 150
     }  # fmt: skip
     block = render_block("10.0.0.1:8080", result)
     assert block.splitlines()[-1].split() == ["Engine", "llamacpp"]
@@ -82,7 +83,7 @@ def test_early_vllm_v1_gives_the_acceptance_rate_only() -> None:
 
     result = build_result(URL, early(100, 60), early(500, 310))
     assert (result.status, result.engine, result.exact) == ("ok", "vllm", True)
-    assert result.notes == [EARLY_V1_NOTE]
+    assert result.notes == [EARLY_V1_NOTE, UNSEEN_RESTART.format(engine="vllm")]
     assert result.data is not None
     assert result.data.acceptance_rate == float(Fraction(250 * 100, 400))
     assert result.data.num_drafts is None and result.data.acceptance_length is None
@@ -176,13 +177,13 @@ def test_trtllm_exact_rate_and_approximate_length_from_finished_requests() -> No
     # Its series appear only after the first speculative iteration: the window starts at 0.
     result = build_result(URL, {}, trtllm(400, 260, 190, [150, 90]))
     assert (result.status, result.engine, result.exact) == ("ok", "trtllm", False)
-    assert result.notes == [TRTLLM_NOTE]
+    assert result.notes == [TRTLLM_NOTE, UNSEEN_RESTART.format(engine="trtllm")]
     assert result.data is not None
     assert result.data.acceptance_rate == float(Fraction(260 * 100, 400))  # exact
     assert result.data.num_drafts == 190
     assert result.data.acceptance_length == float(1 + Fraction(150 + 90, 190))
     assert result.data.per_position_acceptance_rates == {
-        "0": round(150 / 190, 4), "1": round(90 / 190, 4)
+        "0": 150 / 190, "1": 90 / 190
     }  # fmt: skip
 
 
@@ -203,7 +204,7 @@ def test_sglang_length_from_generated_tokens_requests_and_verify_calls() -> None
     1 + sum(accepted + 1): accepted = 250 - 10 - 60 = 180, length = (250 - 10) / 60 = 4."""
     result = build_result(URL, sglang(100, 1000, 40), sglang(160, 1250, 50))
     assert (result.status, result.engine, result.exact) == ("ok", "sglang", False)
-    assert result.notes == SGLANG_NOTES
+    assert result.notes == [*SGLANG_NOTES, UNSEEN_RESTART.format(engine="sglang")]
     assert result.data is not None
     assert result.data.num_drafts == 60 and result.data.accepted_tokens == 180
     assert result.data.acceptance_length == 4.0
@@ -241,7 +242,7 @@ def test_sglang_with_its_draft_tokens_per_step_gives_draft_tokens_and_the_rate()
     assert result.data.draft_tokens == 60 * 4
     assert result.data.acceptance_rate == float(Fraction(180 * 100, 240))
     assert result.notes is not None
-    assert result.notes[-1] == "draft tokens from the configured 4 per step (draft_tokens_per_step)"
+    assert result.notes[-2] == "draft tokens from the configured 4 per step (draft_tokens_per_step)"
 
 
 def test_a_target_named_mindie_is_na_saying_why() -> None:

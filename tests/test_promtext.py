@@ -85,7 +85,8 @@ def test_dp8_fixture_has_every_engine_and_position() -> None:
     }
     assert engines == {str(e) for e in range(8)}
     assert positions == {str(p) for p in range(5)}
-    assert len(series) == 8 * (3 + 5)
+    # Three counters, five positions and two witnesses (generated and prompt tokens) an engine.
+    assert len(series) == 8 * (3 + 5 + 2)
 
 
 def test_created_is_never_a_count() -> None:
@@ -281,10 +282,12 @@ def test_payload_cut_mid_line_is_an_error() -> None:
 
 def test_every_schema_names_its_roles_within_its_prefix() -> None:
     counted = {Role.DRAFTS, Role.DRAFT_TOKENS, Role.ACCEPTED, Role.ACCEPTED_PER_POSITION}
-    assert set(VLLM_V1.families.values()) == counted | {Role.EMITTED}
-    assert set(LLAMACPP.families.values()) == counted
+    witnesses = {Role.GENERATION_TOKENS, Role.PROMPT_TOKENS}
+    assert set(VLLM_V1.families.values()) == counted | witnesses | {Role.EMITTED}
+    assert set(LLAMACPP.families.values()) == counted | witnesses | {Role.DECODE_CALLS}
     for schema in SCHEMAS:
-        assert all(name.startswith(schema.prefix) for name in [*schema.families, *schema.gauges])
+        names = [*schema.families, *schema.gauges]
+        assert all(n.startswith(schema.prefix) for n in names if n not in schema.companions)
     assert {schema.position_label for schema in SCHEMAS} == {"position", "token_position"}
 
 

@@ -76,7 +76,7 @@ def test_reset_between_samples_is_counted_in_full(api: httpx.Client) -> None:
     assert sampled["data"]["num_drafts"] == drafts
     assert sampled["data"]["draft_tokens"] == K * drafts
     accepted_at_0 = (720 - 600) + 60 + (900 - 60)
-    assert sampled["data"]["per_position_acceptance_rates"]["0"] == round(accepted_at_0 / drafts, 4)
+    assert sampled["data"]["per_position_acceptance_rates"]["0"] == accepted_at_0 / drafts
     assert sampled["series_resets"] == 3 + K  # every series of the engine, once
     assert sampled["restarts"] == 1  # one engine, once
     assert sampled["samples"]["taken"] >= 3

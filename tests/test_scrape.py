@@ -273,7 +273,7 @@ def test_proxy_from_the_environment_is_honoured() -> None:
             [sys.executable, "-c", PROXY_CHECK, "metrics.invalid:9100"],
             env=env, capture_output=True, text=True, timeout=30, check=True,
         )  # fmt: skip
-        assert run.stdout.strip() == "8"
+        assert run.stdout.strip() == "10"  # 8 spec-decode series, 2 witnesses
         assert proxy.requests[0]["path"] == "http://metrics.invalid:9100/metrics"
         env["NO_PROXY"] = "127.0.0.1"
         run = subprocess.run(
@@ -611,7 +611,8 @@ async def test_limits_on_series_and_label_sets_make_the_scrape_na(
     assert too_long.error is not None and "more than 256 (SPECDEC_MAX_SERIES_LABEL_CHARS)" in (
         too_long.error
     )
-    assert fine.series is not None and len(fine.series) == 20 * 4
+    # and the two witnesses (generated and prompt tokens) of the payload's engine 0
+    assert fine.series is not None and len(fine.series) == 20 * 4 + 2
 
 
 class _CountingSlots(asyncio.Semaphore):

@@ -138,7 +138,7 @@ def test_compare_two_configurations(api: httpx.Client, stored: dict[str, Any]) -
         {"window": "ngram-1", "versus": "eagle-1",
          "acceptance_rate": pytest.approx(float(Fraction(35) - 80), rel=1e-15),
          "acceptance_length": pytest.approx(float(Fraction(105, 100) - Fraction(240, 100)), rel=1e-15),
-         "per_position_acceptance_rates": {"0": round(0.6 - 0.9, 4), "1": round(0.3 - 0.8, 4), "2": round(0.15 - 0.7, 4)}},
+         "per_position_acceptance_rates": {"0": pytest.approx(0.6 - 0.9, rel=1e-12), "1": pytest.approx(0.3 - 0.8, rel=1e-12), "2": pytest.approx(0.15 - 0.7, rel=1e-12)}},
     ]  # fmt: skip
     two = by_target[stored["two"]]
     assert [r["window"] if r else None for r in two["results"]] == [None, None, "eagle-2"]

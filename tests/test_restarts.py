@@ -1,0 +1,79 @@
+"""Engine restarts inside a window: found, counted once, and never called exact.
+
+The payloads are llama.cpp's (`tests.payloads.llamacpp_payload`, written from its
+`to_metrics`): no `_created`, and the per-position family printed only once a speculative
+request has completed since the server started.
+"""
+
+from app.engines import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART, build_result
+from app.promtext import Series, extract_spec_decode
+from app.report import render_block
+from tests.payloads import EngineCounters, LlamaCppCounters, llamacpp_payload, vllm_payload
+
+URL = "http://127.0.0.1:8080/metrics"
+
+
+def llama(drafts: int, per_pos: list[int], predicted: int, prompt: int = 0) -> Series:
+    counters = LlamaCppCounters(
+        drafts=drafts, draft_tokens=8 * drafts, accepted_per_pos=per_pos,
+        predicted=predicted, prompt=prompt, decodes=predicted // 4,
+    )  # fmt: skip
+    return extract_spec_decode(llamacpp_payload(counters))
+
+
+def test_a_llamacpp_restart_whose_per_position_family_comes_back_late_counts_once() -> None:
+    """Sampled: 100 -> 150, crash; the new server shows its scalar counters at once (12 drafts,
+    no per-position family yet), the family one sample later."""
+    before = llama(100, [90, 80], 4000, 900)
+    chain = [
+        llama(150, [135, 120], 6000, 1300),
+        llama(12, [], 500, 200),  # restarted: per-position family absent
+        llama(30, [27, 20], 1200, 400),  # ... back, from 0
+    ]
+    after = llama(41, [37, 30], 1700, 500)
+    result = build_result(URL, before, after, chain)
+    assert result.restarts == 1
+    assert result.data is not None
+    assert result.data.num_drafts == (150 - 100) + 41
+    assert result.data.accepted_tokens == (135 + 120 - 90 - 80) + (37 + 30)
+    assert result.data.per_position_acceptance_rates == {
+        "0": (135 - 90 + 37) / 91, "1": (120 - 80 + 30) / 91,
+    }  # fmt: skip
+    assert result.exact is False
+    assert result.notes is not None and RESTARTED_SAMPLED.format(n=1) in result.notes
+
+
+def test_a_restart_whose_new_counts_outgrew_the_old_is_found_by_its_falling_witnesses() -> None:
+    """Unsampled llama.cpp: every spec-decode counter is higher at the end than at the start,
+    but its prompt tokens fell. The figures are the new server's, and say so."""
+    before = llama(90, [80, 70], 9000, prompt=5000)
+    after = llama(198, [180, 160], 9500, prompt=3000)  # prompt tokens fell: a new server
+    result = build_result(URL, before, after)
+    assert result.restarts == 1
+    assert result.data is not None and result.data.num_drafts == 198  # not 198 - 90
+    assert result.data.accepted_tokens == 340
+    assert result.exact is False
+    assert result.notes is not None and RESTARTED.format(n=1) in result.notes
+
+
+def test_an_unsampled_llamacpp_window_says_a_restart_may_be_unseen() -> None:
+    result = build_result(URL, llama(90, [80, 70], 9000, 5000), llama(198, [180, 160], 9500, 6000))
+    assert (result.restarts, result.exact) == (0, True)
+    assert result.notes is not None and UNSEEN_RESTART.format(engine="llamacpp") in result.notes
+    sampled = build_result(
+        URL, llama(90, [80, 70], 9000, 5000), llama(198, [180, 160], 9500, 6000),
+        [llama(150, [130, 110], 9200, 5500)],
+    )  # fmt: skip
+    assert sampled.notes is not None
+    assert not any("cannot be seen" in note for note in sampled.notes)
+
+
+def test_a_vllm_restart_without_samples_is_counted_and_says_what_was_lost() -> None:
+    before = extract_spec_decode(vllm_payload([EngineCounters(300, 1200, [250, 200], created=1.0)]))
+    after = extract_spec_decode(vllm_payload([EngineCounters(85, 340, [70, 60], created=2.0)]))
+    result = build_result(URL, before, after)
+    assert result.restarts == 1 and result.exact is False
+    assert result.data is not None and result.data.num_drafts == 85
+    assert result.notes is not None and RESTARTED.format(n=1) in result.notes
+    block = render_block("127.0.0.1:8080", result)
+    assert "Restarts" in block and "1 (see notes)" in block
