@@ -2,6 +2,7 @@
 
 import asyncio
 import gzip
+import json
 import os
 import socket
 import ssl
@@ -84,7 +85,34 @@ async def test_reads_openmetrics(client: httpx.AsyncClient) -> None:
 async def test_http_500(client: httpx.AsyncClient) -> None:
     with serve_metrics(body=b"oops", status=500) as server:
         outcome = await scrape(client, server.target)
-    assert outcome.error == "Metrics endpoint returned HTTP 500"
+    assert outcome.error == "Metrics endpoint returned HTTP 500: oops"
+    with serve_metrics(body=b"<html><body>Bad gateway</body></html>", status=502) as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error == "Metrics endpoint returned HTTP 502"  # a page says nothing short
+
+
+async def test_llamacpp_without_metrics_keeps_its_message(client: httpx.AsyncClient) -> None:
+    """llama-server without `--metrics` answers 501 with a JSON error naming the flag
+    (`tools/server/server-context.cpp`, `format_error_response`)."""
+    body = json.dumps({"error": {
+        "code": 501, "type": "not_supported_error",
+        "message": "This server does not support metrics endpoint. Start it with `--metrics`",
+    }}).encode()  # fmt: skip
+    with serve_metrics(body=body, status=501, content_type="application/json") as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error == (
+        "Metrics endpoint returned HTTP 501: This server does not support metrics endpoint. "
+        "Start it with `--metrics`"
+    )
+    hostile = json.dumps({"message": "\x00line\nbreak " + "x" * 1500}).encode()
+    with serve_metrics(body=hostile, status=503) as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error is not None and len(outcome.error) < 300
+    assert outcome.error.startswith("Metrics endpoint returned HTTP 503: line break xxx")
+    cut = json.dumps({"message": "x" * 5000}).encode()  # past the bytes read: not quoted
+    with serve_metrics(body=cut, status=503) as server:
+        outcome = await scrape(client, server.target)
+    assert outcome.error == "Metrics endpoint returned HTTP 503"
 
 
 async def test_redirect_is_not_followed(client: httpx.AsyncClient) -> None:

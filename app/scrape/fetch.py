@@ -20,7 +20,14 @@ from app.promtext import ExtractionError, ExtractionLimits, extract_spec_decode
 from app.resolver import RESOLVING_FOR
 from app.scrape.client import ScrapeClient
 from app.scrape.config import OFF_LOOP_BYTES, ScrapeConfig
-from app.scrape.outcome import ScrapeErrorKind, ScrapeOutcome, failure, timed_out
+from app.scrape.outcome import (
+    REFUSAL_BODY_BYTES,
+    ScrapeErrorKind,
+    ScrapeOutcome,
+    failure,
+    refusal_message,
+    timed_out,
+)
 from app.scrape.pinning import Refused, Unresolved, pin
 from app.targets import Target
 
@@ -54,6 +61,19 @@ class _LargeAnswerSlot:
         if self._held:
             self._slots.release()
             self._held = False
+
+
+async def _refusal_body(response: httpx.Response) -> bytes:
+    """The first bytes of a refusal's plain body, for its message; none of a compressed one."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", ""):
+        return b""
+    head = b""
+    async for data in response.aiter_raw():
+        head += data
+        if len(head) >= REFUSAL_BODY_BYTES:
+            break
+    return head[:REFUSAL_BODY_BYTES]
 
 
 async def _read_capped(response: httpx.Response, max_bytes: int, slot: _LargeAnswerSlot) -> bytes:
@@ -169,7 +189,9 @@ async def _fetch_and_read(
             response = await client.send(request, stream=True)
             try:
                 if response.status_code != 200:
-                    return failure(target, Kind.HTTP_STATUS, str(response.status_code))
+                    said = refusal_message(await _refusal_body(response))
+                    detail = str(response.status_code) + (f": {said}" if said else "")
+                    return failure(target, Kind.HTTP_STATUS, detail)
                 content_type = response.headers.get("content-type", "")
                 if content_type.split(";")[0].strip().lower() == "text/html":
                     detail = "not a Prometheus exposition: text/html"
