@@ -10,7 +10,7 @@ export SPECDEC_DATABASE_URL ?= sqlite:///./data/specdec.db
 # Test processes: the suite mostly waits on its collectors, one per core keeps both busy.
 TEST_WORKERS ?= 2
 
-.PHONY: run test lint format bench simulate demo postgres clean
+.PHONY: run test test-engines engines lint format bench simulate demo postgres clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ demo: $(VENV)/.installed ## simulator + collector + a short load through `specde
 
 test: $(VENV)/.installed-dev ## the whole test suite (PostgreSQL, Chromium: see README)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
+
+engines: $(VENV)/.installed-dev ## install the real engines into ./.engines once (vLLM CPU, llama-server, a model)
+	$(BIN)/python -m tests.real_engines.provision all
+
+test-engines: engines ## the real-engine tier: windows around a real vLLM and a real llama.cpp
+	SPECDEC_TEST_ENGINES=1 $(BIN)/pytest tests/real_engines --durations=10 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev ## ruff (lint + format check) and mypy
 	$(BIN)/ruff check .

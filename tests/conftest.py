@@ -22,6 +22,9 @@ from app.db import create_db_engine, upgrade_database
 from tests.collector import CollectorProcess, NewTeam, Team, run_collector
 from tests.postgres import fresh_schema, postgres_server
 
+# The real-engine tier runs under `make test-engines` only: it installs and starts real engines.
+collect_ignore = [] if os.environ.get("SPECDEC_TEST_ENGINES") else ["real_engines"]
+
 DATABASE_KINDS = ["sqlite", "postgresql"]
 # The shared collectors' own admin key: it closes what a test left open (no test holds it).
 ADMIN_KEY = "suite-admin-key-" + uuid.uuid4().hex

@@ -1,0 +1,199 @@
+"""Windows of a real `specdec serve` around real load on a real vLLM and a real llama.cpp.
+
+Each window's figures must equal, exactly, what the test computes from the engine's own
+`/metrics` read just before the start and just after the stop (the engine idle at both, read
+with prometheus_client's parser), and agree with the engine's own per-request accounts.
+Temperature 0 throughout; prompts hold a passage twice, so n-gram drafts are accepted.
+"""
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.engines import RESTARTED, UNSEEN_RESTART
+from app.specdecode import NO_ACTIVITY
+from tests.collector import CollectorProcess
+from tests.metrics_server import free_port
+from tests.real_engines import servers
+from tests.real_engines.accounting import counters, expected_data, increase
+
+PASSAGE = (
+    "Speculative decoding drafts several tokens cheaply and lets the large model verify them "
+    "in one step. When the draft is right, many tokens come out of one forward pass. "
+)
+
+
+def prompt(i: int) -> str:
+    return f"Text {i}. {PASSAGE}{PASSAGE}Speculative decoding drafts"
+
+
+def start(collector: CollectorProcess, window: str, targets: list[str], **body: Any) -> None:
+    answer = httpx.post(
+        f"{collector.base_url}/windows/{window}/start",
+        json={"targets": targets, **body}, timeout=60,
+    )  # fmt: skip
+    assert answer.status_code == 201, answer.text
+
+
+def stop(collector: CollectorProcess, window: str) -> dict[str, dict[str, Any]]:
+    answer = httpx.post(f"{collector.base_url}/windows/{window}/stop", timeout=60)
+    assert answer.status_code == 200, answer.text
+    return {t["target"]: t["result"] for t in answer.json()["targets"]}
+
+
+def window_id() -> str:
+    return "real-" + uuid.uuid4().hex[:8]
+
+
+def llama_load(engine: servers.Engine, requests: int, stream: bool) -> tuple[int, int]:
+    """Completions on llama-server; its own accounts summed: (draft tokens, accepted)."""
+    drafted = accepted = 0
+    for i in range(requests):
+        body = {"prompt": prompt(i), "n_predict": 48, "temperature": 0, "stream": stream}
+        if stream:
+            last: dict[str, Any] = {}
+            with httpx.stream("POST", f"{engine.base}/completion", json=body, timeout=300) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        last = json.loads(line[6:])
+            timings = last["timings"]
+        else:
+            answer = httpx.post(f"{engine.base}/completion", json=body, timeout=300)
+            timings = answer.json()["timings"]
+        drafted += timings.get("draft_n", 0)
+        accepted += timings.get("draft_n_accepted", 0)
+    return drafted, accepted
+
+
+def vllm_load(engine: servers.Engine, requests: int, stream: bool) -> tuple[int, int, int]:
+    """Completions on vLLM; its per-request accounts summed (`--per-request-spec-decode-metrics`)
+    for answers that carry them: (verify steps, draft tokens, accepted)."""
+    steps = drafted = accepted = 0
+    for i in range(requests):
+        body = {"model": servers.MODEL, "prompt": prompt(i), "max_tokens": 48,
+                "temperature": 0, "stream": stream}  # fmt: skip
+        if stream:
+            with httpx.stream("POST", f"{engine.base}/v1/completions", json=body, timeout=300) as r:
+                assert r.status_code == 200
+                for _ in r.iter_lines():
+                    pass
+            continue
+        answer = httpx.post(f"{engine.base}/v1/completions", json=body, timeout=300).json()
+        spec = answer["metrics"]["speculative_decoding"]
+        steps += spec["num_spec_steps"]
+        drafted += spec["num_draft_tokens"]
+        accepted += spec["num_accepted_draft_tokens"]
+    return steps, drafted, accepted
+
+
+def test_a_llamacpp_window_equals_its_metrics_and_its_timings(
+    llama_engine: servers.Engine, collector: CollectorProcess
+) -> None:
+    window = window_id()
+    before = counters(llama_engine.metrics(), "llamacpp:")
+    start(collector, window, [llama_engine.target])
+    drafted, accepted = llama_load(llama_engine, 3, stream=False)
+    more = llama_load(llama_engine, 2, stream=True)
+    drafted, accepted = drafted + more[0], accepted + more[1]
+    result = stop(collector, window)[llama_engine.target]
+    truth = increase(before, counters(llama_engine.metrics(), "llamacpp:"))
+    assert truth.drafts > 0 and truth.accepted > 0
+    assert (result["status"], result["engine"]) == ("ok", "llamacpp")
+    assert result["data"] == expected_data(truth)
+    assert (truth.draft_tokens, truth.accepted) == (drafted, accepted)  # llama.cpp's timings
+    assert UNSEEN_RESTART.format(engine="llamacpp") in result["notes"]
+
+
+def test_a_vllm_window_equals_its_metrics_and_its_per_request_accounts(
+    vllm_engine: servers.Engine, collector: CollectorProcess
+) -> None:
+    window = window_id()
+    before = counters(vllm_engine.metrics(), "vllm:")
+    start(collector, window, [vllm_engine.target])
+    steps, drafted, accepted = vllm_load(vllm_engine, 3, stream=False)
+    result = stop(collector, window)[vllm_engine.target]
+    truth = increase(before, counters(vllm_engine.metrics(), "vllm:"))
+    assert truth.drafts > 0
+    assert (result["status"], result["engine"], result["exact"]) == ("ok", "vllm", True)
+    assert result["data"] == expected_data(truth)
+    assert (truth.drafts, truth.draft_tokens, truth.accepted) == (steps, drafted, accepted)
+
+
+def test_a_streamed_vllm_window_equals_its_metrics(
+    vllm_engine: servers.Engine, collector: CollectorProcess
+) -> None:
+    window = window_id()
+    before = counters(vllm_engine.metrics(), "vllm:")
+    start(collector, window, [vllm_engine.target])
+    vllm_load(vllm_engine, 2, stream=True)
+    result = stop(collector, window)[vllm_engine.target]
+    truth = increase(before, counters(vllm_engine.metrics(), "vllm:"))
+    assert result["status"] == "ok" and truth.drafts > 0
+    assert result["data"] == expected_data(truth)
+
+
+def test_one_window_over_both_engines(
+    vllm_engine: servers.Engine, llama_engine: servers.Engine, collector: CollectorProcess
+) -> None:
+    window = window_id()
+    before = {
+        vllm_engine.target: counters(vllm_engine.metrics(), "vllm:"),
+        llama_engine.target: counters(llama_engine.metrics(), "llamacpp:"),
+    }
+    start(collector, window, [vllm_engine.target, llama_engine.target])
+    vllm_load(vllm_engine, 1, stream=False)
+    llama_load(llama_engine, 2, stream=False)
+    results = stop(collector, window)
+    after = {
+        vllm_engine.target: counters(vllm_engine.metrics(), "vllm:"),
+        llama_engine.target: counters(llama_engine.metrics(), "llamacpp:"),
+    }
+    for target, result in results.items():
+        assert result["data"] == expected_data(increase(before[target], after[target])), target
+
+
+def test_llamacpp_without_metrics_and_without_drafting(
+    collector: CollectorProcess, logs: Path
+) -> None:
+    with servers.llama(free_port(), logs / "llama-nometrics.log", metrics=False) as bare:
+        window = window_id()
+        start(collector, window, [bare.target])
+        result = stop(collector, window)[bare.target]
+    assert result["status"] == "na"
+    assert "HTTP 501" in result["error"] and "Start it with `--metrics`" in result["error"]
+    with servers.llama(free_port(), logs / "llama-nospec.log", spec=False) as plain:
+        window = window_id()
+        start(collector, window, [plain.target])
+        llama_load(plain, 1, stream=False)
+        result = stop(collector, window)[plain.target]
+    assert (result["status"], result["engine"], result["exact"]) == ("na", "llamacpp", False)
+    assert result["error"].startswith(NO_ACTIVITY)
+
+
+def test_a_llamacpp_restart_inside_an_unsampled_window(
+    collector: CollectorProcess, logs: Path
+) -> None:
+    """The server is killed and started again on the same port inside the window. llama.cpp
+    has no `_created`: the restart shows because its counters (prompt tokens among them) are
+    lower at the end than at the start. The result counts from the restart on, says so, and
+    is not exact."""
+    port = free_port()
+    engine = servers.start_llama(port, logs / "llama-restart.log")
+    try:
+        llama_load(engine, 3, stream=False)  # before the window: its counters fall at the crash
+        window = window_id()
+        start(collector, window, [engine.target])
+        llama_load(engine, 1, stream=False)
+        engine.kill()
+        engine = servers.start_llama(port, logs / "llama-restart.log")
+        llama_load(engine, 1, stream=False)
+        result = stop(collector, window)[engine.target]
+        truth = counters(engine.metrics(), "llamacpp:")  # the new server's whole count
+    finally:
+        engine.stop()
+    assert result["restarts"] == 1 and result["exact"] is False
+    assert RESTARTED.format(n=1) in result["notes"]
+    assert result["data"] == expected_data(truth)
