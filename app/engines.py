@@ -70,6 +70,15 @@ MINDIE_REASON = (
     "MindIE Service documents no spec-decode counters on its metrics endpoint: no window can be "
     "measured. Measure on the client side (AISBench's own records) until it exports them."
 )
+DRAFTING_OFF = (
+    ": the server generated {tokens} tokens in the window and drafted none (speculative "
+    "decoding is off); {how}"
+)
+TURN_DRAFTING_ON = {
+    ServingEngine.LLAMACPP: "start llama-server with a draft model (-md) or --spec-type "
+    "(ngram-simple, for one)",
+    ServingEngine.VLLM: "start vLLM with --speculative-config",
+}
 RESTARTED = (
     "the engine restarted inside the window ({n}x) and no sample was taken in between: what it "
     "counted before the restart is lost, the figures count from the restart on; sample the "
@@ -209,7 +218,13 @@ def _figures(
                 notes.append(rounding)
                 exact = False
     if totals.num_draft_tokens <= 0 or (has_drafts and totals.num_drafts <= 0):
-        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False, notes=notes)
+        error = NO_ACTIVITY
+        if totals.num_draft_tokens <= 0 and totals.generation_tokens > 0:
+            error += DRAFTING_OFF.format(
+                tokens=as_number(totals.generation_tokens),
+                how=TURN_DRAFTING_ON.get(engine, "turn speculative decoding on"),
+            )
+        return EngineResult(engine=engine, status="na", error=error, exact=False, notes=notes)
     if has_drafts:
         data = derived(totals)
     else:

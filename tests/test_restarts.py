@@ -77,3 +77,17 @@ def test_a_vllm_restart_without_samples_is_counted_and_says_what_was_lost() -> N
     assert result.notes is not None and RESTARTED.format(n=1) in result.notes
     block = render_block("127.0.0.1:8080", result)
     assert "Restarts" in block and "1 (see notes)" in block
+
+
+def test_a_server_that_generated_tokens_but_drafted_none_says_so() -> None:
+    """llama.cpp without speculation prints its three counters at 0 and no per-position family."""
+    before, after = llama(0, [], 100, 50), llama(0, [], 740, 120)
+    result = build_result(URL, before, after)
+    assert (result.status, result.engine, result.exact) == ("na", "llamacpp", False)
+    assert result.error == (
+        "No spec decode activity detected during benchmark window: the server generated 640 "
+        "tokens in the window and drafted none (speculative decoding is off); start "
+        "llama-server with a draft model (-md) or --spec-type (ngram-simple, for one)"
+    )
+    idle = build_result(URL, before, before)
+    assert idle.error == "No spec decode activity detected during benchmark window"

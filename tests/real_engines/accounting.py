@@ -63,3 +63,12 @@ def expected_data(window: Counters) -> dict[str, object]:
             str(p): n / window.drafts for p, n in sorted(window.per_position.items())
         },
     }
+
+
+def generated_tokens(text: str) -> int:
+    """llama-server's `llamacpp:tokens_predicted_total`: the tokens it generated."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "llamacpp:tokens_predicted_total":
+                return int(sample.value)
+    raise AssertionError("no llamacpp:tokens_predicted_total")

@@ -18,7 +18,7 @@ from app.specdecode import NO_ACTIVITY
 from tests.collector import CollectorProcess
 from tests.metrics_server import free_port
 from tests.real_engines import servers
-from tests.real_engines.accounting import counters, expected_data, increase
+from tests.real_engines.accounting import counters, expected_data, generated_tokens, increase
 
 PASSAGE = (
     "Speculative decoding drafts several tokens cheaply and lets the large model verify them "
@@ -166,11 +166,16 @@ def test_llamacpp_without_metrics_and_without_drafting(
     assert "HTTP 501" in result["error"] and "Start it with `--metrics`" in result["error"]
     with servers.llama(free_port(), logs / "llama-nospec.log", spec=False) as plain:
         window = window_id()
+        generated = generated_tokens(plain.metrics())
         start(collector, window, [plain.target])
         llama_load(plain, 1, stream=False)
         result = stop(collector, window)[plain.target]
+        generated = generated_tokens(plain.metrics()) - generated
     assert (result["status"], result["engine"], result["exact"]) == ("na", "llamacpp", False)
-    assert result["error"].startswith(NO_ACTIVITY)
+    assert generated > 0
+    assert result["error"].startswith(
+        f"{NO_ACTIVITY}: the server generated {generated} tokens in the window and drafted none"
+    )
 
 
 def test_a_llamacpp_restart_inside_an_unsampled_window(
