@@ -79,6 +79,11 @@ TURN_DRAFTING_ON = {
     "(ngram-simple, for one)",
     ServingEngine.VLLM: "start vLLM with --speculative-config",
 }
+VARIABLE_DRAFT_LENGTH = (
+    "drafts of variable length: {mean} draft tokens a draft on average, {positions} positions "
+    "counted; a position's rate is over every draft, those too short to reach it included "
+    "(accepted at N / drafts), so the rates fall faster than the acceptance of long drafts"
+)
 RESTARTED = (
     "the engine restarted inside the window ({n}x) and no sample was taken in between: what it "
     "counted before the restart is lost, the figures count from the restart on; sample the "
@@ -146,6 +151,17 @@ def _llamacpp_rounding(before: Totals, after: Totals) -> str | None:
         "llama.cpp prints its counters with 6 significant digits and some reached 10^6: each "
         f"count is known within half a unit of its 6th digit at each end ({told})"
     )
+
+
+def _variable_draft_length(totals: Totals) -> str | None:
+    """The note on drafts shorter than the positions counted (n-gram drafts, capped drafts,
+    vLLM's dynamic speculative decoding), with the mean draft length; None when every draft of
+    the window had a token at every position."""
+    positions = len(totals.accepted_per_pos)
+    if not positions or totals.num_draft_tokens == positions * totals.num_drafts:
+        return None
+    mean = totals.num_draft_tokens / totals.num_drafts
+    return VARIABLE_DRAFT_LENGTH.format(mean=f"{mean:.2f}", positions=positions)
 
 
 def _trtllm(totals: Totals) -> EngineResult:
@@ -227,6 +243,9 @@ def _figures(
         return EngineResult(engine=engine, status="na", error=error, exact=False, notes=notes)
     if has_drafts:
         data = derived(totals)
+        variable = _variable_draft_length(totals)
+        if variable is not None:
+            notes.append(variable)
     else:
         notes.append(EARLY_V1_NOTE)
         data = ResultData(

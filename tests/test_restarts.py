@@ -5,7 +5,13 @@ The payloads are llama.cpp's (`tests.payloads.llamacpp_payload`, written from it
 request has completed since the server started.
 """
 
-from app.engines import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART, build_result
+from app.engines import (
+    RESTARTED,
+    RESTARTED_SAMPLED,
+    UNSEEN_RESTART,
+    VARIABLE_DRAFT_LENGTH,
+    build_result,
+)
 from app.promtext import Series, extract_spec_decode
 from app.report import render_block
 from tests.payloads import EngineCounters, LlamaCppCounters, llamacpp_payload, vllm_payload
@@ -91,3 +97,20 @@ def test_a_server_that_generated_tokens_but_drafted_none_says_so() -> None:
     )
     idle = build_result(URL, before, before)
     assert idle.error == "No spec decode activity detected during benchmark window"
+
+
+def test_drafts_of_variable_length_say_so_with_their_mean_length() -> None:
+    """llama.cpp's n-gram drafts: 8 positions, 7.6 draft tokens a draft on average."""
+    before = extract_spec_decode(llamacpp_payload(LlamaCppCounters(10, 76, [9] * 8, 500, 100, 10)))
+    after = extract_spec_decode(llamacpp_payload(LlamaCppCounters(60, 456, [50] * 8, 900, 300, 60)))
+    result = build_result(URL, before, after)
+    assert result.notes is not None
+    assert VARIABLE_DRAFT_LENGTH.format(mean="7.60", positions=8) in result.notes
+    assert result.data is not None and result.data.per_position_acceptance_rates == {
+        str(p): 41 / 50 for p in range(8)
+    }
+    fixed = build_result(  # every draft two tokens long, two positions
+        URL, extract_spec_decode(llamacpp_payload(LlamaCppCounters(10, 20, [9, 8], 500))),
+        extract_spec_decode(llamacpp_payload(LlamaCppCounters(60, 120, [50, 40], 900))),
+    )  # fmt: skip
+    assert fixed.notes is not None and not any("variable" in note for note in fixed.notes)
