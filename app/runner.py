@@ -181,6 +181,7 @@ class LoadSummary:
     failed: int
     completion_tokens: int
     seconds: float
+    uncounted: int = 0  # streamed answers that gave no usage
 
 
 async def generate_load(
@@ -192,31 +193,43 @@ async def generate_load(
     chat: bool = False,
     stream: bool = False,
     model: str | None = None,
+    temperature: float = 0.0,
 ) -> LoadSummary:
-    """Send `requests` OpenAI completion requests, `concurrency` at a time."""
+    """Send `requests` OpenAI completion requests, `concurrency` at a time.
+
+    Tokens are the server's own count, `usage.completion_tokens`; streamed requests ask for it
+    with `stream_options.include_usage`, and a streamed answer without it is counted as such
+    (`uncounted`), never guessed from its text.
+    """
     path = "/v1/chat/completions" if chat else "/v1/completions"
     queue = iter(range(requests))
-    failed = tokens = 0
+    failed = tokens = uncounted = 0
 
     async def worker(http: httpx.AsyncClient) -> None:
-        nonlocal failed, tokens
+        nonlocal failed, tokens, uncounted
         for index in queue:
-            body: dict[str, Any] = {"max_tokens": max_tokens, "stream": stream, "model": model}
+            body: dict[str, Any] = {
+                "max_tokens": max_tokens, "stream": stream, "model": model,
+                "temperature": temperature,
+            }  # fmt: skip
+            if stream:
+                body["stream_options"] = {"include_usage": True}
             if chat:
                 body["messages"] = [{"role": "user", "content": f"question {index}"}]
             else:
                 body["prompt"] = f"question {index}"
             try:
                 if stream:
+                    usage = None
                     async with http.stream("POST", path, json=body) as response:
                         async for line in response.aiter_lines():
                             if line.startswith("data: {"):
-                                chunk = json.loads(line[6:])["choices"][0]
-                                text = chunk.get("text") or chunk.get("delta", {}).get(
-                                    "content", ""
-                                )
-                                tokens += text.count("tok ")
+                                usage = json.loads(line[6:]).get("usage") or usage
                     ok = response.status_code == 200
+                    if ok and usage is not None:
+                        tokens += usage["completion_tokens"]
+                    elif ok:
+                        uncounted += 1
                 else:
                     response = await http.post(path, json=body)
                     ok = response.status_code == 200
@@ -229,4 +242,4 @@ async def generate_load(
     began = time.monotonic()
     async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=120) as http:
         await asyncio.gather(*(worker(http) for _ in range(max(1, concurrency))))
-    return LoadSummary(requests, failed, tokens, time.monotonic() - began)
+    return LoadSummary(requests, failed, tokens, time.monotonic() - began, uncounted)

@@ -234,7 +234,16 @@ def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
     draft_tokens = [d * server.k for d in drafts]
     accepted = [sum(at) for at in accepted_at]
     created = [server.counters[e].created for e in range(server.engines)]
+    # Generated tokens: one a draft plus its accepted ones, for the timed drafts as served ones.
+    generated = [
+        server.counters[e].tokens
+        + timed[e]
+        + sum(accepted_at[e])
+        - sum(server.counters[e].accepted_at)
+        for e in range(server.engines)
+    ]
     families = (
+        ("vllm:generation_tokens", "Number of generation tokens processed.", generated),
         ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", drafts),
         ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", draft_tokens),
         ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", accepted),
@@ -268,6 +277,8 @@ class CompletionRequest(BaseModel):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     stream: bool = False
+    # OpenAI's `{"include_usage": true}`: a last chunk with the usage and no choices.
+    stream_options: dict[str, Any] | None = None
 
     def tokens(self) -> int:
         return max(1, min(self.max_completion_tokens or self.max_tokens or 16, 32768))
@@ -318,6 +329,10 @@ def _completion(server: SimulatedServer, body: CompletionRequest, chat: bool) ->
             chunk = {"id": ident, "object": chunk_kind, "created": created, "model": model,
                      "choices": [choice("tok " * step, index == len(steps) - 1, True)]}  # fmt: skip
             yield f"data: {json.dumps(chunk)}\n\n"
+        if (body.stream_options or {}).get("include_usage"):
+            last = {"id": ident, "object": chunk_kind, "created": created, "model": model,
+                    "choices": [], "usage": usage}  # fmt: skip
+            yield f"data: {json.dumps(last)}\n\n"
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")

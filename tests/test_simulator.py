@@ -3,18 +3,21 @@
 import asyncio
 import json
 import math
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
 
 import httpx
 import pytest
+import respx
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.counters import Role
 from app.promtext import extract_spec_decode
+from app.runner import generate_load
 from app.simulator import SimulatedServer, default_acceptance
-from tests.collector import run_simulator
+from tests.collector import run_simulator, specdec_command
 from tests.test_promtext import oracle
 
 
@@ -204,3 +207,47 @@ def test_engine_restart_is_counted_in_full_with_samples(api: httpx.Client) -> No
     # triggered the restart ran on engine 1. Nothing is lost, nothing counted twice.
     assert result["data"]["num_drafts"] == total_steps
     assert result["restarts"] >= 1 and result["series_resets"] >= result["restarts"]
+
+
+def test_specdec_load_counts_the_servers_own_tokens_streamed_or_not() -> None:
+    """The load command counts `usage.completion_tokens` (streamed: the last chunk, asked for
+    with `stream_options.include_usage`), never the text; the simulator's text is `tok ` words
+    of several tokens each, so counting words would differ."""
+    with run_simulator("--drafts-per-s", "0") as url:
+        for extra in ([], ["--stream"], ["--chat", "--stream"]):
+            before = _generated(url)
+            run = subprocess.run(
+                [*specdec_command(), "load", "--url", url, "--requests", "6", "--concurrency", "2",
+                 "--max-tokens", "40", *extra],
+                capture_output=True, text=True, timeout=60, check=True,
+            )  # fmt: skip
+            served = _generated(url) - before  # the simulator's own count, from its /metrics
+            assert served >= 6 * 40
+            assert run.stdout.startswith(f"6 requests (0 failed), {served} tokens in "), extra
+
+
+def _generated(url: str) -> int:
+    text = httpx.get(f"{url}/metrics").text
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "vllm:generation_tokens_total"
+        )
+    )
+
+
+def test_specdec_load_says_when_a_stream_gave_no_usage() -> None:
+    """A server that ignores `stream_options` (no usage chunk): its answers are not guessed."""
+
+    def no_usage(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        assert body["temperature"] == 0.0 and body["stream_options"] == {"include_usage": True}
+        chunk = {"choices": [{"index": 0, "text": "tok tok ", "finish_reason": "length"}]}
+        return httpx.Response(200, text=f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n")
+
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post("http://server.test/v1/completions").mock(side_effect=no_usage)
+        summary = asyncio.run(generate_load("http://server.test", 3, 1, 8, stream=True))
+    assert (summary.completion_tokens, summary.uncounted, summary.failed) == (0, 3, 0)

@@ -155,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     run.set_defaults(handler=remote.run)
 
-    load = commands.add_parser("load", help="send OpenAI completion requests (to the simulator)")
+    load = commands.add_parser(
+        "load", help="send OpenAI completion requests (to the simulator or a real server)"
+    )
     load.add_argument("--url", default="http://127.0.0.1:9000")
     load.add_argument("--requests", type=_positive_int, default=100)
     load.add_argument("--concurrency", type=_positive_int, default=8)
@@ -163,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
     load.add_argument("--stream", action="store_true")
     load.add_argument("--model")
+    load.add_argument("--temperature", type=float, default=0.0, help="sent with every request")
     load.set_defaults(handler=remote.load)
 
     wait = commands.add_parser("wait-ready", help="wait until every URL answers 2xx (for scripts)")

@@ -257,11 +257,13 @@ def load(args: argparse.Namespace) -> int:
             chat=args.chat,
             stream=args.stream,
             model=args.model,
+            temperature=args.temperature,
         )
     )
+    uncounted = f" ({summary.uncounted} answers without usage)" if summary.uncounted else ""
     print(
         f"{summary.requests} requests ({summary.failed} failed), "
-        f"{summary.completion_tokens} tokens in {summary.seconds:.1f} s"
+        f"{summary.completion_tokens} tokens{uncounted} in {summary.seconds:.1f} s"
     )
     return 1 if summary.failed else 0
 

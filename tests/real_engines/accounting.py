@@ -65,10 +65,14 @@ def expected_data(window: Counters) -> dict[str, object]:
     }
 
 
-def generated_tokens(text: str) -> int:
-    """llama-server's `llamacpp:tokens_predicted_total`: the tokens it generated."""
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "llamacpp:tokens_predicted_total":
-                return int(sample.value)
-    raise AssertionError("no llamacpp:tokens_predicted_total")
+def generated_tokens(text: str, name: str) -> int:
+    """The tokens an engine generated: its counter `name` (vLLM's
+    `vllm:generation_tokens_total`, llama.cpp's `llamacpp:tokens_predicted_total`), summed."""
+    found = [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
+    assert found, f"no {name}"
+    return int(sum(found))

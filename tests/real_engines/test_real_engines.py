@@ -7,15 +7,17 @@ Temperature 0 throughout; prompts hold a passage twice, so n-gram drafts are acc
 """
 
 import json
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from app.engines import RESTARTED, UNSEEN_RESTART
 from app.specdecode import NO_ACTIVITY
-from tests.collector import CollectorProcess
+from tests.collector import CollectorProcess, specdec_command
 from tests.metrics_server import free_port
 from tests.real_engines import servers
 from tests.real_engines.accounting import counters, expected_data, generated_tokens, increase
@@ -166,11 +168,11 @@ def test_llamacpp_without_metrics_and_without_drafting(
     assert "HTTP 501" in result["error"] and "Start it with `--metrics`" in result["error"]
     with servers.llama(free_port(), logs / "llama-nospec.log", spec=False) as plain:
         window = window_id()
-        generated = generated_tokens(plain.metrics())
+        generated = generated_tokens(plain.metrics(), "llamacpp:tokens_predicted_total")
         start(collector, window, [plain.target])
         llama_load(plain, 1, stream=False)
         result = stop(collector, window)[plain.target]
-        generated = generated_tokens(plain.metrics()) - generated
+        generated = generated_tokens(plain.metrics(), "llamacpp:tokens_predicted_total") - generated
     assert (result["status"], result["engine"], result["exact"]) == ("na", "llamacpp", False)
     assert generated > 0
     assert result["error"].startswith(
@@ -202,3 +204,50 @@ def test_a_llamacpp_restart_inside_an_unsampled_window(
     assert result["restarts"] == 1 and result["exact"] is False
     assert RESTARTED.format(n=1) in result["notes"]
     assert result["data"] == expected_data(truth)
+
+
+def _generated(engine: servers.Engine) -> int:
+    name = (
+        "vllm:generation_tokens_total"
+        if engine.name == "vllm"
+        else "llamacpp:tokens_predicted_total"
+    )
+    return generated_tokens(engine.metrics(), name)
+
+
+@pytest.mark.parametrize("which", ["vllm", "llamacpp"])
+def test_specdec_load_stream_counts_the_engines_tokens(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    engine: servers.Engine = request.getfixturevalue(f"{which}_engine")
+    before = _generated(engine)
+    run = subprocess.run(
+        [*specdec_command(), "load", "--url", engine.base, "--requests", "3", "--concurrency",
+         "1", "--max-tokens", "24", "--stream", "--model", servers.MODEL],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    generated = _generated(engine) - before
+    assert generated > 0
+    assert run.stdout.startswith(f"3 requests (0 failed), {generated} tokens in "), run.stdout
+
+
+def test_specdec_run_around_a_load_on_vllm(
+    vllm_engine: servers.Engine, collector: CollectorProcess, tmp_path: Path
+) -> None:
+    """`specdec run -- <load>` as a user runs it: the window's result file equals the engine's
+    own /metrics increase over the whole command."""
+    before = counters(vllm_engine.metrics(), "vllm:")
+    run = subprocess.run(
+        [*specdec_command(), "run", "--server", collector.base_url, "--target",
+         vllm_engine.target, "--output-dir", str(tmp_path), "--",
+         *specdec_command(), "load", "--url", vllm_engine.base, "--requests", "2",
+         "--concurrency", "1", "--max-tokens", "32", "--model", servers.MODEL],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    truth = increase(before, counters(vllm_engine.metrics(), "vllm:"))
+    (written,) = tmp_path.glob("spec_decode_*.json")
+    result = json.loads(written.read_text())
+    assert result["status"] == "ok" and truth.drafts > 0
+    assert result["data"] == expected_data(truth)
+    assert "Speculative Decoding Metrics" in run.stdout
