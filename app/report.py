@@ -44,6 +44,13 @@ def render_block(target: str, result: TargetResult) -> str:
         ]
     else:
         rows = [_row("Status", "N/A"), _row("Reason", result.error)]
+    whole = result.whole_command
+    if whole is not None:
+        counted = (
+            f"{_shown(whole.num_drafts)} drafts, {_shown(whole.draft_tokens)} draft tokens, "
+            f"{whole.accepted_tokens} accepted tokens"
+        )
+        rows.append(_row("Whole command", counted))
     if result.restarts:
         # The figures lost what the engine counted before a restart: never shown without it.
         rows.append(_row("Restarts", f"{result.restarts} (see notes)"))

@@ -152,6 +152,9 @@ class TargetResult(BaseModel):
     )
     overlaps: Overlaps | None = Field(default=None, exclude_if=lambda value: value is None)
     bounds: Bounds | None = Field(default=None, exclude_if=lambda value: value is None)
+    # `specdec run` around an AISBench perf run: `data` covers its inference phase, and these
+    # are the figures of the whole command (AISBench's own block counts its warm-up too).
+    whole_command: ResultData | None = Field(default=None, exclude_if=lambda value: value is None)
     # A target serving several engines: each one's result (`data` is their sum or the first's).
     engines: list[EngineResult] | None = Field(default=None, exclude_if=lambda value: value is None)
     lifetime: list[LifetimeRatios] | None = Field(

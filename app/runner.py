@@ -124,7 +124,7 @@ def run_wrapped(
     if options.aisbench_phase:
         phase = _inference_phase(client, options.window_id, run_folder, say)
         if phase is not None:
-            results = phase
+            results = with_whole_command(phase, dict(results))
             footer = (
                 f"(specdec-collector, window {options.window_id}: AISBench's inference phase, "
                 "from its request records)\n"
@@ -137,13 +137,63 @@ def run_wrapped(
     for key, result in results:
         written = write_result(folder, key, result.as_json())
         if written.beside_aisbench:
+            theirs = written.path.with_name(written.path.name.removeprefix("collector_"))
             say(
-                f"specdec: AISBench wrote its own {written.path.name.removeprefix('collector_')}; "
+                f"specdec: AISBench wrote its own {theirs.name}; "
                 f"the collector's is beside it: {written.path}"
             )
+            difference = aisbench_difference(theirs, result)
+            if difference:
+                say(f"specdec: {difference}")
         else:
             say(f"specdec: wrote {written.path}")
     return code
+
+
+PHASE_NOTE = (
+    "bounded to AISBench's inference phase by its request records (the snapshots that enclose "
+    "its first request sent and its last answer): what ran outside them is left out, AISBench's "
+    "warm-up request among it when it ran before the first; the whole command's figures are "
+    "under whole_command"
+)
+
+
+def with_whole_command(
+    phase: list[tuple[str, TargetResult]], whole: dict[str, TargetResult]
+) -> list[tuple[str, TargetResult]]:
+    """The phase's results, each with the note on what it leaves out and the figures of the
+    whole command beside it."""
+    told = []
+    for key, result in phase:
+        everything = whole.get(key)
+        notes = [*(result.notes or []), PHASE_NOTE]
+        update: dict[str, Any] = {"notes": notes}
+        if everything is not None and everything.data is not None:
+            update["whole_command"] = everything.data
+        told.append((key, result.model_copy(update=update)))
+    return told
+
+
+def aisbench_difference(theirs: Path, ours: TargetResult) -> str | None:
+    """Why AISBench's own file of a target and the collector's disagree, when they do: AISBench
+    reads its counters before its warm-up request; the collector's phase is bounded by its
+    request records, which the warm-up is not in. None when they agree or one has no figures."""
+    try:
+        their_data = json.loads(theirs.read_text()).get("data") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    their_drafts = their_data.get("num_drafts")
+    if ours.data is None or not isinstance(their_drafts, int | float):
+        return None
+    if their_drafts == ours.data.num_drafts:
+        return None
+    whole = ours.whole_command.num_drafts if ours.whole_command is not None else None
+    return (
+        f"AISBench's {theirs.name} counts {their_drafts:g} drafts, the collector's "
+        f"{ours.data.num_drafts} (its inference phase) of {whole} over the whole command: "
+        "AISBench reads its counters before its warm-up request, and the phase, bounded by "
+        "AISBench's request records, leaves the warm-up out"
+    )
 
 
 def _inference_phase(

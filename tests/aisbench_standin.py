@@ -17,7 +17,9 @@ It behaves as AISBench's source shows (its `cli/workers.py`, `spec_decode/report
   sent, at the answer) as `{"__db_ref__": id}` into `performances/<abbr>/db_data/<db_name>`, a
   SQLite table `numpy_store(id, arr_blob)` of `.npy` arrays.
 - `--spec-decode` (the GitHub source since Aug 2026; the PyPI release refuses it, exit 2 with
-  `--pypi`): snapshots `http://{host_ip}:{host_port}/metrics` right before and right after the
+  `--pypi`): snapshots `http://{host_ip}:{host_port}/metrics` right before its warm-up request
+  (one, unrecorded, as the real one sends: seen against a real vLLM, 16 of its 247 drafts;
+  `--warmup-pause-s` stands for the time before the first timed request) and right after the
   inference phase, sums every `vllm:spec_decode*_total` sample, and writes
   `performances/spec_decode_<key>.json` (`indent=2`, no final newline) and its console block.
 
@@ -136,6 +138,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--num-prompts", type=int, default=10)
     parser.add_argument("--startup-s", type=float, default=0.0)
     parser.add_argument("--noise-requests", type=int, default=0)
+    parser.add_argument("--warmup-pause-s", type=float, default=0.0)
     parser.add_argument("--pypi", action="store_true", help="behave as the PyPI release")
     args = parser.parse_args(argv)
     if args.pypi and args.spec_decode:
@@ -153,6 +156,10 @@ def main(argv: list[str]) -> int:
             if args.spec_decode
             else {}
         )
+        if args.mode == "perf":
+            for model in models:
+                _send(client, model, 1)  # the warm-up: counted by its spec-decode, not recorded
+            time.sleep(args.warmup_pause_s)
         records = [_send(client, model, args.num_prompts) for model in models]
     dataset = args.datasets[0] if args.datasets else "demo"
     for model, points in zip(models, records, strict=True):

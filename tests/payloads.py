@@ -123,3 +123,35 @@ def llamacpp_payload(c: LlamaCppCounters) -> str:
         lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
         lines += [f'{name}{{position="{i}"}} {n}' for i, n in enumerate(c.accepted_per_pos)]
     return "\n".join(lines) + "\n"
+
+
+def vllm_rust_payload(
+    engines: list[EngineCounters], spec_steps_seen: bool = True, generated: int = 0
+) -> str:
+    """vLLM's Rust frontend (`VLLM_USE_RUST_FRONTEND=1`, the 0.33 wheel; `rust/src/metrics/src/
+    scheduler.rs`, as ENGINES.md records it): always OpenMetrics with a final `# EOF`, integer
+    values, no `_created`, the three counters present at 0 for every engine even with spec
+    decode off, the per-position family only once a speculative step has run."""
+    lines: list[str] = []
+
+    def family(name: str, values: list[tuple[str, int]]) -> None:
+        lines.extend([f"# TYPE {name} counter", f"# HELP {name} x"])
+        lines.extend(f"{name}_total{{{labels}}} {value}" for labels, value in values)
+
+    family("vllm:generation_tokens", [(e.labels(), generated) for e in engines])
+    family("vllm:spec_decode_num_drafts", [(e.labels(), e.drafts) for e in engines])
+    family("vllm:spec_decode_num_draft_tokens", [(e.labels(), e.draft_tokens) for e in engines])
+    family(
+        "vllm:spec_decode_num_accepted_tokens",
+        [(e.labels(), sum(e.accepted_per_pos)) for e in engines],
+    )
+    if spec_steps_seen:
+        family(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            [
+                (e.labels(position=str(p)), n)
+                for e in engines
+                for p, n in enumerate(e.accepted_per_pos)
+            ],
+        )
+    return "\n".join([*lines, "# EOF"]) + "\n"
