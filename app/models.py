@@ -162,6 +162,7 @@ class WindowTarget(SQLModel, table=True):
     num_drafts: float | None = Field(default=None)
     result_engine: str | None = Field(default=None, max_length=64)
     exact: bool | None = Field(default=None)
+    restarts: int | None = Field(default=None)
 
 
 class EndpointSeries(SQLModel, table=True):
@@ -254,6 +255,7 @@ class TargetSummary(SQLModel):
     status: str | None = None
     engine: str | None = None
     exact: bool | None = None
+    restarts: int | None = None
     acceptance_rate: float | None = None
     acceptance_length: float | None = None
     num_drafts: int | float | None = None

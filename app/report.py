@@ -127,6 +127,7 @@ def windows_csv(windows: Sequence[Any]) -> str:
             "status",
             "engine",
             "exact",
+            "restarts",
             "acceptance_rate",
             "acceptance_length",
             "num_drafts",
@@ -148,12 +149,13 @@ def windows_csv(windows: Sequence[Any]) -> str:
                             csv_cell(target.status),
                             csv_cell(target.engine),
                             csv_cell(target.exact),
+                            csv_cell(target.restarts),
                             csv_cell(target.acceptance_rate),
                             csv_cell(target.acceptance_length),
                             csv_cell(target.num_drafts),
                         ]
                         if target is not None
-                        else [""] * 7
+                        else [""] * 8
                     ),
                 ]
             )

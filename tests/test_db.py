@@ -109,6 +109,32 @@ def test_0005_fills_the_summary_columns_from_stored_results(database_url: str) -
         engine.dispose()
 
 
+def test_0013_copies_each_stored_results_restarts_into_its_column(database_url: str) -> None:
+    command.upgrade(alembic_config(database_url), "0012")
+    engine = create_db_engine(database_url)
+    try:
+        window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
+                       column("started_at"), column("team"), column("started_by"))  # fmt: skip
+        target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
+                       column("target"), column("url"), column("result", JSON()))  # fmt: skip
+        results = [{"status": "ok", "restarts": 2}, {"status": "na", "error": "x"}, None]
+        with engine.begin() as connection:
+            connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
+                                                      started_at=datetime(2026, 12, 1, tzinfo=UTC),
+                                                      team="default", started_by="anonymous"))  # fmt: skip
+            for ordinal, result in enumerate(results):
+                connection.execute(target.insert().values(
+                    id=ordinal + 1, window_pk=1, ordinal=ordinal, target=f"h:{ordinal + 1}",
+                    url=f"http://h:{ordinal + 1}/metrics", result=result,
+                ))  # fmt: skip
+        upgrade_database(database_url)
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT restarts FROM window_target ORDER BY id")).all()
+        assert [row[0] for row in rows] == [2, None, None]
+    finally:
+        engine.dispose()
+
+
 def test_0007_gives_stored_results_full_floats(database_url: str) -> None:
     command.upgrade(alembic_config(database_url), "0006")
     # As versions before 0007 stored the design's worked example: 163 drafts, 815 draft tokens,

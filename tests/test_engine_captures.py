@@ -4,6 +4,9 @@ Each figure is checked against the same payloads read with prometheus_client's p
 (`tests.real_engines.accounting`), not with the collector's extraction.
 """
 
+import csv
+import io
+
 import httpx
 import pytest
 
@@ -130,3 +133,24 @@ def test_vllm_rust_frontend_payloads() -> None:
     assert idle.error is not None and idle.error.startswith(
         f"{NO_ACTIVITY}: the server generated 64 tokens in the window and drafted none"
     )
+
+
+def test_a_restart_shows_in_the_block_the_list_csv_and_compare(api: httpx.Client) -> None:
+    """llama.cpp's real `after` then `restart` through a real `specdec serve`."""
+    with serve_metrics(body=capture("llamacpp", "before").encode()) as server:
+        assert api.post("/windows/cap-0/start", json={"targets": [server.target]}).is_success
+        server.replace(capture("llamacpp", "after").encode())
+        assert api.post("/windows/cap-0/stop").is_success
+        assert api.post("/windows/cap-r/start", json={"targets": [server.target]}).is_success
+        server.replace(capture("llamacpp", "restart").encode())
+        result = api.post("/windows/cap-r/stop").json()["targets"][0]["result"]
+    assert (result["restarts"], result["exact"]) == (1, False)
+    report = api.get("/windows/cap-r/report").text
+    assert f"{'Restarts':<45} 1 (see notes)" in report.splitlines()
+    rows = list(csv.DictReader(io.StringIO(api.get("/windows", params={"format": "csv"}).text)))
+    (row,) = [r for r in rows if r["id"] == "cap-r"]
+    assert (row["restarts"], row["exact"]) == ("1", "False")
+    compared = api.get("/compare", params={"windows": "cap-0,cap-r"}).json()
+    first, restarted = compared["targets"][0]["results"]
+    assert (first["restarts"], restarted["restarts"]) == (0, 1)
+    assert RESTARTED.format(n=1) in restarted["notes"]

@@ -43,6 +43,7 @@ def summary_columns(result: TargetResult) -> dict[str, Any]:
         "num_drafts": None if data is None else data.num_drafts,
         "result_engine": result.engine,
         "exact": result.exact,
+        "restarts": result.restarts,
     }
 
 

@@ -118,18 +118,20 @@ def list_windows(
                 col(WindowTarget.num_drafts),
                 col(WindowTarget.result_engine),
                 col(WindowTarget.exact),
+                col(WindowTarget.restarts),
             )
             .where(col(WindowTarget.window_pk).in_([w.id for w in windows]))
             .order_by(col(WindowTarget.window_pk), col(WindowTarget.ordinal))
         ).all()
     by_window: dict[int, list[TargetSummary]] = defaultdict(list)
-    for window_pk, target, status, rate, length, num_drafts, result_engine, exact in rows:
+    for window_pk, target, status, rate, length, num_drafts, result_engine, exact, restarts in rows:
         by_window[window_pk].append(
             TargetSummary(
                 target=target,
                 status=status,
                 engine=result_engine,
                 exact=exact,
+                restarts=restarts,
                 acceptance_rate=rate,
                 acceptance_length=length,
                 num_drafts=as_number(num_drafts) if num_drafts is not None else None,

@@ -8,6 +8,7 @@ Temperature 0 throughout; prompts hold a passage twice, so n-gram drafts are acc
 
 import json
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,19 @@ from typing import Any
 import httpx
 import pytest
 
-from app.engines import RESTARTED, UNSEEN_RESTART
+from app.engines import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART
 from app.specdecode import NO_ACTIVITY
-from tests.collector import CollectorProcess, specdec_command
+from tests.collector import CollectorProcess, run_collector, specdec_command
 from tests.metrics_server import free_port
+from tests.prometheus_server import run_prometheus
 from tests.real_engines import servers
-from tests.real_engines.accounting import counters, expected_data, generated_tokens, increase
+from tests.real_engines.accounting import (
+    Counters,
+    counters,
+    expected_data,
+    generated_tokens,
+    increase,
+)
 
 PASSAGE = (
     "Speculative decoding drafts several tokens cheaply and lets the large model verify them "
@@ -251,3 +259,69 @@ def test_specdec_run_around_a_load_on_vllm(
     assert result["status"] == "ok" and truth.drafts > 0
     assert result["data"] == expected_data(truth)
     assert "Speculative Decoding Metrics" in run.stdout
+
+
+def test_a_llamacpp_restart_inside_a_sampled_window(
+    collector: CollectorProcess, logs: Path
+) -> None:
+    """Sampled every 0.5 s: what finished before the crash is in the samples, and the restart
+    counts once though llama.cpp prints its per-position family only after the first
+    speculative request of the new server. The figures equal the old server's increase up to
+    its last sample before the crash plus the new server's count."""
+    port = free_port()
+    engine = servers.start_llama(port, logs / "llama-sampled.log")
+    try:
+        llama_load(engine, 2, stream=False)
+        window = window_id()
+        before = counters(engine.metrics(), "llamacpp:")
+        start(collector, window, [engine.target], sample_interval_s=0.5)
+        llama_load(engine, 2, stream=False)
+        time.sleep(1.5)  # idle: samples of the old server's last count
+        old = increase(before, counters(engine.metrics(), "llamacpp:"))
+        engine.kill()
+        engine = servers.start_llama(port, logs / "llama-sampled.log")
+        time.sleep(1.5)  # samples of the new server before its first request
+        llama_load(engine, 1, stream=False)
+        new = counters(engine.metrics(), "llamacpp:")
+        result = stop(collector, window)[engine.target]
+    finally:
+        engine.stop()
+    assert result["restarts"] == 1 and result["exact"] is False
+    assert RESTARTED_SAMPLED.format(n=1) in result["notes"]
+    both = Counters(
+        drafts=old.drafts + new.drafts, draft_tokens=old.draft_tokens + new.draft_tokens,
+        accepted=old.accepted + new.accepted,
+        per_position={p: old.per_position.get(p, 0) + new.per_position.get(p, 0)
+                      for p in {*old.per_position, *new.per_position}},
+    )  # fmt: skip
+    assert result["data"] == expected_data(both)
+
+
+def test_a_window_read_from_a_real_prometheus_scraping_the_real_engines(
+    vllm_engine: servers.Engine, llama_engine: servers.Engine, logs: Path
+) -> None:
+    """Prometheus scrapes both engines every second; a Prometheus-source window equals the
+    engines' own /metrics increases over it (quiet seconds at both ends)."""
+    engines = {
+        vllm_engine.target: (vllm_engine, "vllm:"),
+        llama_engine.target: (llama_engine, "llamacpp:"),
+    }
+    with (
+        run_prometheus(list(engines)) as prometheus,
+        run_collector(
+            f"sqlite:///{logs}/prometheus-source.db", logs, SPECDEC_PROMETHEUS_URL=prometheus
+        ) as collector,
+    ):
+        time.sleep(3)  # Prometheus' first scrapes of both
+        before = {t: counters(e.metrics(), prefix) for t, (e, prefix) in engines.items()}
+        window = window_id()
+        start(collector, window, list(engines), source="prometheus")
+        time.sleep(1.5)
+        vllm_load(vllm_engine, 1, stream=False)
+        llama_load(llama_engine, 2, stream=False)
+        time.sleep(1.5)
+        after = {t: counters(e.metrics(), prefix) for t, (e, prefix) in engines.items()}
+        results = stop(collector, window)
+    for target, result in results.items():
+        assert result["status"] == "ok", result
+        assert result["data"] == expected_data(increase(before[target], after[target])), target

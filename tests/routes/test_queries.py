@@ -90,6 +90,7 @@ def test_filters(api: httpx.Client, stored: dict[str, Any]) -> None:
         "status": "ok",
         "engine": "vllm",
         "exact": True,
+        "restarts": 0,
         "acceptance_rate": 80.0,
         "acceptance_length": 3.4,
         "num_drafts": 100,
@@ -117,7 +118,7 @@ def test_windows_as_csv(api: httpx.Client, stored: dict[str, Any]) -> None:
     rows = list(csv.DictReader(io.StringIO(answer.text)))
     assert [r["id"] for r in rows] == ["ngram-2", "eagle-2", "ngram-1", "eagle-1"]
     assert rows[3]["acceptance_rate"] == "80.0" and rows[3]["labels"] == "method=eagle"
-    assert (rows[3]["engine"], rows[3]["exact"]) == ("vllm", "True")
+    assert (rows[3]["engine"], rows[3]["exact"], rows[3]["restarts"]) == ("vllm", "True", "0")
     assert (
         api.get("/windows", headers={"Accept": "text/csv"})
         .text.splitlines()[0]
