@@ -227,7 +227,9 @@ def _generated(engine: servers.Engine) -> int:
 def test_specdec_load_stream_counts_the_engines_tokens(
     which: str, request: pytest.FixtureRequest
 ) -> None:
-    engine: servers.Engine = request.getfixturevalue(f"{which}_engine")
+    engine: servers.Engine = request.getfixturevalue(
+        {"vllm": "vllm", "llamacpp": "llama"}[which] + "_engine"
+    )
     before = _generated(engine)
     run = subprocess.run(
         [*specdec_command(), "load", "--url", engine.base, "--requests", "3", "--concurrency",
