@@ -232,6 +232,7 @@ class LoadSummary:
     completion_tokens: int
     seconds: float
     uncounted: int = 0  # streamed answers that gave no usage
+    first_failure: str | None = None  # why the first failed request failed
 
 
 async def generate_load(
@@ -254,9 +255,10 @@ async def generate_load(
     path = "/v1/chat/completions" if chat else "/v1/completions"
     queue = iter(range(requests))
     failed = tokens = uncounted = 0
+    first_failure: str | None = None
 
     async def worker(http: httpx.AsyncClient) -> None:
-        nonlocal failed, tokens, uncounted
+        nonlocal failed, tokens, uncounted, first_failure
         for index in queue:
             body: dict[str, Any] = {
                 "max_tokens": max_tokens, "stream": stream, "model": model,
@@ -268,6 +270,7 @@ async def generate_load(
                 body["messages"] = [{"role": "user", "content": f"question {index}"}]
             else:
                 body["prompt"] = f"question {index}"
+            why = None
             try:
                 if stream:
                     usage = None
@@ -285,11 +288,16 @@ async def generate_load(
                     ok = response.status_code == 200
                     if ok:
                         tokens += response.json()["usage"]["completion_tokens"]
-            except httpx.HTTPError:
-                ok = False
+                if not ok:
+                    why = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                ok, why = False, f"{type(exc).__name__}: {exc}"
             failed += not ok
+            first_failure = first_failure or why
 
     began = time.monotonic()
     async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=120) as http:
         await asyncio.gather(*(worker(http) for _ in range(max(1, concurrency))))
-    return LoadSummary(requests, failed, tokens, time.monotonic() - began, uncounted)
+    return LoadSummary(
+        requests, failed, tokens, time.monotonic() - began, uncounted, first_failure
+    )

@@ -265,6 +265,8 @@ def load(args: argparse.Namespace) -> int:
         f"{summary.requests} requests ({summary.failed} failed), "
         f"{summary.completion_tokens} tokens{uncounted} in {summary.seconds:.1f} s"
     )
+    if summary.first_failure:
+        print(f"specdec load: the first failed request: {summary.first_failure}", file=sys.stderr)
     return 1 if summary.failed else 0
 
 
