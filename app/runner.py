@@ -235,6 +235,33 @@ class LoadSummary:
     first_failure: str | None = None  # why the first failed request failed
 
 
+#: httpx's words for a connection closed before any answer to the request came.
+STALE_CONNECTION = "Server disconnected without sending a response"
+
+
+async def _one_request(
+    http: httpx.AsyncClient, path: str, body: dict[str, Any], stream: bool
+) -> tuple[bool, str | None, int | None]:
+    """One completion: whether it was answered 200, why not, and the tokens the server says it
+    generated (None for a streamed answer without usage)."""
+    try:
+        if stream:
+            usage = None
+            async with http.stream("POST", path, json=body) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        usage = json.loads(line[6:]).get("usage") or usage
+            if response.status_code != 200:
+                return False, f"HTTP {response.status_code}", None
+            return True, None, None if usage is None else int(usage["completion_tokens"])
+        response = await http.post(path, json=body)
+        if response.status_code != 200:
+            return False, f"HTTP {response.status_code}", None
+        return True, None, int(response.json()["usage"]["completion_tokens"])
+    except httpx.HTTPError as exc:
+        return False, f"{type(exc).__name__}: {exc}", None
+
+
 async def generate_load(
     base_url: str,
     requests: int,
@@ -270,34 +297,21 @@ async def generate_load(
                 body["messages"] = [{"role": "user", "content": f"question {index}"}]
             else:
                 body["prompt"] = f"question {index}"
-            why = None
-            try:
-                if stream:
-                    usage = None
-                    async with http.stream("POST", path, json=body) as response:
-                        async for line in response.aiter_lines():
-                            if line.startswith("data: {"):
-                                usage = json.loads(line[6:]).get("usage") or usage
-                    ok = response.status_code == 200
-                    if ok and usage is not None:
-                        tokens += usage["completion_tokens"]
-                    elif ok:
-                        uncounted += 1
-                else:
-                    response = await http.post(path, json=body)
-                    ok = response.status_code == 200
-                    if ok:
-                        tokens += response.json()["usage"]["completion_tokens"]
-                if not ok:
-                    why = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                ok, why = False, f"{type(exc).__name__}: {exc}"
+            for attempt in range(2):
+                ok, why, counted = await _one_request(http, path, body, stream)
+                # A kept-alive connection that the server closed as the request left on it
+                # (llama-server does, now and then): no answer began, the request is sent once
+                # more on a new connection. The server's own counters tell if it had run.
+                if ok or attempt or STALE_CONNECTION not in (why or ""):
+                    break
+            if ok and counted is None:
+                uncounted += 1
+            elif ok and counted is not None:
+                tokens += counted
             failed += not ok
             first_failure = first_failure or why
 
     began = time.monotonic()
     async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=120) as http:
         await asyncio.gather(*(worker(http) for _ in range(max(1, concurrency))))
-    return LoadSummary(
-        requests, failed, tokens, time.monotonic() - began, uncounted, first_failure
-    )
+    return LoadSummary(requests, failed, tokens, time.monotonic() - began, uncounted, first_failure)

@@ -251,3 +251,16 @@ def test_specdec_load_says_when_a_stream_gave_no_usage() -> None:
         mock.post("http://server.test/v1/completions").mock(side_effect=no_usage)
         summary = asyncio.run(generate_load("http://server.test", 3, 1, 8, stream=True))
     assert (summary.completion_tokens, summary.uncounted, summary.failed) == (0, 3, 0)
+
+
+def test_specdec_load_sends_again_once_on_a_connection_closed_before_any_answer() -> None:
+    """llama-server now and then closes a kept-alive connection as a request leaves on it."""
+    answer = {"usage": {"completion_tokens": 8}}
+    stale = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    with respx.mock() as mock:
+        mock.post("http://server.test/v1/completions").mock(
+            side_effect=[stale, httpx.Response(200, json=answer), stale, stale]
+        )
+        summary = asyncio.run(generate_load("http://server.test", 2, 1, 8))
+    assert (summary.completion_tokens, summary.failed) == (8, 1)
+    assert summary.first_failure == f"RemoteProtocolError: {stale}"
