@@ -371,7 +371,7 @@ def test_the_collectors_accept_gets_the_classic_text_from_prometheus_client() ->
 def test_openmetrics_with_escaped_names_reads_as_the_classic_text() -> None:
     registry = _prometheus_client_registry()
     classic = extract_spec_decode(generate_latest(registry).decode())
-    escaped = openmetrics_latest(registry, escaping="underscores").decode()
+    escaped = openmetrics_latest(registry, escaping="underscores").decode()  # type: ignore[no-untyped-call]
     assert "sglang_spec_verify_calls_total" in escaped  # what 0.23 and later write
     assert "lmdeploy_spec_decode_num_drafts_total" in escaped
     assert {key.engine for key in classic} >= {ServingEngine.SGLANG}
