@@ -22,9 +22,26 @@ def _shown(value: object) -> object:
     return "N/A" if value is None else value
 
 
+#: The widest a row of the block gets: longer per-position rates go on to further lines.
+ROW_WIDTH = 120
+_VALUE_COLUMN = 46  # `f"{label:<45} "`
+
+
 def _per_position(rates: dict[str, float]) -> str:
+    """AISBench's `{0: 0.9939, 1: ...}`; past `ROW_WIDTH` (llama.cpp drafts 48 positions and
+    more) it goes on to further lines, indented to the value column."""
     items = sorted(rates.items(), key=lambda item: int(item[0]))
-    return "{" + ", ".join(f"{pos}: {rate:.4f}" for pos, rate in items) + "}"
+    parts = [f"{pos}: {rate:.4f}" for pos, rate in items]
+    lines, line = [], "{"
+    for index, part in enumerate(parts):
+        piece = part + ("}" if index == len(parts) - 1 else ",")
+        if len(line) > 1 and _VALUE_COLUMN + len(line) + 1 + len(piece) > ROW_WIDTH:
+            lines.append(line)
+            line = " " * _VALUE_COLUMN + piece
+        else:
+            line += ("" if line.endswith("{") else " ") + piece
+    lines.append(line if parts else "{}")
+    return "\n".join(lines)
 
 
 def render_block(target: str, result: TargetResult) -> str:

@@ -3,7 +3,7 @@
 from typing import Any
 
 from app.report import render_block, render_report
-from app.results import TargetResult
+from app.results import ResultData, TargetResult
 
 SEED: dict[str, Any] = {
     "status": "ok",
@@ -63,3 +63,22 @@ def test_positions_sort_numerically_and_blocks_concatenate() -> None:
     report = render_report([("a:1", a), ("b:2", b)])
     assert "{0: 1.0000, 2: 0.5000, 10: 0.1000}" in report
     assert report == render_block("a:1", a) + render_block("b:2", b)
+
+
+def test_many_positions_wrap_at_the_value_column() -> None:
+    """llama.cpp drafts up to 48 positions and more: one line of them was 900 characters."""
+    rates = {str(p): (48 - p) / 48 for p in range(48)}
+    data = ResultData(num_drafts=48, draft_tokens=48 * 48, accepted_tokens=1176,
+                      acceptance_rate=51.0, acceptance_length=25.5,
+                      per_position_acceptance_rates=rates)  # fmt: skip
+    block = render_block("h:1", TargetResult(status="ok", url="http://h:1/metrics", data=data))
+    lines = block.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("Per-position"))
+    rows = [lines[first]]
+    rows += [line for line in lines[first + 1 :] if line.startswith(" " * 46)]
+    assert len(rows) > 1 and all(len(line) <= 120 for line in rows)
+    text = " ".join(line[46:].strip() for line in rows)
+    assert text == "{" + ", ".join(f"{p}: {r:.4f}" for p, r in rates.items()) + "}"
+    short = render_block("h:1", TargetResult(status="ok", url="u", data=data.model_copy(
+        update={"per_position_acceptance_rates": {"0": 0.5, "1": 0.25}})))  # fmt: skip
+    assert f"{'Per-position acceptance rates':<45} {{0: 0.5000, 1: 0.2500}}" in short.splitlines()
