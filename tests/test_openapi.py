@@ -97,6 +97,7 @@ def test_the_schema_describes_a_result_field_by_field(schema: dict[str, Any]) ->
         "series_resets",
         "overlaps",
         "bounds",
+        "whole_command",
         "engines",
         "lifetime",
     ]  # fmt: skip  (AISBench's keys first, in its order)
