@@ -12,7 +12,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import JSON, column, inspect, select, table, text
+from sqlalchemy import JSON, TableClause, column, inspect, select, table, text
 
 from app.db import alembic_config, create_db_engine, upgrade_database
 from app.models import metadata
@@ -79,14 +79,20 @@ def test_windows_of_0001_keep_their_data_through_0002(database_url: str) -> None
         engine.dispose()
 
 
+def _window_tables() -> tuple[TableClause, TableClause]:
+    """The columns of `window` and `window_target` that every revision has, for old rows."""
+    window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
+                   column("started_at"), column("team"), column("started_by"))  # fmt: skip
+    target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
+                   column("target"), column("url"), column("result", JSON()))  # fmt: skip
+    return window, target
+
+
 def test_0005_fills_the_summary_columns_from_stored_results(database_url: str) -> None:
     command.upgrade(alembic_config(database_url), "0004")
     engine = create_db_engine(database_url)
     try:
-        window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
-                       column("started_at"), column("team"), column("started_by"))  # fmt: skip
-        target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
-                       column("target"), column("url"), column("result", JSON()))  # fmt: skip
+        window, target = _window_tables()
         result = {
             "status": "ok",
             "data": {"acceptance_rate": 61.5, "acceptance_length": 2.8, "num_drafts": 42},
@@ -113,10 +119,7 @@ def test_0013_copies_each_stored_results_restarts_into_its_column(database_url: 
     command.upgrade(alembic_config(database_url), "0012")
     engine = create_db_engine(database_url)
     try:
-        window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
-                       column("started_at"), column("team"), column("started_by"))  # fmt: skip
-        target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
-                       column("target"), column("url"), column("result", JSON()))  # fmt: skip
+        window, target = _window_tables()
         results = [{"status": "ok", "restarts": 2}, {"status": "na", "error": "x"}, None]
         with engine.begin() as connection:
             connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
