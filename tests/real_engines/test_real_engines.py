@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from app.engines import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART
-from app.specdecode import NO_ACTIVITY
+from app.specdecode import NO_ACTIVITY, NO_METRICS
 from tests.collector import CollectorProcess, run_collector, specdec_command
 from tests.metrics_server import free_port
 from tests.prometheus_server import run_prometheus
@@ -88,7 +88,9 @@ def llama_load(
     return drafted, accepted
 
 
-def vllm_load(engine: servers.Engine, requests: int, stream: bool) -> tuple[int, int, int]:
+def vllm_load(
+    engine: servers.Engine, requests: int, stream: bool, accounts: bool = True
+) -> tuple[int, int, int]:
     """Completions on vLLM; its per-request accounts summed (`--per-request-spec-decode-metrics`)
     for answers that carry them: (verify steps, draft tokens, accepted)."""
     steps = drafted = accepted = 0
@@ -102,6 +104,8 @@ def vllm_load(engine: servers.Engine, requests: int, stream: bool) -> tuple[int,
                     pass
             continue
         answer = httpx.post(f"{engine.base}/v1/completions", json=body, timeout=300).json()
+        if not accounts:
+            continue
         spec = answer["metrics"]["speculative_decoding"]
         steps += spec["num_spec_steps"]
         drafted += spec["num_draft_tokens"]
@@ -339,3 +343,34 @@ def test_a_window_read_from_a_real_prometheus_scraping_the_real_engines(
     for target, result in results.items():
         assert result["status"] == "ok", result
         assert result["data"] == expected_data(increase(before[target], after[target])), target
+
+
+def test_a_vllm_restart_inside_an_unsampled_window_and_vllm_without_drafting(
+    collector: CollectorProcess, logs: Path
+) -> None:
+    """vLLM's `_created` marks the restart; the figures are the new server's whole count.
+    Without `--speculative-config` vLLM has no spec-decode families at all."""
+    port = free_port()
+    engine = servers.start_vllm(port, logs / "vllm-restart.log")
+    try:
+        window = window_id()
+        start(collector, window, [engine.target])
+        vllm_load(engine, 1, stream=False)
+        engine.kill()
+        engine = servers.start_vllm(port, logs / "vllm-restart.log")
+        vllm_load(engine, 1, stream=False)
+        result = stop(collector, window)[engine.target]
+        truth = counters(engine.metrics(), "vllm:")
+    finally:
+        engine.stop()
+    assert result["restarts"] == 1 and result["exact"] is False
+    assert RESTARTED.format(n=1) in result["notes"]
+    assert result["data"] == expected_data(truth)
+    with servers.vllm(free_port(), logs / "vllm-nospec.log", spec=False) as plain:
+        window = window_id()
+        start(collector, window, [plain.target])
+        vllm_load(plain, 1, stream=False, accounts=False)
+        result = stop(collector, window)[plain.target]
+    assert (result["status"], result["error"]) == (
+        "na", f"[before] {NO_METRICS}; [after] {NO_METRICS}"
+    )  # fmt: skip
