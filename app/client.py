@@ -15,7 +15,13 @@ from typing import Any
 
 import httpx
 
-from app.models import BoundedResults, BoundedTargetResult, WindowPublic, WindowSummary
+from specdec_collector.schemas import (
+    BoundedResults,
+    BoundedTargetResult,
+    Source,
+    WindowPublic,
+    WindowSummary,
+)
 
 Target = str | Mapping[str, Any]
 Labels = Mapping[str, str] | None
@@ -39,11 +45,11 @@ def _headers(api_key: str | None) -> dict[str, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Source:
-    """Where a window's counters come from: scraped (the default), or read from the collector's
-    Prometheus, `at` a past time when given."""
+class StartFrom:
+    """Where a window's counters come from (scraped by default, or read from the collector's
+    Prometheus), and `at` a past time when given (Prometheus only)."""
 
-    prometheus: bool = False
+    source: Source = Source.SCRAPE
     at: datetime | None = None
 
 
@@ -51,15 +57,15 @@ def _start_body(
     targets: Sequence[Target],
     labels: Mapping[str, str] | None,
     sample_interval_s: float | None,
-    source: Source,
+    source: StartFrom,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"targets": list(targets)}
     if labels:
         body["labels"] = dict(labels)
     if sample_interval_s is not None:
         body["sample_interval_s"] = sample_interval_s
-    if source.prometheus:
-        body["source"] = "prometheus"
+    if source.source is not Source.SCRAPE:
+        body["source"] = source.source.value
     if source.at is not None:
         body["at"] = source.at.isoformat()
     return body
@@ -121,7 +127,7 @@ class BaseClient:
         targets: Sequence[Target],
         labels: Labels,
         sample_interval_s: float | None,
-        source: Source = Source(),
+        source: StartFrom = StartFrom(),
     ) -> Call:
         return Call(
             "POST",
@@ -194,7 +200,7 @@ class CollectorClient(BaseClient):
 
     def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
               sample_interval_s: float | None = None,
-              source: Source = Source()) -> WindowPublic:  # fmt: skip
+              source: StartFrom = StartFrom()) -> WindowPublic:  # fmt: skip
         """Open a window (a retry of the same start is harmless)."""
         return self.window_of(
             self._send(self.starting(window_id, targets, labels, sample_interval_s, source))
@@ -207,7 +213,7 @@ class CollectorClient(BaseClient):
     def measure_past(self, window_id: str, targets: Sequence[Target], start: datetime,
                      end: datetime, labels: Labels = None) -> WindowPublic:  # fmt: skip
         """A window over a run that is over, read from the collector's Prometheus: one call."""
-        self.start(window_id, targets, labels, None, Source(prometheus=True, at=start))
+        self.start(window_id, targets, labels, None, StartFrom(Source.PROMETHEUS, at=start))
         return self.stop(window_id, end)
 
     def get(self, window_id: str) -> WindowPublic:
@@ -262,7 +268,7 @@ class AsyncCollectorClient(BaseClient):
 
     async def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
                     sample_interval_s: float | None = None,
-                    source: Source = Source()) -> WindowPublic:  # fmt: skip
+                    source: StartFrom = StartFrom()) -> WindowPublic:  # fmt: skip
         """Open a window (a retry of the same start is harmless)."""
         call = self.starting(window_id, targets, labels, sample_interval_s, source)
         return self.window_of(await self._send(call))
@@ -274,7 +280,7 @@ class AsyncCollectorClient(BaseClient):
     async def measure_past(self, window_id: str, targets: Sequence[Target], start: datetime,
                            end: datetime, labels: Labels = None) -> WindowPublic:  # fmt: skip
         """A window over a run that is over, read from the collector's Prometheus: one call."""
-        await self.start(window_id, targets, labels, None, Source(prometheus=True, at=start))
+        await self.start(window_id, targets, labels, None, StartFrom(Source.PROMETHEUS, at=start))
         return await self.stop(window_id, end)
 
     async def get(self, window_id: str) -> WindowPublic:

@@ -1,5 +1,5 @@
 """The service's domain errors. Routes and the window functions raise them; one handler each in
-`app.exception_handlers` turns them into HTTP answers, so no route catches to translate.
+`service.exception_handlers` turns them into HTTP answers, so no route catches to translate.
 
     SpecdecError
     ├── NotAuthenticated    401  no key, or an unknown or revoked one (says: Bearer)

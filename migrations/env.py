@@ -3,10 +3,10 @@
 from alembic import context
 from sqlalchemy.engine import Connection
 
-import app.models  # noqa: F401  (registers the tables on the metadata)
-from app.config import get_settings
-from app.db import create_db_engine
-from app.models import metadata
+import specdec_collector.store.tables  # noqa: F401  (registers the tables on the metadata)
+from specdec_collector.config import get_settings
+from specdec_collector.store.db import create_db_engine
+from specdec_collector.store.tables import metadata
 
 config = context.config
 

@@ -22,7 +22,7 @@ from tests.metrics_server import free_port
 def specdec_command() -> list[str]:
     """The installed `specdec` console script (the one a user runs)."""
     script = Path(sys.executable).parent / "specdec"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "specdec_collector.cli"]
 
 
 def wait_answering(url: str, process: "subprocess.Popen[bytes]", timeout_s: float = 30) -> None:

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from app.auth import create_key
-from app.db import create_db_engine, upgrade_database
+from specdec_collector.service.auth import create_key
+from specdec_collector.store.db import create_db_engine, upgrade_database
 from tests.collector import CollectorProcess, NewTeam, Team, run_collector
 from tests.postgres import fresh_schema, postgres_server
 

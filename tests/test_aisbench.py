@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.aisbench.command import parse_aisbench
-from app.aisbench.configs import (
+from specdec_collector.aisbench.command import parse_aisbench
+from specdec_collector.aisbench.configs import (
     ConfigError,
     ModelServer,
     find_config,
@@ -15,13 +15,13 @@ from app.aisbench.configs import (
     read_config,
     targets_of_configs,
 )
-from app.aisbench.files import (
+from specdec_collector.aisbench.files import (
     collector_filename,
     newest_output_dir,
     result_filename,
     write_result,
 )
-from app.aisbench.records import InferenceSpan, inference_span, npy_floats
+from specdec_collector.aisbench.records import InferenceSpan, inference_span, npy_floats
 
 EVALUATED = """
 from ais_bench.benchmark.models import VLLMCustomAPIChat  # not installed: a stand-in

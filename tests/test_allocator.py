@@ -7,7 +7,7 @@ import sys
 
 COPIES = """
 import resource, sys
-from app.allocator import tune_allocator
+from specdec_collector.service.allocator import tune_allocator
 print(tune_allocator() if sys.argv[1] == "tune" else None)
 body = bytes(350_000)  # an eight-engine answer
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

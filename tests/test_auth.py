@@ -12,8 +12,9 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
-import app.auth
-from app.auth import (
+from specdec_collector.exceptions import NotAllowed, NotAuthenticated
+from specdec_collector.service import auth
+from specdec_collector.service.auth import (
     AnonymousAccess,
     OpenMode,
     Principal,
@@ -26,8 +27,7 @@ from app.auth import (
     revoke_key,
     team_scope,
 )
-from app.db import create_db_engine, upgrade_database
-from app.exceptions import NotAllowed, NotAuthenticated
+from specdec_collector.store.db import create_db_engine, upgrade_database
 
 KEY_A = "team-a-write-key-0123456789"
 KEY_R = "team-a-read-key-0123456789"
@@ -120,7 +120,7 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(
         hops.append(call)
         return await run_in_threadpool(call, *args)
 
-    monkeypatch.setattr(app.auth, "run_in_threadpool", counted_hop)
+    monkeypatch.setattr(auth, "run_in_threadpool", counted_hop)
     try:
         assert await access.is_open() and await access.is_open()
         other = create_db_engine(str(engine.url.render_as_string(hide_password=False)))

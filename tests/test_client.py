@@ -5,8 +5,13 @@ import asyncio
 import httpx
 import pytest
 
-from app.client import AsyncCollectorClient, CollectorClient, CollectorError, CollectorUnavailable
-from app.models import WindowPublic, WindowSummary
+from specdec_collector.client import (
+    AsyncCollectorClient,
+    CollectorClient,
+    CollectorError,
+    CollectorUnavailable,
+)
+from specdec_collector.schemas import WindowPublic, WindowSummary
 from tests.collector import Team
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import drafts_payload

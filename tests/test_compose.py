@@ -5,7 +5,7 @@ from typing import Any
 
 import yaml
 
-from app.cli import build_parser
+from specdec_collector.cli import build_parser
 
 ROOT = Path(__file__).parent.parent
 

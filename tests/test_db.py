@@ -14,8 +14,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import JSON, TableClause, column, inspect, select, table, text
 
-from app.db import alembic_config, create_db_engine, upgrade_database
-from app.models import metadata
+from specdec_collector.store.db import alembic_config, create_db_engine, upgrade_database
+from specdec_collector.store.tables import metadata
 
 
 def test_upgrade_of_an_empty_database_matches_the_models(database_url: str) -> None:
@@ -335,7 +335,7 @@ def test_sqlite_writers_of_every_process_take_turns_on_a_file_lock(tmp_path: Pat
     sleeping busy handler."""
     import fcntl
 
-    from app.db import write_session
+    from specdec_collector.store.db import write_session
 
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     upgrade_database(url)

@@ -10,9 +10,14 @@ import io
 import httpx
 import pytest
 
-from app.engines import RESTARTED, UNSEEN_RESTART, VARIABLE_DRAFT_LENGTH, build_result
-from app.promtext import extract_spec_decode
-from app.specdecode import NO_ACTIVITY, NO_METRICS
+from specdec_collector.core.arithmetic import NO_ACTIVITY, NO_METRICS
+from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.figures import (
+    RESTARTED,
+    UNSEEN_RESTART,
+    VARIABLE_DRAFT_LENGTH,
+    build_result,
+)
 from tests.metrics_server import serve_metrics
 from tests.payloads import FIXTURES
 from tests.real_engines.accounting import counters, expected_data, generated_tokens, increase

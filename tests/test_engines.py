@@ -6,7 +6,8 @@ every expected figure is computed by hand in the test.
 
 from fractions import Fraction
 
-from app.engines import (
+from specdec_collector.core.exposition import Series, extract_spec_decode
+from specdec_collector.core.figures import (
     EARLY_V1_NOTE,
     LLAMACPP_COMPLETION_NOTE,
     MINDIE_REASON,
@@ -16,9 +17,8 @@ from app.engines import (
     V0_REASON,
     build_result,
 )
-from app.promtext import Series, extract_spec_decode
-from app.report import render_block
-from app.targets import EngineHints
+from specdec_collector.core.report import render_block
+from specdec_collector.core.targets import EngineHints
 
 URL = "http://10.0.0.1:8080/metrics"
 

@@ -5,8 +5,7 @@ import asyncio
 import httpx
 from fastapi import FastAPI
 
-from app.exception_handlers import STATUS, add_exception_handlers
-from app.exceptions import (
+from specdec_collector.exceptions import (
     InvalidInput,
     NotAllowed,
     NotAuthenticated,
@@ -16,6 +15,7 @@ from app.exceptions import (
     WindowNotFound,
     WindowOpen,
 )
+from specdec_collector.service.exception_handlers import STATUS, add_exception_handlers
 
 
 def _kinds(root: type[SpecdecError]) -> list[type[SpecdecError]]:

@@ -11,9 +11,9 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.db import create_db_engine, takes_turns, upgrade_database
-from app.exceptions import TooManyWindows
-from app.lanes import NO_YIELD_S, STOP_MAY_YIELD_S, Lane
+from specdec_collector.exceptions import TooManyWindows
+from specdec_collector.store.db import create_db_engine, takes_turns, upgrade_database
+from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S, Lane
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
-from app.main import create_app
+from specdec_collector.config import Settings
+from specdec_collector.service.main import create_app
 from tests.collector import serve_in_thread
 from tests.metrics_server import serve_metrics
 from tests.payloads import EngineCounters, vllm_payload

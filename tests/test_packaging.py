@@ -1,18 +1,65 @@
-"""The wheel carries every package of the project (a non-editable install, as in the image)."""
+"""What `pip install` puts into site-packages: one package, `specdec_collector`, complete and typed."""
 
-import tomllib
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parents[1]
 
 
-def test_every_package_is_listed_for_the_wheel() -> None:
-    listed = set(
-        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    )
-    found = {
-        ".".join(init.parent.relative_to(ROOT).parts)
-        for top in ("app", "migrations")
-        for init in (ROOT / top).rglob("__init__.py")
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(out), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (built,) = out.glob("specdec_collector-*.whl")
+    return zipfile.ZipFile(built)
+
+
+def test_the_wheel_holds_one_top_level_package(wheel: zipfile.ZipFile) -> None:
+    tops = {name.split("/")[0] for name in wheel.namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"specdec_collector"}
+
+
+def test_the_wheel_carries_every_module_and_data_file(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    expected = {
+        "specdec_collector/" + str(path.relative_to(ROOT / "app"))
+        for path in (ROOT / "app").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    } | {
+        "specdec_collector/migrations/" + str(path.relative_to(ROOT / "migrations"))
+        for path in (ROOT / "migrations").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
     }
-    assert found <= listed, found - listed
+    assert "specdec_collector/py.typed" in expected
+    assert expected <= names, sorted(expected - names)
+
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_client_imports_without_the_server_stack(tmp_path: Path) -> None:
+    run = _python(
+        "import sys; from specdec_collector.client import CollectorClient; "
+        "print(sorted(m for m in ('sqlalchemy', 'sqlmodel', 'fastapi', 'alembic') if m in sys.modules))",
+        tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
+def test_a_users_own_app_package_does_not_hide_the_collector(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    run = _python("from specdec_collector.client import CollectorClient; import app", tmp_path)
+    assert run.returncode == 0, run.stderr

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
-from app.engines import build_result
-from app.prometheus import PrometheusSource
-from app.promsource import (
+from specdec_collector.config import Settings
+from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.figures import build_result
+from specdec_collector.core.promql import (
     NAME_PATTERN,
     SourceError,
     baseline_of,
@@ -29,7 +29,7 @@ from app.promsource import (
     series_query,
     snapshots_of,
 )
-from app.promtext import extract_spec_decode
+from specdec_collector.sources.prometheus import PrometheusSource
 from tests.collector import CollectorProcess, run_collector, run_simulator, specdec_command
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import drafts_payload

@@ -13,7 +13,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
-from app.counters import (
+from specdec_collector.core.counters import (
     LLAMACPP,
     ROLE_OF_FAMILY,
     SCHEMAS,
@@ -23,7 +23,7 @@ from app.counters import (
     ServingEngine,
     spellings,
 )
-from app.promtext import (
+from specdec_collector.core.exposition import (
     ExtractionError,
     SeriesKey,
     SeriesValue,
@@ -31,7 +31,7 @@ from app.promtext import (
     labels_from_text,
     labels_to_text,
 )
-from app.scrape import ACCEPT
+from specdec_collector.sources.scrape import ACCEPT
 from tests.payloads import fixture
 
 
@@ -322,7 +322,7 @@ def test_a_line_holding_two_markers_is_read_once() -> None:
 
 def test_lines_read_before_give_the_same_series_and_still_obey_the_limits() -> None:
     """Parsed lines are remembered across payloads; the limits of each call still apply."""
-    from app.promtext import ExtractionLimits, forget_parsed_lines
+    from specdec_collector.core.exposition import ExtractionLimits, forget_parsed_lines
 
     line = f'vllm:spec_decode_num_drafts_total{{engine="0",pod="{"p" * 60}"}} 4\n'
     forget_parsed_lines()

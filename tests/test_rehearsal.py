@@ -7,15 +7,16 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.engine.default import CACHE_HIT, DefaultExecutionContext
 from sqlmodel import Session
 
-from app.db import write_alone
-from app.models import TABLES, WindowCreate, utcnow
-from app.promtext import extract_spec_decode
-from app.scrape import ScrapeOutcome
-from app.windows.catalogue import _KNOWN
-from app.windows.closing import close_window
-from app.windows.rehearsal import rehearse_window
-from app.windows.storage import add_baseline, add_window, load_window, store_snapshots
-from app.windows.stored import Actor
+from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.schemas import WindowCreate
+from specdec_collector.sources.scrape import ScrapeOutcome
+from specdec_collector.store.db import write_alone
+from specdec_collector.store.tables import TABLES, utcnow
+from specdec_collector.windows.catalogue import _KNOWN
+from specdec_collector.windows.closing import close_window
+from specdec_collector.windows.rehearsal import rehearse_window
+from specdec_collector.windows.storage import add_baseline, add_window, load_window, store_snapshots
+from specdec_collector.windows.stored import Actor
 from tests.payloads import fixture
 
 

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from app.report import render_block, render_report
-from app.results import ResultData, TargetResult
+from specdec_collector.core.report import render_block, render_report
+from specdec_collector.core.results import ResultData, TargetResult
 
 SEED: dict[str, Any] = {
     "status": "ok",

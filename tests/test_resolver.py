@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.resolver import RESOLVING_FOR, SystemResolver
+from specdec_collector.sources.scrape.resolver import RESOLVING_FOR, SystemResolver
 
 pytestmark = pytest.mark.anyio
 

@@ -5,15 +5,15 @@ The payloads are llama.cpp's (`tests.payloads.llamacpp_payload`, written from it
 request has completed since the server started.
 """
 
-from app.engines import (
+from specdec_collector.core.exposition import Series, extract_spec_decode
+from specdec_collector.core.figures import (
     RESTARTED,
     RESTARTED_SAMPLED,
     UNSEEN_RESTART,
     VARIABLE_DRAFT_LENGTH,
     build_result,
 )
-from app.promtext import Series, extract_spec_decode
-from app.report import render_block
+from specdec_collector.core.report import render_block
 from tests.payloads import EngineCounters, LlamaCppCounters, llamacpp_payload, vllm_payload
 
 URL = "http://127.0.0.1:8080/metrics"

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.runner import run_command
+from specdec_collector.cli.runner import run_command
 from tests.collector import Team, run_simulator, specdec_command
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import drafts_payload

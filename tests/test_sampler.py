@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import Session, col
 
-from app.db import create_db_engine, upgrade_database, write_session
-from app.models import Window
-from app.sampler import Sampler, claim_windows, purge_samples
-from app.scrape import ScrapeConfig, new_client
+from specdec_collector.service.sampler import Sampler, claim_windows, purge_samples
+from specdec_collector.sources.scrape import ScrapeConfig, new_client
+from specdec_collector.store.db import create_db_engine, upgrade_database, write_session
+from specdec_collector.store.tables import Window
 from tests.bench.bench_storage import bytes_per_sample
 from tests.collector import Team, run_collector
 from tests.metrics_server import MetricsServer, serve_metrics

@@ -17,9 +17,10 @@ import httpx
 import pytest
 import respx
 
-from app.promtext import ExtractionLimits, extract_spec_decode
-from app.safetext import MAX_ERROR_CHARS, safe_error_text
-from app.scrape import (
+from specdec_collector.core.exposition import ExtractionLimits, extract_spec_decode
+from specdec_collector.core.safetext import MAX_ERROR_CHARS, safe_error_text
+from specdec_collector.core.targets import Target, TargetPolicy, parse_target
+from specdec_collector.sources.scrape import (
     DYNAMO_FRONTEND,
     JSON_METRICS,
     AiohttpTransport,
@@ -33,7 +34,6 @@ from app.scrape import (
     scrape_all,
     scrape_target,
 )
-from app.targets import Target, TargetPolicy, parse_target
 from tests.metrics_server import free_port, serve_metrics
 from tests.payloads import EngineCounters, fixture, vllm_payload
 from tests.waiting import wait_for
@@ -281,9 +281,9 @@ async def test_an_answer_that_stops_arriving_ends_at_the_total_timeout(
 
 PROXY_CHECK = """
 import asyncio, sys
-from app.scrape import ScrapeConfig, new_client, scrape_target
-from app.safetext import MAX_ERROR_CHARS, safe_error_text
-from app.targets import TargetPolicy, parse_target
+from specdec_collector.sources.scrape import ScrapeConfig, new_client, scrape_target
+from specdec_collector.core.safetext import MAX_ERROR_CHARS, safe_error_text
+from specdec_collector.core.targets import TargetPolicy, parse_target
 async def main():
     async with new_client(2.0) as client:
         outcome = await scrape_target(client, parse_target(sys.argv[1]), ScrapeConfig(2.0, 1 << 20))

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from app.promtext import extract_spec_decode
-from app.scrape import ScrapeConfig, ScrapeOutcome, new_client, scrape_target
-from app.scrape.client import ScrapeClient
-from app.scrape.sharing import ScrapeSharing
-from app.targets import Target, parse_target
+from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.targets import Target, parse_target
+from specdec_collector.sources.scrape import ScrapeConfig, ScrapeOutcome, new_client, scrape_target
+from specdec_collector.sources.scrape.client import ScrapeClient
+from specdec_collector.sources.scrape.sharing import ScrapeSharing
 from tests.metrics_server import MetricsServer, serve_metrics
 from tests.payloads import EngineCounters, vllm_payload
 

@@ -7,8 +7,8 @@ from typing import Any, Protocol
 import httpx
 import pytest
 
-from app.engines import SGLANG_NOTES, TRTLLM_NOTE, UNSEEN_RESTART, V0_REASON
-from app.simulator import SimulatedServer
+from specdec_collector.core.figures import SGLANG_NOTES, TRTLLM_NOTE, UNSEEN_RESTART, V0_REASON
+from specdec_collector.simulator.server import SimulatedServer
 from tests.collector import run_simulator
 from tests.streaming import streamed_steps
 

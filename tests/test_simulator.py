@@ -13,10 +13,10 @@ import pytest
 import respx
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.counters import Role
-from app.promtext import extract_spec_decode
-from app.runner import generate_load
-from app.simulator import SimulatedServer, default_acceptance
+from specdec_collector.cli.runner import generate_load
+from specdec_collector.core.counters import Role
+from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.simulator.server import SimulatedServer, default_acceptance
 from tests.collector import run_simulator, specdec_command
 from tests.test_promtext import oracle
 

@@ -3,11 +3,7 @@
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
-from app.counters import Role
-from app.engines import bounded_result, build_result
-from app.promtext import Series, SeriesKey, SeriesValue, extract_spec_decode
-from app.results import TargetResult
-from app.specdecode import (
+from specdec_collector.core.arithmetic import (
     INVALID_COUNTERS,
     NO_ACTIVITY,
     NO_METRICS,
@@ -15,6 +11,10 @@ from app.specdecode import (
     timeline,
     window_increase,
 )
+from specdec_collector.core.counters import Role
+from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue, extract_spec_decode
+from specdec_collector.core.figures import bounded_result, build_result
+from specdec_collector.core.results import TargetResult
 from tests.payloads import EngineCounters, spec_block, vllm_payload
 
 URL = "http://10.0.0.1:8080/metrics"

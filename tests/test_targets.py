@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.targets import TargetPolicy, parse_target, parse_target_key
+from specdec_collector.core.targets import TargetPolicy, parse_target, parse_target_key
 
 
 @pytest.mark.parametrize(

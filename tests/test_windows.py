@@ -11,25 +11,31 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from app.db import create_db_engine, upgrade_database, write_alone
-from app.models import TABLES, EndpointSeries, Snapshot, WindowCreate
-from app.promtext import (
+from specdec_collector.core.exposition import (
     ExtractionLimits,
     extract_spec_decode,
     labels_digest,
     labels_from_text,
     labels_to_text,
 )
-from app.results import UNREADABLE_RESULT, TargetResult
-from app.scrape import ScrapeOutcome
-from app.targets import Target, parse_target
-from app.windows.cache import OpenViews, ResultsCache
-from app.windows.closing import close_window
-from app.windows.lifecycle import WindowService, window_json
-from app.windows.overlaps import overlaps_of
-from app.windows.storage import add_window, load_window, store_baseline, store_snapshots
-from app.windows.stored import Actor
-from app.windows.views import read_window
+from specdec_collector.core.results import UNREADABLE_RESULT, TargetResult
+from specdec_collector.core.targets import Target, parse_target
+from specdec_collector.schemas import WindowCreate
+from specdec_collector.sources.scrape import ScrapeOutcome
+from specdec_collector.store.db import create_db_engine, upgrade_database, write_alone
+from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot
+from specdec_collector.windows.cache import OpenViews, ResultsCache
+from specdec_collector.windows.closing import close_window
+from specdec_collector.windows.lifecycle import WindowService, window_json
+from specdec_collector.windows.overlaps import overlaps_of
+from specdec_collector.windows.storage import (
+    add_window,
+    load_window,
+    store_baseline,
+    store_snapshots,
+)
+from specdec_collector.windows.stored import Actor
+from specdec_collector.windows.views import read_window
 from tests.payloads import EngineCounters, vllm_payload
 
 
@@ -384,7 +390,7 @@ def test_a_result_is_stored_without_its_defaults_and_url_and_reads_back_whole() 
     """Stored results leave out what the model puts back (defaults, the row's URL)."""
     before = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
     after = extract_spec_decode(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]))
-    from app.engines import build_result
+    from specdec_collector.core.figures import build_result
 
     for result in (
         build_result("http://h:1/metrics", before, after),
@@ -401,7 +407,7 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
 ) -> None:
     """A stop computes its results before it takes the write lock; a sample that lands in
     between (another worker's sampler) makes it compute them again under the lock."""
-    from app.windows.closing import close_window
+    from specdec_collector.windows.closing import close_window
 
     engine, writer = engines
     target = _window_of_one_target(engine)

@@ -6,7 +6,7 @@ A model config is Python that AISBench executes (mmengine's `Config.fromfile`), 
                    host_ip="10.0.0.1", host_port=8080, max_out_len=512)]
 
 `read_config` evaluates it the same way, in a process of its own with a time bound
-(`app.aisbench.evaluate`); where that fails (a `_base_` it cannot follow, an error), it falls
+(`aisbench.evaluate`); where that fails (a `_base_` it cannot follow, an error), it falls
 back to the literals of the file's last `models = [...]` assignment and says so.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.aisbench.evaluate import DEFAULT_HOST_IP, DEFAULT_HOST_PORT
+from specdec_collector.aisbench.evaluate import DEFAULT_HOST_IP, DEFAULT_HOST_PORT
 
 EVALUATION_TIMEOUT_S = 10.0
 
@@ -56,6 +56,9 @@ class ConfigRead:
     note: str | None = None
 
 
+EVALUATE = "specdec_collector.aisbench.evaluate"
+
+
 def _servers(entries: list[dict[str, Any]], where: str) -> list[ModelServer]:
     servers = []
     for entry in entries:
@@ -73,7 +76,7 @@ def _evaluated(path: Path, timeout_s: float) -> list[dict[str, Any]]:
     try:
         run = subprocess.run(
             # -I: the config's folder never shadows a module (an `app/` beside it, say).
-            [sys.executable, "-I", "-m", "app.aisbench.evaluate", str(path.resolve())],
+            [sys.executable, "-I", "-m", EVALUATE, str(path.resolve())],
             capture_output=True, text=True, timeout=timeout_s, cwd=path.parent,
         )  # fmt: skip
     except subprocess.TimeoutExpired:

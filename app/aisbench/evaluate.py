@@ -1,4 +1,6 @@
-"""A model config evaluated as AISBench evaluates it: `python -m app.aisbench.evaluate FILE`.
+"""A model config evaluated as AISBench evaluates it, in a process of its own.
+
+`python -m specdec_collector.aisbench.evaluate FILE`.
 
 AISBench's configs are Python, executed by mmengine's `Config.fromfile`: module variables,
 comprehensions and later assignments all take effect. This runs the file the same way, in a

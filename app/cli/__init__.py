@@ -8,7 +8,8 @@ import argparse
 import os
 from collections.abc import Sequence
 
-from app.cli import remote, service
+from specdec_collector.cli import remote, service
+from specdec_collector.schemas import Source
 
 
 def _rates(text: str) -> list[float]:
@@ -106,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     target_options(start)
     start.add_argument(
         "--source",
-        choices=["scrape", "prometheus"],
-        default="scrape",
+        choices=[s.value for s in Source],
+        default=Source.SCRAPE.value,
         help="where the counters come from (prometheus: the collector's SPECDEC_PROMETHEUS_URL)",
     )
     start.add_argument(
@@ -140,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--source",
-        choices=["scrape", "prometheus"],
-        default="scrape",
+        choices=[s.value for s in Source],
+        default=Source.SCRAPE.value,
         help="where the counters come from (prometheus: the collector's SPECDEC_PROMETHEUS_URL)",
     )
     run.add_argument("--from", dest="from_", metavar="TIME", help="a past run's start (RFC 3339)")

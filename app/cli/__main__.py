@@ -1,7 +1,7 @@
-"""`python -m app.cli`: the `specdec` command."""
+"""`python -m specdec_collector.cli`: the `specdec` command."""
 
 import sys
 
-from app.cli import main
+from specdec_collector.cli import main
 
 sys.exit(main())

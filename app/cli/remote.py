@@ -12,14 +12,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specdec_collector.schemas import Source
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from app.client import CollectorClient
+    from specdec_collector.client import CollectorClient
 
 
 def _client(args: argparse.Namespace) -> "CollectorClient":
-    from app.client import CollectorClient
+    from specdec_collector.client import CollectorClient
 
     return CollectorClient(args.server, args.api_key, team=args.team)
 
@@ -36,7 +38,7 @@ def _labels(pairs: Sequence[str]) -> dict[str, str]:
 
 def _targets(args: argparse.Namespace) -> list[Any]:
     """The targets of `--target` and `--targets-from` (`start`: a bad config is an error)."""
-    from app.aisbench.configs import targets_of_configs
+    from specdec_collector.aisbench.configs import targets_of_configs
 
     found = targets_of_configs([Path(path) for path in args.targets_from or []])
     if found.problem is not None:
@@ -62,8 +64,8 @@ def _run_targets(
     `--models` configs, found as AISBench finds them. A config that cannot be read never stops
     the benchmark: it runs, and the reason is printed.
     """
-    from app.aisbench.command import parse_aisbench
-    from app.aisbench.configs import targets_of_configs, targets_of_models
+    from specdec_collector.aisbench.command import parse_aisbench
+    from specdec_collector.aisbench.configs import targets_of_configs, targets_of_models
 
     aisbench = parse_aisbench(command, cwd)
     work_dir = aisbench.work_dir if aisbench is not None else cwd / "outputs"
@@ -81,7 +83,7 @@ def _run_targets(
 
 
 def _client_call(args: argparse.Namespace, call: "Callable[[CollectorClient], int]") -> int:
-    from app.client import CollectorError, CollectorUnavailable
+    from specdec_collector.client import CollectorError, CollectorUnavailable
 
     with _client(args) as client:
         try:
@@ -108,9 +110,9 @@ def _moment(text: str | None, option: str) -> datetime | None:
 
 
 def start(args: argparse.Namespace) -> int:
-    from app.client import Source
+    from specdec_collector.client import StartFrom
 
-    source = Source(prometheus=args.source == "prometheus", at=_moment(args.at, "--at"))
+    source = StartFrom(Source(args.source), at=_moment(args.at, "--at"))
 
     def call(client: "CollectorClient") -> int:
         window = client.start(
@@ -191,7 +193,7 @@ def ls(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.runner import RunOptions, run_wrapped
+    from specdec_collector.cli.runner import RunOptions, run_wrapped
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -206,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     targets, work_dir, problem, aisbench_perf = _run_targets(args, command, Path.cwd())
     phase = aisbench_perf and not args.whole_command
     interval = args.sample_interval
-    prometheus = args.source == "prometheus"
+    prometheus = args.source == Source.PROMETHEUS
     if phase and interval is None and not prometheus:
         interval = AISBENCH_SAMPLE_INTERVAL_S  # samples make the phase's bounds tight
     options = RunOptions(
@@ -228,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_past(args: argparse.Namespace, window_id: str, command: list[str]) -> int:
     """`specdec run --source prometheus --from T --to T`: a window over a run that is over,
     read from the collector's Prometheus, in one call; its report printed."""
-    if command or args.source != "prometheus":
+    if command or args.source != Source.PROMETHEUS:
         raise SystemExit(
             "specdec run: --from/--to measure a past run: --source prometheus, no command"
         )
@@ -246,7 +248,7 @@ def _run_past(args: argparse.Namespace, window_id: str, command: list[str]) -> i
 
 
 def load(args: argparse.Namespace) -> int:
-    from app.runner import generate_load
+    from specdec_collector.cli.runner import generate_load
 
     summary = asyncio.run(
         generate_load(

@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from app.targets import TargetPolicy
+from specdec_collector.core.targets import TargetPolicy
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 
 def serve(args: argparse.Namespace) -> int:
-    from app.auth import active_db_keys, is_loopback, parse_env_keys
-    from app.config import get_settings
-    from app.db import create_db_engine, upgrade_database
-    from app.main import ANONYMOUS_ALLOWED_ENV, configure_logging, create_app
+    from specdec_collector.config import get_settings
+    from specdec_collector.service.auth import active_db_keys, is_loopback, parse_env_keys
+    from specdec_collector.service.main import ANONYMOUS_ALLOWED_ENV, configure_logging, create_app
+    from specdec_collector.store.db import create_db_engine, upgrade_database
 
     settings = get_settings()
     workers = settings.workers if args.workers is None else args.workers
@@ -56,16 +56,21 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn.run(create_app(settings, anonymous_allowed=anonymous_allowed), **common)
         return 0
     # N processes accept on one socket; each is a replica of its own (its own sampler, with
-    # leases deciding which one samples a window; see `app.leases`), on one database.
+    # leases deciding which one samples a window; see `windows.leases`), on one database.
     os.environ[ANONYMOUS_ALLOWED_ENV] = "1" if anonymous_allowed else "0"
-    from app.metrics import MULTIPROCESS_DIR_ENV
+    from specdec_collector.telemetry import MULTIPROCESS_DIR_ENV
 
     own_directory = None
     if not os.environ.get(MULTIPROCESS_DIR_ENV):
         own_directory = tempfile.mkdtemp(prefix="specdec-metrics-")
         os.environ[MULTIPROCESS_DIR_ENV] = own_directory
     try:
-        uvicorn.run("app.main:create_worker_app", factory=True, workers=workers, **common)
+        uvicorn.run(
+            "specdec_collector.service.main:create_worker_app",
+            factory=True,
+            workers=workers,
+            **common,
+        )
     finally:
         if own_directory is not None:
             shutil.rmtree(own_directory, ignore_errors=True)
@@ -73,7 +78,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def simulate(args: argparse.Namespace) -> int:
-    from app.simulator import SimulatedServer, create_simulator_app
+    from specdec_collector.simulator.server import SimulatedServer, create_simulator_app
 
     try:
         server = SimulatedServer(
@@ -89,7 +94,7 @@ def simulate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"specdec simulate: {exc}", file=sys.stderr)
         return 2
-    from app.simulated_engines import METRICS_PATHS
+    from specdec_collector.simulator.families import METRICS_PATHS
 
     print(
         f"simulating a {server.engine} server: {args.engines} engine(s), k={server.k}, "
@@ -106,8 +111,8 @@ def simulate(args: argparse.Namespace) -> int:
 
 
 def keys_engine() -> "Engine":
-    from app.config import get_settings
-    from app.db import create_db_engine, upgrade_database
+    from specdec_collector.config import get_settings
+    from specdec_collector.store.db import create_db_engine, upgrade_database
 
     settings = get_settings()
     upgrade_database(settings.database_url)
@@ -115,7 +120,7 @@ def keys_engine() -> "Engine":
 
 
 def keys_create(args: argparse.Namespace) -> int:
-    from app.auth import check_role, check_team, create_key
+    from specdec_collector.service.auth import check_role, check_team, create_key
 
     try:
         check_team(args.team)
@@ -132,7 +137,7 @@ def keys_create(args: argparse.Namespace) -> int:
 
 
 def keys_list(args: argparse.Namespace) -> int:
-    from app.auth import list_keys
+    from specdec_collector.service.auth import list_keys
 
     engine = keys_engine()
     rows = list_keys(engine)
@@ -146,7 +151,7 @@ def keys_list(args: argparse.Namespace) -> int:
 
 
 def keys_revoke(args: argparse.Namespace) -> int:
-    from app.auth import revoke_key
+    from specdec_collector.service.auth import revoke_key
 
     engine = keys_engine()
     revoked = revoke_key(engine, args.id)

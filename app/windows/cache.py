@@ -5,7 +5,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from app.results import TargetResult
+from specdec_collector.core.results import TargetResult
 
 V = TypeVar("V")
 

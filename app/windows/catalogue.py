@@ -17,10 +17,9 @@ from sqlalchemy import event
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
-from app.counters import Role, ServingEngine
-from app.db import MAX_IN_LIST, PerEngine, upsert_insert
-from app.models import TABLES, EndpointSeries
-from app.promtext import (
+from specdec_collector.core.arithmetic import Reading
+from specdec_collector.core.counters import Role, ServingEngine
+from specdec_collector.core.exposition import (
     Series,
     SeriesKey,
     SeriesValue,
@@ -28,8 +27,9 @@ from app.promtext import (
     labels_from_text,
     labels_to_text,
 )
-from app.specdecode import Reading
-from app.windows.stored import NO_BASELINE, StoredSnapshot
+from specdec_collector.store.db import MAX_IN_LIST, PerEngine, upsert_insert
+from specdec_collector.store.tables import TABLES, EndpointSeries
+from specdec_collector.windows.stored import NO_BASELINE, StoredSnapshot
 
 #: Entries each process keeps per database before starting over: a hostile endpoint whose
 #: labels change on every scrape adds catalogue rows, and must not grow the memory too.

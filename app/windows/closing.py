@@ -10,16 +10,17 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session
 
-from app.db import EncodedJSON, write_alone
-from app.engines import build_result
-from app.models import TABLES, as_utc, utcnow
-from app.results import TargetResult
-from app.scrape import ScrapeOutcome
-from app.specdecode import Reading
-from app.windows.catalogue import keys_of, reading_of
-from app.windows.overlaps import overlaps_of
-from app.windows.storage import snapshots_of, store_snapshots
-from app.windows.stored import Actor, StoredSnapshot, StoredWindow
+from specdec_collector.core.arithmetic import Reading
+from specdec_collector.core.figures import build_result
+from specdec_collector.core.results import TargetResult
+from specdec_collector.schemas import WindowState
+from specdec_collector.sources.scrape import ScrapeOutcome
+from specdec_collector.store.db import EncodedJSON, write_alone
+from specdec_collector.store.tables import TABLES, as_utc, utcnow
+from specdec_collector.windows.catalogue import keys_of, reading_of
+from specdec_collector.windows.overlaps import overlaps_of
+from specdec_collector.windows.storage import snapshots_of, store_snapshots
+from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredWindow
 
 _WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABLES["snapshot"]
 _LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id)).where(
@@ -28,8 +29,12 @@ _LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id)).where(
 _STORE_RESULTS = update(_TARGETS).where(_TARGETS.c.id == bindparam("target_id"))
 _CLOSE_WINDOW = (
     update(_WINDOWS)
-    .where(_WINDOWS.c.id == bindparam("window_pk"), _WINDOWS.c.state == "open")
-    .values(state="closed", stopped_at=bindparam("stopped_at"), stopped_by=bindparam("stopped_by"))
+    .where(_WINDOWS.c.id == bindparam("window_pk"), _WINDOWS.c.state == WindowState.OPEN)
+    .values(
+        state=WindowState.CLOSED,
+        stopped_at=bindparam("stopped_at"),
+        stopped_by=bindparam("stopped_by"),
+    )
 )
 
 
@@ -140,7 +145,7 @@ def prepare_close(
     Prometheus may stop in the past); `notes` are added to the results of the targets (by id)
     they are given for."""
     # Outside the write (a stop's arithmetic inside it kept every writer of every worker
-    # waiting); the service runs one at a time on SQLite (see `app.lanes`).
+    # waiting); the service runs one at a time on SQLite (see `store.lanes`).
     with Session(engine) as session:
         return prepare_close_in(session, stored, outcomes, stopped_at, notes)
 
@@ -186,7 +191,7 @@ def add_close(
     if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
         session.execute(_STORE_RESULTS, rows)
     # The stored window as this stop left it (the object is detached: no session sees this).
-    stored.window.state, stored.window.stopped_at = "closed", stopped_at
+    stored.window.state, stored.window.stopped_at = WindowState.CLOSED, stopped_at
     stored.window.stopped_by = actor.key
     return closed
 

@@ -11,30 +11,38 @@ import httpx
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
-from app.config import Settings
-from app.exceptions import InvalidInput, WindowConflict
-from app.lanes import NO_YIELD_S, STOP_MAY_YIELD_S, Lane
-from app.leases import first_lease_seconds
-from app.models import WindowCreate, WindowPublic, as_utc, utcnow
-from app.prometheus import PrometheusRead, PrometheusSource, SourceError
-from app.promtext import Series
-from app.results import TargetResult
-from app.safetext import has_control_characters, safe_error_text
-from app.scrape import Allowed, ScrapeClient, ScrapeConfig, ScrapeOutcome, refusals, scrape_all
-from app.specdecode import Reading, timeline
-from app.targets import Target
-from app.windows.cache import ClosedResults, OpenViews, ResultsCache
-from app.windows.closing import add_close, prepare_close
-from app.windows.reads import read_results
-from app.windows.storage import (
+from specdec_collector.config import Settings
+from specdec_collector.core.arithmetic import Reading, timeline
+from specdec_collector.core.exposition import Series
+from specdec_collector.core.results import TargetResult
+from specdec_collector.core.safetext import has_control_characters, safe_error_text
+from specdec_collector.core.targets import Target
+from specdec_collector.exceptions import InvalidInput, WindowConflict
+from specdec_collector.schemas import Source, WindowCreate, WindowPublic, WindowState
+from specdec_collector.sources.prometheus import PrometheusRead, PrometheusSource, SourceError
+from specdec_collector.sources.scrape import (
+    Allowed,
+    ScrapeClient,
+    ScrapeConfig,
+    ScrapeOutcome,
+    refusals,
+    scrape_all,
+)
+from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S, Lane
+from specdec_collector.store.tables import as_utc, utcnow
+from specdec_collector.windows.cache import ClosedResults, OpenViews, ResultsCache
+from specdec_collector.windows.closing import add_close, prepare_close
+from specdec_collector.windows.leases import first_lease_seconds
+from specdec_collector.windows.reads import read_results
+from specdec_collector.windows.storage import (
     add_baseline,
     add_earlier_snapshots,
     add_window,
     load_window,
     window_state,
 )
-from app.windows.stored import Actor, SamplerHandle, StoredTarget, StoredWindow
-from app.windows.views import read_window, view_from
+from specdec_collector.windows.stored import Actor, SamplerHandle, StoredTarget, StoredWindow
+from specdec_collector.windows.views import read_window, view_from
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +62,7 @@ class WindowService:
     settings: Settings
     results: ResultsCache
     # The writes of starts and stops, a start's first, and the stops' results, one at a time
-    # on SQLite (see `app.lanes`).
+    # on SQLite (see `store.lanes`).
     writes: Lane
     computations: Lane
     open_views: OpenViews
@@ -94,7 +102,7 @@ async def _check_body(
                 f"label names and values are 1-{settings.max_label_chars} characters, "
                 "without control characters",
             )
-    if body.source == "prometheus":
+    if body.source == Source.PROMETHEUS:
         _check_prometheus_body(service, body)
         return
     if body.at is not None:
@@ -198,14 +206,14 @@ async def start_window(
     )
     if inserted is None:
         stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
-        if stored.window.state != "open":
+        if stored.window.state != WindowState.OPEN:
             raise WindowConflict(f"window {window_id} is already stopped")
         if not _same_targets(stored, targets):
             known = ", ".join(t.key for t in stored.targets)
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
         return False, await window_json(service, actor.team, window_id)
     stored = inserted
-    if body.source == "prometheus":  # nothing to scrape: Prometheus is read at the stop
+    if body.source == Source.PROMETHEUS:  # nothing to scrape: Prometheus is read at the stop
         logger.info("window %s/%s started by %s from Prometheus: %d targets",
                     actor.team, window_id, actor.key, len(targets))  # fmt: skip
         return True, _encoded(service, view_from(stored, {}))
@@ -228,7 +236,7 @@ async def start_window(
 def _encoded(service: WindowService, view: WindowPublic) -> bytes:
     """The view as JSON; an open window's kept for its reads."""
     encoded = view.model_dump_json().encode()
-    if view.state == "open":
+    if view.state == WindowState.OPEN:
         service.open_views.put(view.team, view.id, encoded, len(encoded))
     return encoded
 
@@ -238,7 +246,10 @@ async def window_json(service: WindowService, team: str, window_id: str) -> byte
     says it is still open (another replica may have closed it)."""
     kept = service.open_views.get(team, window_id)
     if kept is not None:
-        if await run_in_threadpool(window_state, service.engine, team, window_id) == "open":
+        if (
+            await run_in_threadpool(window_state, service.engine, team, window_id)
+            == WindowState.OPEN
+        ):
             return kept
         service.open_views.drop(team, window_id)
     return _encoded(service, await run_in_threadpool(read_window, service.engine, team, window_id))
@@ -288,15 +299,15 @@ async def stop_window(
     """
     engine = service.engine
     stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
-    if stored.window.state == "closed":
+    if stored.window.state == WindowState.CLOSED:
         return await run_in_threadpool(read_window, engine, actor.team, window_id)
     # Memory only: every use of a kept view first reads whether the window is still open.
     service.open_views.drop(actor.team, window_id)
-    if at is not None and stored.window.source != "prometheus":
+    if at is not None and stored.window.source != Source.PROMETHEUS:
         raise InvalidInput(
             ["body", "at"], "only a window read from Prometheus may stop in the past"
         )
-    if stored.window.source == "prometheus" and not force:
+    if stored.window.source == Source.PROMETHEUS and not force:
         _check_at(at, ["body", "at"])
         return await _stop_from_prometheus(service, actor, stored, at)
     service.sampler.unwatch(stored.pk)

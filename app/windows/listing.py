@@ -13,10 +13,11 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from app.exceptions import InvalidInput
-from app.models import TargetSummary, Window, WindowSummary, WindowTarget, as_utc
-from app.specdecode import as_number
-from app.windows.views import window_fields
+from specdec_collector.core.arithmetic import as_number
+from specdec_collector.exceptions import InvalidInput
+from specdec_collector.schemas import TargetSummary, WindowSummary
+from specdec_collector.store.tables import Window, WindowTarget, as_utc
+from specdec_collector.windows.views import window_fields
 
 
 @dataclass(frozen=True, slots=True)

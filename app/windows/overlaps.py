@@ -9,10 +9,10 @@ from sqlalchemy import String, bindparam, type_coerce
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from app.db import MAX_IN_LIST, PerEngine
-from app.models import TABLES, as_utc, utcnow
-from app.results import OverlappingWindow, Overlaps, TargetResult
-from app.windows.stored import StoredWindow
+from specdec_collector.core.results import OverlappingWindow, Overlaps, TargetResult
+from specdec_collector.store.db import MAX_IN_LIST, PerEngine
+from specdec_collector.store.tables import TABLES, as_utc, utcnow
+from specdec_collector.windows.stored import StoredWindow
 
 # Built once, on the tables (plain rows, no ORM loading): every stop runs them. The times come
 # back as stored (SQLite: text), read by `_moment`: SQLAlchemy's parser of SQLite's text took

@@ -7,16 +7,17 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.engines import bounded_result
-from app.exceptions import WindowNotFound, WindowOpen
-from app.models import as_utc
-from app.results import TargetResult
-from app.specdecode import Reading, compare_results, timeline
-from app.windows.catalogue import keys_of, reading_of
-from app.windows.overlaps import with_overlaps
-from app.windows.storage import find_window, in_chain_order, load_window, snapshots_of
-from app.windows.stored import StoredTarget, StoredWindow
-from app.windows.views import window_fields
+from specdec_collector.core.arithmetic import Reading, compare_results, timeline
+from specdec_collector.core.figures import bounded_result
+from specdec_collector.core.results import TargetResult
+from specdec_collector.exceptions import WindowNotFound, WindowOpen
+from specdec_collector.schemas import WindowState
+from specdec_collector.store.tables import as_utc
+from specdec_collector.windows.catalogue import keys_of, reading_of
+from specdec_collector.windows.overlaps import with_overlaps
+from specdec_collector.windows.storage import find_window, in_chain_order, load_window, snapshots_of
+from specdec_collector.windows.stored import StoredTarget, StoredWindow
+from specdec_collector.windows.views import window_fields
 
 
 def read_comparison(engine: Engine, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, T
         stored = find_window(session, team, window_id)
         if stored is None:
             raise WindowNotFound(window_id)
-        if stored.window.state != "closed":
+        if stored.window.state != WindowState.CLOSED:
             raise WindowOpen(window_id)
         results = with_overlaps(session, stored, {t.id: t.result for t in stored.targets})
     missing = "no result was stored for this target"
@@ -87,7 +88,7 @@ def read_bounded_results(
     """(`host:port`, result) of every target of a closed window over the snapshots that
     enclose `start`..`end` (see `bounded_result`)."""
     stored = load_window(engine, team, window_id)
-    if stored.window.state != "closed":
+    if stored.window.state != WindowState.CLOSED:
         raise WindowOpen(window_id)
     return [
         (target.key, bounded_result(target.url, points, start, end, target.hints))

@@ -10,13 +10,14 @@ import uuid
 
 from sqlalchemy.engine import Engine
 
-from app.db import write_session
-from app.models import WindowCreate, utcnow
-from app.promtext import extract_spec_decode
-from app.scrape import ScrapeOutcome
-from app.windows.closing import add_close, prepare_close_in
-from app.windows.storage import add_baseline, add_window, find_window, store_snapshots
-from app.windows.stored import Actor
+from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.schemas import WindowCreate
+from specdec_collector.sources.scrape import ScrapeOutcome
+from specdec_collector.store.db import write_session
+from specdec_collector.store.tables import utcnow
+from specdec_collector.windows.closing import add_close, prepare_close_in
+from specdec_collector.windows.storage import add_baseline, add_window, find_window, store_snapshots
+from specdec_collector.windows.stored import Actor
 
 #: What a one-engine vLLM server answers, as far as the collector reads it.
 _ANSWER = """\

@@ -14,20 +14,15 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from app.db import upsert_insert, write_alone
-from app.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
-from app.models import (
-    TABLES,
-    Window,
-    WindowCreate,
-    WindowTarget,
-    utcnow,
-)
-from app.promtext import SeriesKey
-from app.scrape import ScrapeOutcome
-from app.targets import EngineHints, Target
-from app.windows.catalogue import series_ids
-from app.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
+from specdec_collector.core.exposition import SeriesKey
+from specdec_collector.core.targets import EngineHints, Target
+from specdec_collector.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
+from specdec_collector.schemas import WindowCreate, WindowState
+from specdec_collector.sources.scrape import ScrapeOutcome
+from specdec_collector.store.db import upsert_insert, write_alone
+from specdec_collector.store.tables import TABLES, Window, WindowTarget, utcnow
+from specdec_collector.windows.catalogue import series_ids
+from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
 # The statements every start, read and stop runs, built once: SQLAlchemy memoises a built
 # statement's cache key, and building one per call cost ~90 us of the ~120 a small query took.
@@ -61,7 +56,7 @@ _TARGET_IDS_OF = sa_select(
 ).where(_TARGETS.c.window_pk == bindparam("window_pk"))
 _WINDOW_ID_OF = _WINDOW_BY_ID.with_only_columns(_WINDOWS.c.id)  # same row, id only
 _OPEN_WINDOWS_OF_TEAM = sa_select(func.count()).where(
-    _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.state == "open"
+    _WINDOWS.c.team == bindparam("team"), _WINDOWS.c.state == WindowState.OPEN
 )
 
 
@@ -135,7 +130,7 @@ def store_snapshots(
     session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
 ) -> None:
     """Add one snapshot row per outcome (counters, or the error): one statement once the
-    series of these endpoints are known (see `app.windows.catalogue`)."""
+    series of these endpoints are known (see `windows.catalogue`)."""
     wanted: dict[str, set[SeriesKey]] = defaultdict(set)
     for outcome in outcomes:
         if outcome.series is not None:
@@ -271,7 +266,7 @@ def _sampling_rate(session: Session, team: str) -> float:
         .join(Window, col(WindowTarget.window_pk) == col(Window.id))
         .where(
             col(Window.team) == team,
-            col(Window.state) == "open",
+            col(Window.state) == WindowState.OPEN,
             col(Window.sample_interval_s).is_not(None),
         )
     ).scalar_one()

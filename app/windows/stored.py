@@ -5,10 +5,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
-from app.exceptions import TargetNotInWindow
-from app.models import Window
-from app.results import TargetResult
-from app.targets import EngineHints, Target, parse_target
+from specdec_collector.core.results import TargetResult
+from specdec_collector.core.targets import EngineHints, Target, parse_target
+from specdec_collector.exceptions import TargetNotInWindow
+from specdec_collector.store.tables import Window
 
 NO_BASELINE = "baseline was never stored (the collector stopped before the start scrape finished)"
 

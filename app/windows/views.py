@@ -5,14 +5,15 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.exceptions import WindowNotFound
-from app.models import TargetPublic, Window, WindowPublic, as_utc
-from app.results import TargetResult
-from app.specdecode import Reading, absolute_totals
-from app.windows.catalogue import keys_of, reading_of
-from app.windows.overlaps import with_overlaps
-from app.windows.storage import find_window, snapshots_of
-from app.windows.stored import StoredWindow
+from specdec_collector.core.arithmetic import Reading, absolute_totals
+from specdec_collector.core.results import TargetResult
+from specdec_collector.exceptions import WindowNotFound
+from specdec_collector.schemas import TargetPublic, WindowPublic
+from specdec_collector.store.tables import Window, as_utc
+from specdec_collector.windows.catalogue import keys_of, reading_of
+from specdec_collector.windows.overlaps import with_overlaps
+from specdec_collector.windows.storage import find_window, snapshots_of
+from specdec_collector.windows.stored import StoredWindow
 
 
 def _baselines_of(session: Session, stored: StoredWindow) -> dict[int, Reading]:

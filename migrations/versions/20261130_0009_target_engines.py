@@ -1,7 +1,7 @@
 """Engines: what a start body tells of a target's engine, and the engine and exactness of its
 result as summary columns (lists show them without reading the results).
 
-`named_engine` and `draft_tokens_per_step` come from the start body (`app.targets.EngineHints`);
+`named_engine` and `draft_tokens_per_step` come from the start body (`core.targets.EngineHints`);
 `result_engine` and `exact` are copied from the result at stop. Results stored before this
 revision were all vLLM's and exact: their summaries say so.
 

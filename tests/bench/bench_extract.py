@@ -7,7 +7,7 @@ process, interleaved, so the ratio holds on a noisy machine even when the absolu
 import timeit
 from collections.abc import Callable
 
-from app.promtext import extract_spec_decode, forget_parsed_lines
+from specdec_collector.core.exposition import extract_spec_decode, forget_parsed_lines
 from tests.bench.figures import Figure, show
 from tests.payloads import fixture
 from tests.test_promtext import oracle

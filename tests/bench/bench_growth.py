@@ -25,7 +25,7 @@ import httpx
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
-from app.models import TABLES
+from specdec_collector.store.tables import TABLES
 from tests.bench.bench_scrape_cost import run_windows
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show

@@ -10,12 +10,12 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.db import create_db_engine, upgrade_database
-from app.models import Window, WindowTarget
-from app.promtext import extract_spec_decode
-from app.sampler import store_samples
-from app.scrape import ScrapeOutcome
-from app.targets import parse_target
+from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.targets import parse_target
+from specdec_collector.service.sampler import store_samples
+from specdec_collector.sources.scrape import ScrapeOutcome
+from specdec_collector.store.db import create_db_engine, upgrade_database
+from specdec_collector.store.tables import Window, WindowTarget
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.collector import run_collector

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from app.scrape import ACCEPT
+from specdec_collector.sources.scrape import ACCEPT
 from tests.metrics_server import free_port
 from tests.real_engines import provision, servers
 

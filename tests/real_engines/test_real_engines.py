@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.engines import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART
-from app.specdecode import NO_ACTIVITY, NO_METRICS
+from specdec_collector.core.arithmetic import NO_ACTIVITY, NO_METRICS
+from specdec_collector.core.figures import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART
 from tests.collector import CollectorProcess, run_collector, specdec_command
 from tests.metrics_server import free_port
 from tests.prometheus_server import run_prometheus

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
-from app.auth import EnvKey, OpenMode
-from app.config import Settings
-from app.main import create_app
+from specdec_collector.config import Settings
+from specdec_collector.service.auth import EnvKey, OpenMode
+from specdec_collector.service.main import create_app
 from tests.collector import CollectorProcess, run_collector, serve_in_thread
 from tests.metrics_server import serve_metrics
 from tests.payloads import EngineCounters, drafts_payload, vllm_payload

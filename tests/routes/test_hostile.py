@@ -19,7 +19,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.report import csv_cell
+from specdec_collector.core.report import csv_cell
 from tests.collector import NewTeam, Team, run_collector
 from tests.conftest import ADMIN_KEY
 from tests.metrics_server import serve_metrics

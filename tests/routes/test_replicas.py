@@ -14,14 +14,14 @@ import httpx
 import pytest
 from sqlalchemy import make_url, text
 
-from app.db import create_db_engine
+from specdec_collector.store.db import create_db_engine
 from tests.collector import CollectorProcess, run_collector
 from tests.metrics_server import serve_metrics
 from tests.payloads import drafts_payload
 from tests.tcp_proxy import tcp_proxy
 from tests.waiting import wait_for
 
-MIGRATE = "import sys; from app.db import upgrade_database; upgrade_database(sys.argv[1])"
+MIGRATE = "import sys; from specdec_collector.store.db import upgrade_database; upgrade_database(sys.argv[1])"
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import sqlalchemy
 
-from app.results import Overlaps
+from specdec_collector.core.results import Overlaps
 from tests.collector import CollectorProcess, NewTeam, Team, run_collector, watching_health
 from tests.metrics_server import serve_metrics
 from tests.payloads import drafts_payload

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from app.db import create_db_engine, upgrade_database
+from specdec_collector.store.db import create_db_engine, upgrade_database
 from tests.collector import run_collector
 from tests.metrics_server import MetricsServer, serve_metrics
 from tests.payloads import EngineCounters, vllm_payload

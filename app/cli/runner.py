@@ -1,0 +1,324 @@
+"""`specdec run` and `specdec load`: a benchmark wrapped in a window, and a small load generator.
+
+`run_wrapped` starts a window, runs the command, stops the window even when the command fails
+or is interrupted, prints the report (each block followed by a line naming the window, so it
+is never taken for AISBench's own), writes one `spec_decode_<key>.json` per target (beside
+AISBench's own file of that name, never over it: `aisbench.files`), and returns the
+command's exit code. A collector that cannot be reached, or targets that cannot be found,
+never stop the benchmark: the reason is printed and the command runs all the same.
+"""
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import httpx
+
+from specdec_collector.aisbench.files import newest_output_dir, write_result
+from specdec_collector.aisbench.records import inference_span
+from specdec_collector.client import (
+    CollectorClient,
+    CollectorError,
+    CollectorUnavailable,
+    StartFrom,
+    Target,
+)
+from specdec_collector.core.report import render_block
+from specdec_collector.core.results import TargetResult
+from specdec_collector.schemas import Source
+
+
+@dataclass
+class RunOptions:
+    """What `specdec run` was asked to do."""
+
+    window_id: str
+    targets: Sequence[Target]
+    command: Sequence[str]
+    sample_interval_s: float | None = None
+    labels: dict[str, str] | None = None
+    output_dir: Path | None = None
+    # Where the command writes its runs (AISBench's work dir): results go to its newest run.
+    work_dir: Path = Path("outputs")
+    # Why there is nothing to measure (no targets found): the command runs unmeasured.
+    nothing_to_measure: str | None = None
+    # Measure AISBench's inference phase only, bounded by its own request records.
+    aisbench_phase: bool = False
+    # Read the window from the collector's Prometheus instead of scraping.
+    from_prometheus: bool = False
+
+
+def run_command(command: Sequence[str], say: Callable[[str], None]) -> int:
+    """Run `command` in the foreground and return its exit code (128 + N for signal N).
+
+    Ctrl-C reaches the command from the terminal; here the first one is only noted, so the
+    window is still stopped once the command ends. A second asks the command to terminate,
+    a third kills it.
+    """
+    interrupts = 0
+    child: subprocess.Popen[bytes] | None = None
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if child is not None and interrupts == 2:
+            child.terminate()
+        elif child is not None and interrupts > 2:
+            child.kill()
+
+    # Noted from before the command exists: a Ctrl-C while it is being started is not lost.
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        try:
+            child = subprocess.Popen(list(command))
+        except OSError as exc:
+            say(f"specdec: cannot run {command[0]}: {exc.strerror}")
+            return 127
+        if interrupts:
+            # The terminal's Ctrl-C came before the command could receive it: pass it on.
+            child.send_signal(signal.SIGINT)
+        code = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return 128 - code if code < 0 else code
+
+
+def run_wrapped(
+    client: CollectorClient, options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    """Start a window, run the command, stop the window, report; the command's exit code."""
+
+    def say(message: str) -> None:
+        print(message, file=err, flush=True)
+
+    started = False
+    if options.nothing_to_measure is not None:
+        say(f"specdec: measuring nothing: {options.nothing_to_measure}")
+        say("specdec: running the command anyway, without measuring")
+        return run_command(options.command, say)
+    try:
+        window = client.start(
+            options.window_id, options.targets, options.labels, options.sample_interval_s,
+            StartFrom(Source.PROMETHEUS if options.from_prometheus else Source.SCRAPE),
+        )  # fmt: skip
+        started = True
+        say(f"specdec: window {options.window_id} started on {len(window.targets)} target(s)")
+    except (CollectorError, CollectorUnavailable) as exc:
+        say(f"specdec: could not start window {options.window_id} ({exc})")
+        say("specdec: running the command anyway, without measuring")
+    began = time.time()
+    code = run_command(options.command, say)
+    if not started:
+        return code
+    try:
+        stopped = client.stop(options.window_id)
+    except (CollectorError, CollectorUnavailable) as exc:
+        say(f"specdec: could not stop window {options.window_id} ({exc})")
+        say(f"specdec: stop it later with: specdec stop {options.window_id}")
+        return code
+    run_folder = newest_output_dir(Path.cwd() / options.work_dir, began - 1)
+    results = [(t.target, t.result) for t in stopped.targets if t.result is not None]
+    footer = f"(specdec-collector, window {options.window_id})\n"
+    if options.aisbench_phase:
+        phase = _inference_phase(client, options.window_id, run_folder, say)
+        if phase is not None:
+            results = with_whole_command(phase, dict(results))
+            footer = (
+                f"(specdec-collector, window {options.window_id}: AISBench's inference phase, "
+                "from its request records)\n"
+            )
+    for key, result in results:
+        print(render_block(key, result) + footer, file=out, end="")
+    out.flush()
+    folder = options.output_dir or run_folder or Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, result in results:
+        written = write_result(folder, key, result.as_json())
+        if written.beside_aisbench:
+            theirs = written.path.with_name(written.path.name.removeprefix("collector_"))
+            say(
+                f"specdec: AISBench wrote its own {theirs.name}; "
+                f"the collector's is beside it: {written.path}"
+            )
+            difference = aisbench_difference(theirs, result)
+            if difference:
+                say(f"specdec: {difference}")
+        else:
+            say(f"specdec: wrote {written.path}")
+    return code
+
+
+PHASE_NOTE = (
+    "bounded to AISBench's inference phase by its request records (the snapshots that enclose "
+    "its first request sent and its last answer): what ran outside them is left out, AISBench's "
+    "warm-up request among it when it ran before the first; the whole command's figures are "
+    "under whole_command"
+)
+
+
+def with_whole_command(
+    phase: list[tuple[str, TargetResult]], whole: dict[str, TargetResult]
+) -> list[tuple[str, TargetResult]]:
+    """The phase's results, each with the note on what it leaves out and the figures of the
+    whole command beside it."""
+    told = []
+    for key, result in phase:
+        everything = whole.get(key)
+        notes = [*(result.notes or []), PHASE_NOTE]
+        update: dict[str, Any] = {"notes": notes}
+        if everything is not None and everything.data is not None:
+            update["whole_command"] = everything.data
+        told.append((key, result.model_copy(update=update)))
+    return told
+
+
+def aisbench_difference(theirs: Path, ours: TargetResult) -> str | None:
+    """Why AISBench's own file of a target and the collector's disagree, when they do: AISBench
+    reads its counters before its warm-up request; the collector's phase is bounded by its
+    request records, which the warm-up is not in. None when they agree or one has no figures."""
+    try:
+        their_data = json.loads(theirs.read_text()).get("data") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    their_drafts = their_data.get("num_drafts")
+    if ours.data is None or not isinstance(their_drafts, int | float):
+        return None
+    if their_drafts == ours.data.num_drafts:
+        return None
+    whole = ours.whole_command.num_drafts if ours.whole_command is not None else None
+    return (
+        f"AISBench's {theirs.name} counts {their_drafts:g} drafts, the collector's "
+        f"{ours.data.num_drafts} (its inference phase) of {whole} over the whole command: "
+        "AISBench reads its counters before its warm-up request, and the phase, bounded by "
+        "AISBench's request records, leaves the warm-up out"
+    )
+
+
+def _inference_phase(
+    client: CollectorClient, window_id: str, run_folder: Path | None, say: Callable[[str], None]
+) -> list[tuple[str, TargetResult]] | None:
+    """Every target's result over AISBench's inference phase (its first request sent to its last
+    answer received, from its own records in `run_folder`); None, saying why, when unknown."""
+    span = inference_span(run_folder) if run_folder is not None else None
+    if span is None:
+        where = run_folder or "the command's work dir"
+        say(f"specdec: no AISBench request records in {where}: the window is the whole command")
+        return None
+    # perf_counter is CLOCK_MONOTONIC: the same clock as AISBench's, turned into wall time.
+    offset = time.time() - time.perf_counter()
+    start = datetime.fromtimestamp(span.first_sent + offset, UTC)
+    end = datetime.fromtimestamp(span.last_received + offset, UTC)
+    try:
+        bounded = client.results_between(window_id, start, end)
+    except (CollectorError, CollectorUnavailable) as exc:
+        say(f"specdec: could not read the inference phase ({exc}): the window is the whole command")
+        return None
+    say(
+        f"specdec: AISBench's inference phase: {span.requests} requests, {start:%H:%M:%S.%f}"[:-3]
+        + f" to {end:%H:%M:%S.%f}"[:-3]
+        + " UTC"
+    )
+    return [(item.target, item.result) for item in bounded]
+
+
+@dataclass
+class LoadSummary:
+    """What a load run did."""
+
+    requests: int
+    failed: int
+    completion_tokens: int
+    seconds: float
+    uncounted: int = 0  # streamed answers that gave no usage
+    first_failure: str | None = None  # why the first failed request failed
+
+
+#: httpx's words for a connection closed before any answer to the request came.
+STALE_CONNECTION = "Server disconnected without sending a response"
+
+
+async def _one_request(
+    http: httpx.AsyncClient, path: str, body: dict[str, Any], stream: bool
+) -> tuple[bool, str | None, int | None]:
+    """One completion: whether it was answered 200, why not, and the tokens the server says it
+    generated (None for a streamed answer without usage)."""
+    try:
+        if stream:
+            usage = None
+            async with http.stream("POST", path, json=body) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        usage = json.loads(line[6:]).get("usage") or usage
+            if response.status_code != 200:
+                return False, f"HTTP {response.status_code}", None
+            return True, None, None if usage is None else int(usage["completion_tokens"])
+        response = await http.post(path, json=body)
+        if response.status_code != 200:
+            return False, f"HTTP {response.status_code}", None
+        return True, None, int(response.json()["usage"]["completion_tokens"])
+    except httpx.HTTPError as exc:
+        return False, f"{type(exc).__name__}: {exc}", None
+
+
+async def generate_load(
+    base_url: str,
+    requests: int,
+    concurrency: int,
+    max_tokens: int,
+    *,
+    chat: bool = False,
+    stream: bool = False,
+    model: str | None = None,
+    temperature: float = 0.0,
+) -> LoadSummary:
+    """Send `requests` OpenAI completion requests, `concurrency` at a time.
+
+    Tokens are the server's own count, `usage.completion_tokens`; streamed requests ask for it
+    with `stream_options.include_usage`, and a streamed answer without it is counted as such
+    (`uncounted`), never guessed from its text.
+    """
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    queue = iter(range(requests))
+    failed = tokens = uncounted = 0
+    first_failure: str | None = None
+
+    async def worker(http: httpx.AsyncClient) -> None:
+        nonlocal failed, tokens, uncounted, first_failure
+        for index in queue:
+            body: dict[str, Any] = {
+                "max_tokens": max_tokens, "stream": stream, "model": model,
+                "temperature": temperature,
+            }  # fmt: skip
+            if stream:
+                body["stream_options"] = {"include_usage": True}
+            if chat:
+                body["messages"] = [{"role": "user", "content": f"question {index}"}]
+            else:
+                body["prompt"] = f"question {index}"
+            for attempt in range(2):
+                ok, why, counted = await _one_request(http, path, body, stream)
+                # A kept-alive connection that the server closed as the request left on it
+                # (llama-server does, now and then): no answer began, the request is sent once
+                # more on a new connection. The server's own counters tell if it had run.
+                if ok or attempt or STALE_CONNECTION not in (why or ""):
+                    break
+            if ok and counted is None:
+                uncounted += 1
+            elif ok and counted is not None:
+                tokens += counted
+            failed += not ok
+            first_failure = first_failure or why
+
+    began = time.monotonic()
+    async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=120) as http:
+        await asyncio.gather(*(worker(http) for _ in range(max(1, concurrency))))
+    return LoadSummary(requests, failed, tokens, time.monotonic() - began, uncounted, first_failure)

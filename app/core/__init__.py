@@ -1,0 +1,1 @@
+"""The pure core: counter schemas, exposition parsing, arithmetic, results, renderings; no I/O."""

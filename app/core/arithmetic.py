@@ -1,0 +1,344 @@
+"""Pure spec-decode arithmetic: per-series increases with resets, sums, timelines, comparisons.
+
+Nothing here does I/O; `core.figures` turns the increases into each engine's result. Each scrape
+of a window (`before`, samples, `after`) is given as its `Reading`: the extracted `Series`, or
+the error text of a scrape that failed.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from specdec_collector.core.counters import GAUGES, POSITION_LABELS, Role
+from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
+from specdec_collector.core.results import Counts, ResultData, TargetResult
+
+NO_METRICS = "No spec decode metrics found on server"
+NO_ACTIVITY = "No spec decode activity detected during benchmark window"
+INVALID_COUNTERS = "Invalid counters: a figure of the window is not a finite number"
+
+Reading = Series | str
+"""What one scrape of a target read: its series, or the error text of the failed scrape.
+(A snapshot's `phase` is another thing: when it was taken, `before`, `sample` or `after`.)"""
+
+
+@dataclass(slots=True)
+class Totals:
+    """Counters summed over series: absolute values, or increases over a window."""
+
+    num_drafts: float = 0.0
+    num_draft_tokens: float = 0.0
+    num_accepted_tokens: float = 0.0
+    accepted_per_pos: dict[int, float] = field(default_factory=dict)
+    drafted_per_pos: dict[int, float] = field(default_factory=dict)  # TensorRT-LLM
+    verify_calls: float = 0.0  # SGLang
+    generation_tokens: float = 0.0  # SGLang
+    requests: float = 0.0  # SGLang
+    series_resets: int = 0  # series found reset
+    restarts: int = 0  # engines found restarted: one per engine per interval
+
+    def add(self, key: SeriesKey, amount: float) -> None:
+        """Add `amount` to the field of `key`'s role (per position for accepted per position)."""
+        role = key.role
+        # Most series of a payload count accepted tokens at a position: that test comes first.
+        if role is Role.ACCEPTED_PER_POSITION:
+            _add_at(self.accepted_per_pos, key, amount)
+        elif role is Role.DRAFTS:
+            self.num_drafts += amount
+        elif role is Role.DRAFT_TOKENS:
+            self.num_draft_tokens += amount
+        elif role is Role.ACCEPTED:
+            self.num_accepted_tokens += amount
+        elif role is Role.DRAFTED_PER_POSITION:
+            _add_at(self.drafted_per_pos, key, amount)
+        elif role is Role.VERIFY_CALLS:
+            self.verify_calls += amount
+        elif role is Role.GENERATION_TOKENS:
+            self.generation_tokens += amount
+        elif role is Role.REQUESTS:
+            self.requests += amount
+
+    def absorb(self, other: "Totals") -> None:
+        """Add every counter of `other` to this one."""
+        self.num_drafts += other.num_drafts
+        self.num_draft_tokens += other.num_draft_tokens
+        self.num_accepted_tokens += other.num_accepted_tokens
+        _merge(self.accepted_per_pos, other.accepted_per_pos)
+        _merge(self.drafted_per_pos, other.drafted_per_pos)
+        self.verify_calls += other.verify_calls
+        self.generation_tokens += other.generation_tokens
+        self.requests += other.requests
+        self.series_resets += other.series_resets
+        self.restarts += other.restarts
+
+    def raw(self) -> Counts:
+        """The AISBench `raw.before` / `raw.after` shape."""
+        return Counts(
+            num_drafts=as_number(self.num_drafts),
+            num_draft_tokens=as_number(self.num_draft_tokens),
+            num_accepted_tokens=as_number(self.num_accepted_tokens),
+            accepted_per_pos={
+                str(pos): as_number(v) for pos, v in sorted(self.accepted_per_pos.items())
+            },
+        )
+
+
+def _add_at(by_position: dict[int, float], key: SeriesKey, amount: float) -> None:
+    position = _position(key.labels)
+    if position is not None:
+        by_position[position] = by_position.get(position, 0.0) + amount
+
+
+def _merge(into: dict[int, float], more: dict[int, float]) -> None:
+    """Add every per-position amount of `more` to `into`."""
+    for position, amount in more.items():
+        into[position] = into.get(position, 0.0) + amount
+
+
+# Asked for each per-position series of every snapshot summed; a server repeats its label sets.
+@lru_cache(maxsize=8192)
+def _position(labels: tuple[tuple[str, str], ...]) -> int | None:
+    for name, value in labels:
+        if name in POSITION_LABELS:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def as_number(value: float) -> int | float:
+    """Counters are integers carried as floats; show them as integers when they are."""
+    return int(value) if value.is_integer() else value
+
+
+def absolute_totals(series: Series) -> Totals:
+    """Sum each family's counters over all series of one snapshot."""
+    totals = Totals()
+    for key, sample in series.items():
+        if sample.value is not None and key.role not in GAUGES:
+            totals.add(key, sample.value)
+    return totals
+
+
+Instance = tuple[str, tuple[tuple[str, str], ...]]
+"""One engine instance of a target: its engine and its labels but the position."""
+
+
+def instance_of(key: SeriesKey) -> Instance:
+    """The engine instance a series belongs to: its engine and every label but the position
+    (every family and position of one instance share them, and reset together on a restart)."""
+    return key.engine.value, tuple(pair for pair in key.labels if pair[0] not in POSITION_LABELS)
+
+
+def was_reset(earlier: SeriesValue | None, later: SeriesValue) -> bool:
+    """Whether a series was reset between two snapshots: Prometheus' rule, it fell or its
+    `_created` time grew. A series absent earlier was not reset (it starts from 0)."""
+    if earlier is None or earlier.value is None or later.value is None:
+        return False
+    return later.value < earlier.value or (
+        earlier.created is not None
+        and later.created is not None
+        and later.created > earlier.created
+    )
+
+
+def interval_increases(chain: Sequence[Series]) -> list[Totals]:
+    """The increase of each step of `chain`: element i is from snapshot i to snapshot i + 1.
+
+    Resets are found per engine instance (`instance_of`): when any series of an instance was
+    reset in a step, spec-decode counter or witness (its generated tokens, say), the instance
+    restarted, and every one of its series counts its new value. So a restart whose new
+    counts outgrew the old ones is still found where anything of it fell. A series missing
+    from one snapshot is compared, when it returns, with its last value seen, so a scrape that
+    omitted it loses nothing; unless its instance restarted in between.
+    """
+    steps: list[Totals] = []
+    last: dict[SeriesKey, SeriesValue] = dict(chain[0]) if chain else {}
+    for snapshot in chain[1:]:
+        step = Totals()
+        reset = [key for key, sample in snapshot.items() if was_reset(last.get(key), sample)]
+        restarted: set[Instance] = {instance_of(key) for key in reset if key.role not in GAUGES}
+        step.series_resets = len(reset)
+        for key, sample in snapshot.items():
+            if key.role in GAUGES:
+                continue  # a gauge goes down and up: never a reset, never counted
+            assert sample.value is not None
+            earlier = last.get(key)
+            if (
+                earlier is None
+                or earlier.value is None
+                or (restarted and instance_of(key) in restarted)
+            ):
+                step.add(key, sample.value)
+            else:
+                step.add(key, sample.value - earlier.value)
+            last[key] = sample
+        if restarted:
+            # A restarted engine shows some families only later (llama.cpp prints its
+            # per-position family once its first speculative request completes): what was last
+            # seen of them is from before the restart, so they come back from 0, not as a reset.
+            for key in [k for k in last if k not in snapshot and instance_of(k) in restarted]:
+                del last[key]
+        step.restarts = len(restarted)
+        steps.append(step)
+    return steps
+
+
+def window_increase(chain: Sequence[Series]) -> Totals:
+    """Sum of per-series increases between consecutive snapshots of `chain`."""
+    totals = Totals()
+    for step in interval_increases(chain):
+        totals.absorb(step)
+    return totals
+
+
+def derived(totals: Totals) -> ResultData:
+    """The AISBench `data` block of a window's increases (drafts must be positive).
+
+    Every figure is the full float, as the real AISBench writes its files (per-position rates
+    too: `0.951417004048583`); only displays (the console block, the dashboard) round them.
+    """
+    return ResultData(
+        num_drafts=as_number(totals.num_drafts),
+        draft_tokens=as_number(totals.num_draft_tokens),
+        accepted_tokens=as_number(totals.num_accepted_tokens),
+        acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
+        acceptance_length=1 + totals.num_accepted_tokens / totals.num_drafts,
+        per_position_acceptance_rates={
+            str(pos): accepted / totals.num_drafts
+            for pos, accepted in sorted(totals.accepted_per_pos.items())
+        },
+    )
+
+
+def reading_error(phase: Reading) -> str | None:
+    """The error of a reading: its failed scrape's text, or that it held no spec-decode series."""
+    if isinstance(phase, str):
+        return phase
+    return NO_METRICS if not phase else None
+
+
+TIMELINE_FIELDS = (
+    "taken_at", "phase", "status", "error", "num_drafts", "draft_tokens", "accepted_tokens",
+    "acceptance_rate", "acceptance_length", "per_position_acceptance_rates", "restarts",
+    "series_resets",
+)  # fmt: skip
+
+
+def timeline(points: Sequence[tuple[Any, str, Reading]]) -> list[dict[str, Any]]:
+    """One row per snapshot of a target, in the order given (`before`, samples, `after`).
+
+    `num_drafts`, `draft_tokens` and `accepted_tokens` are cumulative since `before` (null when
+    `before` failed); the rates, the acceptance length, `restarts` and `series_resets` are those
+    of the interval since the previous good snapshot (null where that interval has no drafts).
+    A failed scrape is a row with its error and nulls: the gap shows as a gap.
+    """
+    rows: list[dict[str, Any]] = []
+    for taken_at, phase, outcome in points:
+        row: dict[str, Any] = dict.fromkeys(TIMELINE_FIELDS)
+        error = reading_error(outcome)
+        row.update(taken_at=taken_at, phase=phase, status="error" if error else "ok", error=error)
+        rows.append(row)
+    good = [
+        (row, outcome)
+        for row, (_, _, outcome) in zip(rows, points, strict=True)
+        if row["status"] == "ok" and not isinstance(outcome, str)
+    ]
+    if not good:
+        return rows
+    # Totals count from `before` only; a chain whose `before` failed has none.
+    cumulative = Totals() if good[0][0]["phase"] == "before" else None
+    steps = interval_increases([outcome for _, outcome in good])
+    for (row, _), step in zip(good[1:], steps, strict=True):
+        row["restarts"] = step.restarts
+        row["series_resets"] = step.series_resets
+        if step.num_drafts > 0 and step.num_draft_tokens > 0:
+            rates = derived(step)
+            row["acceptance_rate"] = rates.acceptance_rate
+            row["acceptance_length"] = rates.acceptance_length
+            row["per_position_acceptance_rates"] = rates.per_position_acceptance_rates
+        if cumulative is not None:
+            cumulative.absorb(step)
+            _put_cumulative(row, cumulative)
+    if cumulative is not None:
+        _put_cumulative(good[0][0], Totals())
+    return rows
+
+
+def _put_cumulative(row: dict[str, Any], totals: Totals) -> None:
+    row["num_drafts"] = as_number(totals.num_drafts)
+    row["draft_tokens"] = as_number(totals.num_draft_tokens)
+    row["accepted_tokens"] = as_number(totals.num_accepted_tokens)
+
+
+def compare_results(
+    windows: Sequence[tuple[str, dict[str, TargetResult | None]]],
+) -> list[dict[str, Any]]:
+    """Windows side by side per target (same `host:port`), with differences from the first.
+
+    `windows` is (window id, {target: result or None while open}) in the order to compare.
+    For each target, `results` has one entry per window (null where the window lacks the
+    target), and `differences` compares every later window with an `ok` result against the
+    first window that has one: acceptance rate (points), acceptance length, per-position rates.
+    """
+    targets: list[str] = []
+    for _, results in windows:
+        targets += [target for target in results if target not in targets]
+    rows = []
+    for target in targets:
+        entries: list[dict[str, Any] | None] = []
+        good: list[tuple[str, ResultData]] = []
+        for window_id, results in windows:
+            if target not in results:
+                entries.append(None)
+                continue
+            result = results[target]
+            data = None if result is None else result.data
+            entries.append(
+                {
+                    "window": window_id,
+                    "status": "open" if result is None else result.status,
+                    "error": None if result is None else result.error,
+                    "engine": None if result is None else result.engine,
+                    "exact": None if result is None else result.exact,
+                    "restarts": None if result is None else result.restarts,
+                    "notes": None if result is None else result.notes,
+                    "acceptance_rate": None if data is None else data.acceptance_rate,
+                    "acceptance_length": None if data is None else data.acceptance_length,
+                    "num_drafts": None if data is None else data.num_drafts,
+                    "per_position_acceptance_rates": (
+                        None if data is None else data.per_position_acceptance_rates
+                    ),
+                }
+            )
+            if result is not None and result.ok and data is not None:
+                good.append((window_id, data))
+        differences = []
+        if good:
+            base_id, base = good[0]
+            for window_id, data in good[1:]:
+                rates = data.per_position_acceptance_rates or {}
+                base_rates = base.per_position_acceptance_rates or {}
+                differences.append(
+                    {
+                        "window": window_id,
+                        "versus": base_id,
+                        "acceptance_rate": _difference(data.acceptance_rate, base.acceptance_rate),
+                        "acceptance_length": _difference(
+                            data.acceptance_length, base.acceptance_length
+                        ),
+                        "per_position_acceptance_rates": {
+                            pos: rates[pos] - base_rates[pos]
+                            for pos in sorted(set(rates) & set(base_rates), key=int)
+                        },
+                    }
+                )
+        rows.append({"target": target, "results": entries, "differences": differences})
+    return rows
+
+
+def _difference(value: float | None, base: float | None) -> float | None:
+    """`value - base`, or null where either figure could not be derived."""
+    return None if value is None or base is None else value - base

@@ -1,0 +1,294 @@
+"""Extraction of spec-decode series from Prometheus exposition text.
+
+A vLLM `/metrics` payload is 60 KB to 700 KB, of which the spec-decode samples are a few
+dozen lines. Instead of parsing every family, `extract_spec_decode` jumps from one line that
+holds a schema's marker (``spec_decode_``; see `core.counters`) to the next with `str.find`
+and parses only those lines; a line seen before is not parsed again.
+It reads both the text format 0.0.4 and OpenMetrics 1.0: the sample names are the same,
+only the family bookkeeping (which we skip) differs.
+
+Correctness is pinned by a differential test against prometheus_client's parsers.
+"""
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
+
+from specdec_collector.core.counters import (
+    GAUGES,
+    ROLE_OF_FAMILY,
+    ROLE_OF_GAUGE,
+    SCHEMAS,
+    Role,
+    ServingEngine,
+    spellings,
+)
+
+# One sample line: name, optional label set (quoted values may hold `}`, `,`, `"` escaped),
+# value, optional timestamp, optional OpenMetrics exemplar.
+_SAMPLE = re.compile(
+    r"""
+    (?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)
+    (?:\{(?P<labels>(?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+)\})?
+    [ \t]+(?P<value>[^ \t]+)
+    (?:[ \t]+(?P<timestamp>[^ \t\#]+))?
+    (?:[ \t]+\#.*)?
+    [ \t]*
+    """,
+    re.VERBOSE,
+)
+_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]++|\\.)*+)"[ \t]*(,|$)')
+_ESCAPE = re.compile(r'\\([\\"n])')
+
+
+class ExtractionError(ValueError):
+    """The payload holds a spec-decode sample that cannot be read as a counter."""
+
+
+#: The largest counter value read: above 2**53 a float no longer holds every integer, so an
+#: increase would be inexact and a sum of a few could overflow to infinity.
+MAX_COUNTER = float(2**53)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionLimits:
+    """Bounds on what one payload may hold: a hostile target cannot grow the work or the store."""
+
+    max_series: int = 4096
+    max_label_chars: int = 2048
+
+
+class SeriesKey(NamedTuple):
+    """One series: the role of its family (see `core.counters`), its sorted label pairs, and
+    the engine whose family it is."""
+
+    role: Role
+    labels: tuple[tuple[str, str], ...]
+    engine: ServingEngine = ServingEngine.VLLM
+
+
+@dataclass(slots=True)
+class SeriesValue:
+    """The counter value (`_total`) and start time (`_created`) of one series."""
+
+    value: float | None = None
+    created: float | None = None
+
+
+Series = dict[SeriesKey, SeriesValue]
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    return _ESCAPE.sub(lambda m: "\n" if m[1] == "n" else m[1], value)
+
+
+# A server repeats the same label sets on every scrape (and `_total` and `_created` share
+# them), so parsed label sets are cached; the bound keeps hostile payloads from growing it.
+@lru_cache(maxsize=8192)
+def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
+    labels: dict[str, str] = {}
+    pos, end = 0, len(text.rstrip(" \t"))
+    while pos < end:
+        match = _LABEL.match(text, pos)
+        if match is None or (match[3] == "" and match.end() < end):
+            raise ExtractionError(f"malformed labels: {{{text[:200]}}}")
+        if match[1] in labels:
+            raise ExtractionError(f"label {match[1]!r} given twice: {{{text[:200]}}}")
+        labels[match[1]] = _unescape(match[2])
+        pos = match.end()
+    return tuple(sorted(labels.items()))
+
+
+_NAME_END = re.compile(r"[{ \t]")
+
+
+class _Sample(NamedTuple):
+    """What one sample line says, as far as it does not depend on the payload around it."""
+
+    key: SeriesKey
+    is_created: bool
+    value: float | None  # None: a `_created` or gauge without a finite value, read as absent
+    label_chars: int
+
+
+# Lines already parsed: between two scrapes of a server most spec-decode lines repeat (every
+# `_created`, and the counters of idle engines), and a dictionary lookup costs a hundredth of a
+# parse. Only lines that parse are kept; short lines only, and at most this many.
+_PARSED: dict[str, _Sample] = {}
+_PARSED_MAX_ENTRIES = 16_384
+_PARSED_MAX_LINE = 512
+
+
+def _role_of(name: str) -> tuple[tuple[ServingEngine, Role] | None, bool]:
+    """The (engine, role) of a sample name, and whether it is a `_created` sample."""
+    if name.endswith("_total"):
+        return ROLE_OF_FAMILY.get(name[: -len("_total")]), False
+    if name.endswith("_created"):
+        return ROLE_OF_FAMILY.get(name[: -len("_created")]), True
+    return ROLE_OF_GAUGE.get(name), False
+
+
+def _sample_of(line: str, limits: ExtractionLimits) -> _Sample | None:
+    """The sample of a line, None for a line of a family no schema reads; raises
+    `ExtractionError` for a line that is not a readable counter."""
+    # The name first: a line of a family no schema reads (one that merely holds a marker in a
+    # label, say) is skipped without the full match.
+    end = _NAME_END.search(line)
+    found, is_created = _role_of(line[: end.start()] if end else line)
+    if found is None:
+        return None
+    engine, role = found
+    match = _SAMPLE.fullmatch(line)
+    if match is None:
+        raise ExtractionError(f"malformed sample line: {line[:200]}")
+    name = match["name"]
+    try:
+        number = float(match["value"])
+    except ValueError:
+        raise ExtractionError(f"value is not a number in line: {line[:200]}") from None
+    value: float | None = number
+    if is_created or role in GAUGES:
+        if not math.isfinite(number):
+            # A start time of +Inf or NaN says nothing (the series is read without it); a
+            # gauge without a value shows nothing.
+            value = None
+    elif not math.isfinite(number) or number < 0:
+        raise ExtractionError(f"counter value {match['value']} is not a finite count: {name}")
+    elif number > MAX_COUNTER:
+        raise ExtractionError(f"counter value {match['value']} is above 2^53, not exact: {name}")
+    label_text = match["labels"] or ""
+    _check_label_chars(len(label_text), name, limits)
+    return _Sample(SeriesKey(role, _parse_labels(label_text), engine), is_created, value,
+                   len(label_text))  # fmt: skip
+
+
+def _check_label_chars(chars: int, name: str, limits: ExtractionLimits) -> None:
+    if chars > limits.max_label_chars:
+        raise ExtractionError(
+            f"a series of {name} has labels of {chars} characters, more than "
+            f"{limits.max_label_chars} (SPECDEC_MAX_SERIES_LABEL_CHARS)"
+        )
+
+
+def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
+    sample = _PARSED.get(line)
+    if sample is None:
+        sample = _sample_of(line, limits)
+        if sample is None:
+            return
+        if len(line) <= _PARSED_MAX_LINE:
+            if len(_PARSED) >= _PARSED_MAX_ENTRIES:
+                _PARSED.clear()  # a server whose lines all change: start over, stay bounded
+            _PARSED[line] = sample
+    elif sample.label_chars > limits.max_label_chars:  # parsed under other limits
+        _check_label_chars(sample.label_chars, line.partition("{")[0], limits)
+    if sample.value is None:
+        return
+    key = sample.key
+    slot = series.get(key)
+    if slot is None:
+        if len(series) >= limits.max_series:
+            raise ExtractionError(
+                f"more than {limits.max_series} spec-decode series (SPECDEC_MAX_SERIES_PER_TARGET)"
+            )
+        slot = series[key] = SeriesValue()
+    if (slot.created if sample.is_created else slot.value) is not None:
+        match = _SAMPLE.fullmatch(line)
+        assert match is not None  # it parsed
+        raise ExtractionError(f"series given twice: {match['name']}{{{match['labels'] or ''}}}")
+    if sample.is_created:
+        slot.created = sample.value
+    else:
+        slot.value = sample.value
+
+
+#: The markers searched for (see `CounterSchema.marker`), each once.
+_MARKERS = tuple(dict.fromkeys(schema.marker for schema in SCHEMAS))
+
+
+def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()) -> Series:
+    """Return the spec-decode series of an exposition payload, keyed by role and labels.
+
+    Only lines that hold a schema's marker are looked at (and a schema's companion families,
+    once another of its families has shown); the rest of the payload is skipped by substring
+    search. A `_created` sample fills `SeriesValue.created` and is never counted. A series
+    that has only a `_created` sample is dropped. Reading stops at an OpenMetrics ``# EOF``
+    line. Raises `ExtractionError` on a payload cut off mid-line, a malformed spec-decode line,
+    a negative, non-finite or inexact (above 2**53) counter, a series given twice, or more
+    series or longer label sets than `limits` allow. A non-finite `_created` is ignored.
+    """
+    series: Series = {}
+    limit = _eof_offset(text)
+    if limit == len(text) and text and not text.endswith("\n"):
+        # Every exposition line ends with a newline: an answer without one was cut off.
+        raise ExtractionError("payload cut off mid-line (no final newline)")
+    read: set[int] = set()  # starts of the lines parsed: a line with two markers counts once
+    for marker in _MARKERS:
+        _extract_marked(text, limit, marker, series, limits, read)
+    if len(series) != 0:
+        engines = {key.engine for key in series}
+        for schema in SCHEMAS:
+            if schema.engine in engines:
+                for family in schema.companions:  # its name is its own marker
+                    for spelling in spellings(family):
+                        _extract_marked(text, limit, spelling, series, limits, read)
+    return {key: value for key, value in series.items() if value.value is not None}
+
+
+def _extract_marked(
+    text: str, limit: int, marker: str, series: Series, limits: ExtractionLimits, read: set[int]
+) -> None:
+    """Parse every sample line of `text[:limit]` that holds `marker` into `series`."""
+    found = text.find(marker, 0, limit)
+    while found != -1:
+        start = text.rfind("\n", 0, found) + 1
+        end = text.find("\n", found, limit)
+        if end == -1:
+            end = limit
+        if text[start] != "#" and start not in read:
+            read.add(start)
+            line = text[start:end]
+            _parse_line(line[:-1] if line.endswith("\r") else line, series, limits)
+        found = text.find(marker, end, limit)
+
+
+def _eof_offset(text: str) -> int:
+    """Offset of the OpenMetrics `# EOF` line that ends the payload, else the payload's length.
+
+    OpenMetrics allows nothing after `# EOF`, so only the end of the payload is looked at.
+    """
+    end = len(text)
+    while end and text[end - 1] in "\r\n":
+        end -= 1
+    if text.endswith("# EOF", 0, end) and (end == 5 or text[end - 6] == "\n"):
+        return max(0, end - 6)
+    return len(text)
+
+
+def forget_parsed_lines() -> None:
+    """Empty the caches of parsed lines and label sets (a cold start, for measuring extraction)."""
+    _PARSED.clear()
+    _parse_labels.cache_clear()
+
+
+@lru_cache(maxsize=8192)  # every target of a server repeats its label sets
+def labels_to_text(labels: tuple[tuple[str, str], ...]) -> str:
+    """Canonical text of a sorted label set, for storage and comparison."""
+    return json.dumps(labels, ensure_ascii=False, separators=(",", ":"))
+
+
+def labels_digest(text: str) -> str:
+    """SHA-256 (hex) of a label set's canonical text: its unique key in the store."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@lru_cache(maxsize=8192)
+def labels_from_text(text: str) -> tuple[tuple[str, str], ...]:
+    """The inverse of `labels_to_text` (cached: every target of a server repeats its label sets)."""
+    return tuple((str(name), str(value)) for name, value in json.loads(text))

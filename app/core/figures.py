@@ -1,0 +1,450 @@
+"""A target's result over a window, engine by engine: figures, exactness and notes.
+
+`core.arithmetic` computes per-series increases; here each engine's increases become its
+result. The contract (README, engines): every result says its `engine`; `exact` is true only
+when every figure follows from counters with the seed formulas; `notes` says in a sentence why
+not; a figure the counters cannot give is null, never guessed; an engine whose metrics cannot
+give a window at all is `na` with a reason that says what to do. A target serving several
+engines gets one result per engine under `engines`; its own figures are their sum when they
+mean the same, else the first engine's (and a note says so). Pure functions.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from specdec_collector.core.arithmetic import (
+    INVALID_COUNTERS,
+    NO_ACTIVITY,
+    NO_METRICS,
+    Reading,
+    Totals,
+    absolute_totals,
+    as_number,
+    derived,
+    reading_error,
+    window_increase,
+)
+from specdec_collector.core.counters import GAUGES, Role, ServingEngine
+from specdec_collector.core.exposition import Series
+from specdec_collector.core.results import (
+    Bounds,
+    Counts,
+    EngineResult,
+    LifetimeRatios,
+    Raw,
+    ResultData,
+    SampleCount,
+    TargetResult,
+)
+from specdec_collector.core.targets import EngineHints
+
+V0_REASON = (
+    "vLLM V0 (the legacy engine) adds running totals to its spec-decode counters every few "
+    "seconds, so their change over a window is not the window's tokens: no window can be "
+    "measured (its lifetime ratios are under `lifetime`). Serve with vLLM's V1 engine "
+    "(0.8.5 or later) to measure windows."
+)
+EARLY_V1_NOTE = (
+    "early vLLM V1 (before 0.8.5) has no drafts counter: acceptance length and per-position "
+    "rates cannot be derived"
+)
+LLAMACPP_COMPLETION_NOTE = (
+    "llama.cpp counts a request when it completes: one running across an end of the window "
+    "counts where it finishes"
+)
+TRTLLM_NOTE = (
+    "TensorRT-LLM: the acceptance rate is exact (iteration counters); drafts, the acceptance "
+    "length and per-position rates count finished requests only"
+)
+SGLANG_NOTES = [
+    "SGLang counts a request when it completes: one running across an end of the window "
+    "counts where it finishes",
+    "accepted tokens are derived as generated tokens - requests - verify calls (each finished "
+    "request gave 1 + the sum over its verify calls of accepted + 1 tokens)",
+    "draft tokens and the acceptance rate need the server's draft tokens per step, which its "
+    "metrics do not give",
+]
+MINDIE_REASON = (
+    "MindIE Service documents no spec-decode counters on its metrics endpoint: no window can be "
+    "measured. Measure on the client side (AISBench's own records) until it exports them."
+)
+DRAFTING_OFF = (
+    ": the server generated {tokens} tokens in the window and drafted none (speculative "
+    "decoding is off); {how}"
+)
+TURN_DRAFTING_ON = {
+    ServingEngine.LLAMACPP: "start llama-server with a draft model (-md) or --spec-type "
+    "(ngram-simple, for one)",
+    ServingEngine.VLLM: "start vLLM with --speculative-config",
+}
+VARIABLE_DRAFT_LENGTH = (
+    "drafts of variable length: {mean} draft tokens a draft on average, {positions} positions "
+    "counted; a position's rate is over every draft, those too short to reach it included "
+    "(accepted at N / drafts), so the rates fall faster than the acceptance of long drafts"
+)
+RESTARTED = (
+    "the engine restarted inside the window ({n}x) and no sample was taken in between: what it "
+    "counted before the restart is lost, the figures count from the restart on; sample the "
+    "window (sample_interval_s) to keep it"
+)
+RESTARTED_SAMPLED = (
+    "the engine restarted inside the window ({n}x): what it counted between the last sample "
+    "before a restart and the restart is lost (a shorter sample_interval_s loses less)"
+)
+UNSEEN_RESTART = (
+    "{engine} shows no start time (_created) for its counters and no sample was taken: a "
+    "restart inside the window that left every counter higher at the end than at the start "
+    "cannot be seen; sample the window (sample_interval_s) to see restarts"
+)
+INCONSISTENT = "Inconsistent counters: fewer generated tokens than requests and verify calls"
+MIXED_NOTE = "the engines' figures do not mean the same: these are {first}'s; see `engines`"
+SUM_NOTE = "the sum over the engines {names}; each one's figures are under `engines`"
+# llama.cpp prints its counters with %g: six significant digits.
+ROUNDED_FROM = 1_000_000
+
+# Engines whose counters mean the same (drafts, draft tokens, accepted, per position): their
+# figures may be summed.
+_SUMMABLE = frozenset({ServingEngine.VLLM, ServingEngine.LLAMACPP})
+
+
+def _split_by_engine(series: Series) -> dict[ServingEngine, Series]:
+    found: dict[ServingEngine, Series] = {}
+    for key, value in series.items():
+        found.setdefault(key.engine, {})[key] = value
+    return found
+
+
+def _roles(series: Series) -> set[Role]:
+    return {key.role for key in series}
+
+
+def recognised(engine: ServingEngine, after: Series) -> ServingEngine:
+    """The engine `after`'s series of `engine` are: vLLM's V0 shows counters V1 has not."""
+    if engine is ServingEngine.VLLM and _roles(after) & {Role.EMITTED, *GAUGES}:
+        return ServingEngine.VLLM_V0
+    return engine
+
+
+def _rounding(value: float) -> float:
+    """The largest error of a value printed with six significant digits."""
+    if value < ROUNDED_FROM:
+        return 0.0
+    return 0.5 * 10.0 ** (math.floor(math.log10(value)) - 5)
+
+
+def _llamacpp_rounding(before: Totals, after: Totals) -> str | None:
+    """The note on llama.cpp's six significant digits, with its bound, once a counter reached
+    10^6; None while all are below (then they are exact)."""
+    bounds = {
+        "drafts": _rounding(before.num_drafts) + _rounding(after.num_drafts),
+        "draft tokens": _rounding(before.num_draft_tokens) + _rounding(after.num_draft_tokens),
+        "accepted tokens": (
+            _rounding(before.num_accepted_tokens) + _rounding(after.num_accepted_tokens)
+        ),
+    }
+    if not any(bounds.values()):
+        return None
+    told = ", ".join(f"±{as_number(bound)} {name}" for name, bound in bounds.items() if bound)
+    return (
+        "llama.cpp prints its counters with 6 significant digits and some reached 10^6: each "
+        f"count is known within half a unit of its 6th digit at each end ({told})"
+    )
+
+
+def _variable_draft_length(totals: Totals) -> str | None:
+    """The note on drafts shorter than the positions counted (n-gram drafts, capped drafts,
+    vLLM's dynamic speculative decoding), with the mean draft length; None when every draft of
+    the window had a token at every position."""
+    positions = len(totals.accepted_per_pos)
+    if not positions or totals.num_draft_tokens == positions * totals.num_drafts:
+        return None
+    mean = totals.num_draft_tokens / totals.num_drafts
+    return VARIABLE_DRAFT_LENGTH.format(mean=f"{mean:.2f}", positions=positions)
+
+
+def _trtllm(totals: Totals) -> EngineResult:
+    """TensorRT-LLM: rate from iteration counters; drafts, length, positions from finished
+    requests (drafted at position 0 = drafts; vLLM-style rate at i = accepted_i / drafts)."""
+    engine = ServingEngine.TRTLLM
+    if totals.num_draft_tokens <= 0:
+        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
+    drafts = totals.drafted_per_pos.get(0, 0.0)
+    accepted_finished = sum(totals.accepted_per_pos.values())
+    data = ResultData(
+        num_drafts=as_number(drafts) if drafts > 0 else None,
+        draft_tokens=as_number(totals.num_draft_tokens),
+        accepted_tokens=as_number(totals.num_accepted_tokens),
+        acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
+        acceptance_length=1 + accepted_finished / drafts if drafts > 0 else None,
+        per_position_acceptance_rates=(
+            {str(p): n / drafts for p, n in sorted(totals.accepted_per_pos.items())}
+            if drafts > 0 else None
+        ),
+    )  # fmt: skip
+    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=[TRTLLM_NOTE])
+
+
+def _sglang(totals: Totals, per_step: int | None) -> EngineResult:
+    """SGLang: drafts are verify calls V; accepted = G - R - V; length = (G - R) / V; draft
+    tokens and the rate only with the draft tokens per step the start body gave."""
+    engine = ServingEngine.SGLANG
+    calls, generated, requests = totals.verify_calls, totals.generation_tokens, totals.requests
+    if calls <= 0:
+        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
+    accepted = generated - requests - calls
+    if accepted < 0:
+        return EngineResult(engine=engine, status="na", error=INCONSISTENT, exact=False)
+    draft_tokens = calls * per_step if per_step else None
+    data = ResultData(
+        num_drafts=as_number(calls), accepted_tokens=as_number(accepted),
+        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
+        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
+        acceptance_length=(generated - requests) / calls, per_position_acceptance_rates=None,
+    )  # fmt: skip
+    notes = SGLANG_NOTES[:2] + (
+        [f"draft tokens from the configured {per_step} per step (draft_tokens_per_step)"]
+        if per_step else SGLANG_NOTES[2:]
+    )  # fmt: skip
+    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=notes)
+
+
+def _figures(
+    engine: ServingEngine,
+    totals: Totals,
+    has_drafts: bool,
+    ends: tuple[Series, Series] | None = None,
+    hints: EngineHints = EngineHints(),
+) -> EngineResult:
+    """One engine's result from its increases; `has_drafts` whether it counts drafts at all;
+    `ends` its series at the two ends of the window (for llama.cpp's rounding); `hints` what
+    the start body told (SGLang's draft tokens per step)."""
+    if engine is ServingEngine.TRTLLM:
+        return _trtllm(totals)
+    if engine is ServingEngine.SGLANG:
+        return _sglang(totals, hints.draft_tokens_per_step)
+    notes: list[str] = []
+    exact = True
+    if engine is ServingEngine.LLAMACPP:
+        notes.append(LLAMACPP_COMPLETION_NOTE)
+        if ends is not None:
+            rounding = _llamacpp_rounding(absolute_totals(ends[0]), absolute_totals(ends[1]))
+            if rounding is not None:
+                notes.append(rounding)
+                exact = False
+    if totals.num_draft_tokens <= 0 or (has_drafts and totals.num_drafts <= 0):
+        error = NO_ACTIVITY
+        if totals.num_draft_tokens <= 0 and totals.generation_tokens > 0:
+            error += DRAFTING_OFF.format(
+                tokens=as_number(totals.generation_tokens),
+                how=TURN_DRAFTING_ON.get(engine, "turn speculative decoding on"),
+            )
+        return EngineResult(engine=engine, status="na", error=error, exact=False, notes=notes)
+    if has_drafts:
+        data = derived(totals)
+        variable = _variable_draft_length(totals)
+        if variable is not None:
+            notes.append(variable)
+    else:
+        notes.append(EARLY_V1_NOTE)
+        data = ResultData(
+            num_drafts=None, draft_tokens=as_number(totals.num_draft_tokens),
+            accepted_tokens=as_number(totals.num_accepted_tokens),
+            acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
+            acceptance_length=None, per_position_acceptance_rates=None,
+        )  # fmt: skip
+    if not data.is_finite():
+        # Counters are read only up to 2**53, so this is a backstop: nothing stored may hold
+        # a figure that JSON, PostgreSQL or a later read cannot.
+        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=exact)
+    return EngineResult(engine=engine, status="ok", data=data, exact=exact, notes=notes)
+
+
+def _lifetime(after: Series) -> list[LifetimeRatios]:
+    ratios: dict[tuple[tuple[str, str], ...], LifetimeRatios] = {}
+    for key, value in after.items():
+        if key.role in GAUGES and value.value is not None:
+            entry = ratios.setdefault(key.labels, LifetimeRatios(labels=dict(key.labels)))
+            if key.role is Role.LIFETIME_ACCEPTANCE_RATE:
+                entry.draft_acceptance_rate = value.value
+            else:
+                entry.efficiency = value.value
+    return list(ratios.values())
+
+
+@dataclass(frozen=True, slots=True)
+class _EngineWindow:
+    engine: ServingEngine
+    totals: Totals
+    result: EngineResult
+
+
+def _engine_windows(
+    chain: Sequence[Series], hints: EngineHints
+) -> tuple[list[_EngineWindow], Totals]:
+    """Each engine's window, and the resets and restarts of every series of the chain.
+
+    Each series' increases are computed once, per engine: the engines' series are disjoint,
+    so the whole chain's resets and restarts are the sum of every engine's (one found
+    restarted is an instance of one engine), skipped engines included.
+    """
+    by_engine = [_split_by_engine(snapshot) for snapshot in chain]
+    windows, everything = [], Totals()
+    for engine in sorted({e for split in by_engine for e in split}, key=list(ServingEngine).index):
+        own = [split.get(engine, {}) for split in by_engine]
+        totals = window_increase(own)
+        everything.series_resets += totals.series_resets
+        everything.restarts += totals.restarts
+        if not own[-1]:
+            continue  # gone by the end of the window: nothing to measure
+        if engine is ServingEngine.SGLANG and Role.VERIFY_CALLS not in _roles(own[-1]):
+            continue  # an SGLang server without speculative decoding
+        kind = recognised(engine, own[-1])
+        if kind is ServingEngine.VLLM_V0:
+            result = EngineResult(engine=kind, status="na", error=V0_REASON, exact=False)
+        else:
+            has_drafts = Role.DRAFTS in _roles(own[-1])
+            result = _figures(kind, totals, has_drafts, (own[0], own[-1]), hints)
+        result = _restart_notes(result, totals.restarts, own)
+        windows.append(_EngineWindow(kind, totals, result))
+    return windows, everything
+
+
+def _restart_notes(result: EngineResult, restarts: int, chain: Sequence[Series]) -> EngineResult:
+    """What a restart inside the window, seen or not, does to the figures: a restart loses
+    what was counted since the snapshot before it; without samples, one that no counter shows
+    (no `_created`, every counter higher at the end) cannot be seen at all."""
+    sampled = len(chain) > 2
+    notes = list(result.notes)
+    if restarts:
+        notes.append((RESTARTED_SAMPLED if sampled else RESTARTED).format(n=restarts))
+    elif not sampled and not any(v.created is not None for s in chain for v in s.values()):
+        notes.append(UNSEEN_RESTART.format(engine=result.engine))
+    if notes == result.notes:
+        return result
+    return result.model_copy(update={"notes": notes, "exact": result.exact and not restarts})
+
+
+def _appear_late(after: Reading) -> bool:
+    """Whether `after` holds only series of an engine that shows none before its first use."""
+    return (
+        bool(after)
+        and not isinstance(after, str)
+        and all(key.engine is ServingEngine.TRTLLM for key in after)
+    )
+
+
+def _counts(phase: Reading) -> Counts | None:
+    """The `raw` counters of a phase; None where its scrape failed or found no series."""
+    return None if isinstance(phase, str) or not phase else absolute_totals(phase).raw()
+
+
+def build_result(
+    url: str,
+    before: Reading,
+    after: Reading,
+    samples: Sequence[Reading] = (),
+    hints: EngineHints = EngineHints(),
+) -> TargetResult:
+    """The AISBench `spec_decode_<host>_<port>.json` result of one target over one window.
+
+    `samples` are the background scrapes between the two, in time order; failed ones are
+    skipped, so the chain continues from the last good snapshot. `hints` are what the start
+    body told of the target's engine.
+    """
+    if hints.engine == "mindie":
+        return TargetResult(status="na", url=url, error=MINDIE_REASON, engine="mindie", exact=False)
+    errors = {name: reading_error(phase) for name, phase in (("before", before), ("after", after))}
+    if errors["before"] == NO_METRICS and _appear_late(after):
+        # TensorRT-LLM shows its series only after its first speculative iteration: a server
+        # that had none at the start counts from 0, as a series absent earlier does.
+        errors["before"] = None
+    raw = Raw(before=_counts(before), after=_counts(after))
+    taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, str) for s in samples))
+    failed = [f"[{name}] {error}" for name, error in errors.items() if error]
+    if failed:
+        return TargetResult(status="na", url=url, error="; ".join(failed), raw=raw, samples=taken)
+    assert not isinstance(before, str) and not isinstance(after, str)
+    chain = [before, *(sample for sample in samples if not isinstance(sample, str)), after]
+    windows, everything = _engine_windows(chain, hints)
+    common = {
+        "url": url, "raw": raw, "samples": taken, "restarts": everything.restarts,
+        "series_resets": everything.series_resets,
+    }  # fmt: skip
+    if not windows:
+        return TargetResult(status="na", error=NO_METRICS, **common)
+    lifetime = _lifetime(after) or None
+    if len(windows) == 1:
+        (only,) = windows
+        return TargetResult(
+            status=only.result.status, error=only.result.error, data=only.result.data,
+            engine=only.engine, exact=only.result.exact, notes=only.result.notes,
+            lifetime=lifetime, **common,
+        )  # fmt: skip
+    return _combined(windows, lifetime, common)
+
+
+def _combined(
+    windows: list[_EngineWindow], lifetime: list[LifetimeRatios] | None, common: dict[str, object]
+) -> TargetResult:
+    """A target serving several engines: each one's result, and their sum or the first's."""
+    results = [window.result for window in windows]
+    names = "+".join(window.engine.value for window in windows)
+    ok = [window for window in windows if window.result.status == "ok"]
+    if not ok:
+        error = "; ".join(f"[{r.engine}] {r.error}" for r in results)
+        return TargetResult(
+            status="na", error=error, engine=names, exact=False, notes=[], engines=results,
+            lifetime=lifetime, **common,
+        )  # fmt: skip
+    if all(window.engine in _SUMMABLE for window in windows):
+        total = Totals()
+        for window in windows:
+            total.absorb(window.totals)
+        has_drafts = all(w.result.data and w.result.data.num_drafts is not None for w in ok)
+        summed = _figures(ServingEngine.VLLM, total, has_drafts)
+        notes = [SUM_NOTE.format(names=", ".join(w.engine.value for w in windows))]
+        notes += [note for r in results for note in r.notes if note not in notes]
+        return TargetResult(
+            status=summed.status, error=summed.error, data=summed.data, engine=names,
+            exact=all(r.exact for r in results), notes=notes, engines=results, lifetime=lifetime,
+            **common,
+        )  # fmt: skip
+    first = ok[0].result
+    return TargetResult(
+        status="ok", data=first.data, engine=names, exact=False,
+        notes=[MIXED_NOTE.format(first=first.engine), *first.notes], engines=results,
+        lifetime=lifetime, **common,
+    )  # fmt: skip
+
+
+def bounded_result(
+    url: str,
+    points: Sequence[tuple[datetime, str, Reading]],
+    start: datetime,
+    end: datetime,
+    hints: EngineHints = EngineHints(),
+) -> TargetResult:
+    """The result of the part of a window between `start` and `end` (a benchmark's own phase).
+
+    `points` are the window's snapshots in chain order (`before`, samples, `after`). The chain
+    runs from the last good snapshot at or before `start` (else the first good one) to the first
+    good one at or after `end` (else the last good one): the smallest stretch of snapshots that
+    encloses the phase. `bounds` says which snapshots were used.
+    """
+    good = [(at, phase, r) for at, phase, r in points if not isinstance(r, str) and r]
+    if not good:  # nothing to bound: the whole window's reasons
+        first_reading = points[0][2] if points else NO_METRICS
+        return build_result(url, first_reading, points[-1][2] if points else NO_METRICS, (), hints)
+    first = max((i for i, (at, _, _) in enumerate(good) if at <= start), default=0)
+    last = min((i for i, (at, _, _) in enumerate(good) if at >= end), default=len(good) - 1)
+    last = max(first, last)
+    chosen = good[first : last + 1]
+    middle = [r for _, _, r in chosen[1:-1]]
+    result = build_result(url, chosen[0][2], chosen[-1][2], middle, hints)
+    bounds = Bounds(
+        requested_start=start, requested_end=end,
+        start=chosen[0][0], start_phase=chosen[0][1], end=chosen[-1][0], end_phase=chosen[-1][1],
+    )  # fmt: skip
+    return result.model_copy(update={"bounds": bounds})

@@ -1,0 +1,241 @@
+"""A window's spec-decode samples read from a Prometheus server instead of scraped.
+
+Prometheus, Thanos, Mimir and VictoriaMetrics answer the same HTTP API. For a target (an
+`instance="host:port"` or a label selector) and a window `start`..`end`, one instant query
+at `end` of a range selector (`{__name__=~"<every spec-decode family>", ...}[<span>]`) returns
+the raw samples of every spec-decode series: not `increase()`, whose extrapolation invents
+fractions. The samples, grouped by scrape (their timestamp), become the same chain of
+snapshots a scraped window has: the last one at or before `start` is the baseline, the last
+one is the end, and the per-series reset rule runs over every one in between.
+
+Pure functions here (the query text, the answer read into snapshots); the HTTP call is the
+caller's (`promsource_client` when wired in).
+"""
+
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from specdec_collector.core.counters import ROLE_OF_FAMILY, ROLE_OF_GAUGE, Role, ServingEngine
+from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
+
+#: Labels Prometheus adds to every series it scrapes: not the engine's own.
+TARGET_LABELS = frozenset({"instance", "job"})
+
+_FAMILIES = sorted(
+    [f"{family}_total" for family in ROLE_OF_FAMILY]
+    + [f"{family}_created" for family in ROLE_OF_FAMILY]
+    + list(ROLE_OF_GAUGE)
+)
+#: Every spec-decode sample name, as one regular expression for `__name__=~`.
+NAME_PATTERN = "|".join(re.escape(name) for name in _FAMILIES)
+
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
+
+
+class SourceError(ValueError):
+    """What Prometheus answered cannot give the window: the text says why, AISBench-style."""
+
+
+def parse_selector(text: str) -> list[tuple[str, str, str]]:
+    """The matchers of a label selector `{name="value", ...}` (no metric name, no `__name__`);
+    `ValueError` saying what is wrong."""
+    text = text.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError('a selector is {label="value", ...} (no metric name)')
+    body, matchers, pos = text[1:-1], [], 0
+    while pos < len(body):
+        match = _MATCHER.match(body, pos)
+        if match is None:
+            raise ValueError(f'a selector\'s matchers are label="value": {body[pos : pos + 40]!r}')
+        if match[1] == "__name__":
+            raise ValueError("a selector names no metric: the collector reads the spec-decode ones")
+        matchers.append((match[1], match[2], match[3]))
+        pos = match.end()
+        if pos < len(body):
+            if body[pos] != ",":
+                raise ValueError(f"matchers are separated by commas: {body[pos : pos + 40]!r}")
+            pos += 1
+    if not matchers:
+        raise ValueError("a selector needs at least one matcher")
+    return matchers
+
+
+def instance_selector(target_key: str) -> str:
+    """The selector of a `host:port` target: Prometheus' `instance` label."""
+    return '{instance="' + target_key.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+
+
+def series_query(selector: str) -> str:
+    """The instant-vector PromQL of every spec-decode series of `selector`: evaluated at a
+    moment, the last sample of each at or before it (within Prometheus' lookback, 5 min by
+    default); `scrape_time_query` gives the time of their scrape."""
+    matchers = parse_selector(selector)
+    inner = ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers)
+    return f'{{__name__=~"{NAME_PATTERN}", {inner}}}'
+
+
+def scrape_time_query(selector: str, successful_only: bool = True) -> str:
+    """The PromQL of the time of the last (successful) scrape of each instance `selector`
+    matches: the timestamp of its `up` series, which Prometheus writes at every scrape of a
+    target. (The spec-decode series cannot be asked: `timestamp()` drops their names, and two
+    of one label set are refused. `timestamp()` of an expression is the query's time: the
+    filter to successful scrapes comes after it, with `and`.)"""
+    matchers = parse_selector(selector)
+    up = "up{" + ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers) + "}"
+    if not successful_only:
+        return f"max by (instance) (timestamp({up}))"
+    return f"max by (instance) (timestamp({up}) and {up} == 1)"
+
+
+def instances_selector(keys: Sequence[str]) -> str:
+    """One selector for the `instance`s `keys` (`host:port`): a window's targets read with one
+    query each time instead of one per target."""
+    # A regular expression of the exact names, inside a PromQL string (its own escaping).
+    literal = "|".join(re.escape(key) for key in keys).replace("\\", "\\\\")
+    return '{instance=~"' + literal + '"}'
+
+
+def split_by_instance(answer: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    """An answer of several instances' series, as one answer per instance (none for an
+    instance without series)."""
+    parts: dict[str, list[dict[str, Any]]] = {}
+    for entry in _result(answer, kind):
+        parts.setdefault((entry.get("metric") or {}).get("instance", ""), []).append(entry)
+    return {
+        instance: {"status": "success", "data": {"resultType": kind, "result": entries}}
+        for instance, entries in parts.items()
+    }
+
+
+def range_query(selector: str, start: datetime, end: datetime) -> str:
+    """The PromQL of every raw spec-decode sample of `selector` after `start` up to `end`
+    (evaluated at `end`); the baseline comes from `series_query` at `start`."""
+    span = max(1, math.ceil((end - start).total_seconds()))
+    return f"{series_query(selector)}[{span}s]"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshots:
+    """The samples of one target grouped by scrape: (time, series) in time order."""
+
+    points: list[tuple[datetime, Series]] = field(default_factory=list)
+
+    def until(self, stop: datetime) -> "Snapshots":
+        """The points up to the first one at or after `stop`, which ends a window (its scrape
+        holds the window's last seconds)."""
+        after = next((i for i, (at, _) in enumerate(self.points) if at >= stop), None)
+        return self if after is None else Snapshots(self.points[: after + 1])
+
+    def since(self, start: datetime) -> "Snapshots":
+        """The points from the baseline (the last one at or before `start`) on; `SourceError`
+        if Prometheus holds no sample that early."""
+        before = [i for i, (at, _) in enumerate(self.points) if at <= start]
+        if not before:
+            raise SourceError(
+                "Prometheus holds no sample at or before the window's start for this target"
+            )
+        return Snapshots(self.points[before[-1] :])
+
+    def window(self, start: datetime) -> tuple[Series, list[Series], Series, datetime, datetime]:
+        """The baseline (`since`), the samples after it, the last one, and the times of the
+        two ends."""
+        chain = self.since(start).points
+        series = [points for _, points in chain]
+        return series[0], series[1:-1], series[-1], chain[0][0], chain[-1][0]
+
+
+def _key(labels: dict[str, str]) -> tuple[tuple[SeriesKey, bool] | None, str | None]:
+    """The series key of one Prometheus series, whether it is a `_created` one, and its
+    instance; None for a name no schema reads."""
+    name = labels.get("__name__", "")
+    own = tuple(
+        sorted((k, v) for k, v in labels.items() if k != "__name__" and k not in TARGET_LABELS)
+    )
+    instance = labels.get("instance")
+    found: tuple[ServingEngine, Role] | None
+    if name.endswith("_total"):
+        found, created = ROLE_OF_FAMILY.get(name[: -len("_total")]), False
+    elif name.endswith("_created"):
+        found, created = ROLE_OF_FAMILY.get(name[: -len("_created")]), True
+    else:
+        found, created = ROLE_OF_GAUGE.get(name), False
+    if found is None:
+        return None, instance
+    engine, role = found
+    return (SeriesKey(role, own, engine), created), instance
+
+
+def _result(answer: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    if answer.get("status") != "success":
+        raise SourceError(f"Prometheus answered an error: {answer.get('error', 'no error text')}")
+    data = answer.get("data") or {}
+    if data.get("resultType") != kind:
+        raise SourceError(f"Prometheus answered a {data.get('resultType')!r}, not a {kind}")
+    result: list[dict[str, Any]] = data.get("result") or []
+    return result
+
+
+def baseline_of(values: dict[str, Any], latest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answers of `series_query` and of `scrape_time_query` at a window's start,
+    as matrix entries of one sample each, at the time of the scrape they come from (a target's
+    series are scraped together), not at the query's time."""
+    stamps = {
+        (entry.get("metric") or {}).get("instance", ""): float(entry["value"][1])
+        for entry in _result(latest, "vector")
+    }
+    entries = []
+    for entry in _result(values, "vector"):
+        instance = (entry.get("metric") or {}).get("instance", "")
+        stamp = stamps.get(instance, float(entry["value"][0]))
+        entries.append(
+            {"metric": entry.get("metric") or {}, "values": [[stamp, entry["value"][1]]]}
+        )
+    return entries
+
+
+def snapshots_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) -> Snapshots:
+    """The range-vector answer of `range_query` (after the `baseline_of` entries), grouped by
+    scrape; `SourceError` for an error answer, a non-matrix one, or series of more than one
+    instance (never a sum of servers)."""
+    by_time: dict[float, Series] = {}
+    created_at: dict[tuple[float, SeriesKey], float] = {}
+    instances: set[str] = set()
+    for entry in [*baseline, *_result(answer, "matrix")]:
+        parsed, instance = _key(entry.get("metric") or {})
+        if parsed is None:
+            continue
+        if instance is not None:
+            instances.add(instance)
+        key, created = parsed
+        for stamp, text in entry.get("values") or []:
+            value = float(text)
+            if not math.isfinite(value):
+                continue
+            if created:
+                created_at[(float(stamp), key)] = value
+            else:
+                by_time.setdefault(float(stamp), {})[key] = SeriesValue(value)
+    if len(instances) > 1:
+        raise SourceError(
+            "the selector matches more than one server (instances "
+            f"{', '.join(sorted(instances))}): narrow it to one; the collector never sums servers"
+        )
+    for (stamp, key), value in created_at.items():
+        slot = by_time.get(stamp, {}).get(key)
+        if slot is not None:
+            slot.created = value
+    points = [(datetime.fromtimestamp(stamp, UTC), by_time[stamp]) for stamp in sorted(by_time)]
+    return Snapshots(points)
+
+
+def sample_spacing(points: Sequence[tuple[datetime, Series]]) -> float | None:
+    """The typical seconds between two scrapes of the target (their median), or None."""
+    gaps = sorted(
+        (later - earlier).total_seconds() for (earlier, _), (later, _) in itertools.pairwise(points)
+    )
+    return gaps[len(gaps) // 2] if gaps else None

@@ -1,0 +1,179 @@
+"""Renderings: the AISBench console block of a window's results, and timelines as CSV."""
+
+import csv
+import io
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from specdec_collector.core.arithmetic import TIMELINE_FIELDS
+from specdec_collector.core.results import TargetResult
+
+
+def _row(label: str, value: object) -> str:
+    return f"{label:<45} {value}"
+
+
+def _fixed(value: float | None) -> str:
+    return "N/A" if value is None else f"{value:.2f}"
+
+
+def _shown(value: object) -> object:
+    return "N/A" if value is None else value
+
+
+#: The widest a row of the block gets: longer per-position rates go on to further lines.
+ROW_WIDTH = 120
+_VALUE_COLUMN = 46  # `f"{label:<45} "`
+
+
+def _per_position(rates: dict[str, float]) -> str:
+    """AISBench's `{0: 0.9939, 1: ...}`; past `ROW_WIDTH` (llama.cpp drafts 48 positions and
+    more) it goes on to further lines, indented to the value column."""
+    items = sorted(rates.items(), key=lambda item: int(item[0]))
+    parts = [f"{pos}: {rate:.4f}" for pos, rate in items]
+    lines, line = [], "{"
+    for index, part in enumerate(parts):
+        piece = part + ("}" if index == len(parts) - 1 else ",")
+        if len(line) > 1 and _VALUE_COLUMN + len(line) + 1 + len(piece) > ROW_WIDTH:
+            lines.append(line)
+            line = " " * _VALUE_COLUMN + piece
+        else:
+            line += ("" if line.endswith("{") else " ") + piece
+    lines.append(line if parts else "{}")
+    return "\n".join(lines)
+
+
+def render_block(target: str, result: TargetResult) -> str:
+    """One target's block: a blank line, the framed title, then one row per value."""
+    title = f"========== Speculative Decoding Metrics  [{target}] =========="
+    separator = "=" * len(title)
+    data = result.data
+    if result.ok and data is not None:
+        rates = data.per_position_acceptance_rates
+        rows = [
+            _row("Acceptance rate (%)", _fixed(data.acceptance_rate)),
+            _row("Acceptance length", _fixed(data.acceptance_length)),
+            _row("Drafts", _shown(data.num_drafts)),
+            _row("Draft tokens", _shown(data.draft_tokens)),
+            _row("Accepted tokens", data.accepted_tokens),
+            _row("Per-position acceptance rates", "N/A" if rates is None else _per_position(rates)),
+        ]
+    else:
+        rows = [_row("Status", "N/A"), _row("Reason", result.error)]
+    whole = result.whole_command
+    if whole is not None:
+        counted = (
+            f"{_shown(whole.num_drafts)} drafts, {_shown(whole.draft_tokens)} draft tokens, "
+            f"{whole.accepted_tokens} accepted tokens"
+        )
+        rows.append(_row("Whole command", counted))
+    if result.restarts:
+        # The figures lost what the engine counted before a restart: never shown without it.
+        rows.append(_row("Restarts", f"{result.restarts} (see notes)"))
+    if result.engine not in (None, "vllm"):
+        # AISBench's rows are vLLM's: another engine says so, below them.
+        exactness = "" if result.exact else " (approximate: see notes)"
+        rows.append(_row("Engine", f"{result.engine}{exactness}"))
+    return "\n".join(["", separator, title, separator, *rows]) + "\n"
+
+
+def render_report(results: Iterable[tuple[str, TargetResult]]) -> str:
+    """The blocks of every (`host:port`, result) pair, in the order given."""
+    return "".join(render_block(target, result) for target, result in results)
+
+
+def timeline_csv(series: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> str:
+    """Timelines of (`host:port`, rows) as CSV: a header row, then one row per snapshot.
+
+    Per-position rates become one column each (`position_0`, `position_1`, ...).
+    """
+    positions = sorted(
+        {
+            int(pos)
+            for _, rows in series
+            for row in rows
+            for pos in row["per_position_acceptance_rates"] or {}
+        }
+    )
+    plain = [name for name in TIMELINE_FIELDS if name != "per_position_acceptance_rates"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["target", *plain, *(f"position_{pos}" for pos in positions)])
+    for target, rows in series:
+        for row in rows:
+            rates = row["per_position_acceptance_rates"] or {}
+            writer.writerow(
+                [
+                    csv_cell(target),
+                    *(csv_cell(row[name]) for name in plain),
+                    *(csv_cell(rates.get(str(pos))) for pos in positions),
+                ]
+            )
+    return out.getvalue()
+
+
+# A text cell starting with one of these is a formula to a spreadsheet (OWASP's CSV injection):
+# it gets a leading apostrophe, which spreadsheets show as text and do not evaluate.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A value as a CSV cell: empty for None, times in UTC with Z, formula-like text defused."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def windows_csv(windows: Sequence[Any]) -> str:
+    """A page of windows as CSV: one row per window and target."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [
+            "id",
+            "state",
+            "started_at",
+            "stopped_at",
+            "labels",
+            "target",
+            "status",
+            "engine",
+            "exact",
+            "restarts",
+            "acceptance_rate",
+            "acceptance_length",
+            "num_drafts",
+        ]
+    )
+    for window in windows:
+        labels = ";".join(f"{k}={v}" for k, v in sorted(window.labels.items()))
+        for target in window.targets or [None]:
+            writer.writerow(
+                [
+                    window.id,
+                    window.state,
+                    csv_cell(window.started_at),
+                    csv_cell(window.stopped_at),
+                    csv_cell(labels),
+                    *(
+                        [
+                            target.target,
+                            csv_cell(target.status),
+                            csv_cell(target.engine),
+                            csv_cell(target.exact),
+                            csv_cell(target.restarts),
+                            csv_cell(target.acceptance_rate),
+                            csv_cell(target.acceptance_length),
+                            csv_cell(target.num_drafts),
+                        ]
+                        if target is not None
+                        else [""] * 8
+                    ),
+                ]
+            )
+    return out.getvalue()

@@ -1,0 +1,151 @@
+"""The API's models: what the routes take and answer, and what the client reads back.
+
+Plain pydantic, so that the client imports them without the server's stack (no SQLAlchemy,
+SQLModel or FastAPI). The tables are `store.tables`.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, Field, field_validator, model_validator
+
+from specdec_collector.core.results import Counts, TargetResult
+from specdec_collector.core.targets import WINDOW_ID_PATTERN, Target, parse_target
+
+
+class WindowState(StrEnum):
+    """A window is open from its start until its stop (or a forced close)."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class Source(StrEnum):
+    """Where a window's counters come from: the collector scrapes each target, or reads the
+    deployment's Prometheus (SPECDEC_PROMETHEUS_URL) at the stop."""
+
+    SCRAPE = "scrape"
+    PROMETHEUS = "prometheus"
+
+
+class WindowOptions(BaseModel):
+    """What a window is given at its start, and shows in every view of it."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    sample_interval_s: float | None = Field(default=None, ge=0.5, le=3600)
+
+
+class WindowCreate(WindowOptions):
+    """Body of `POST /windows/{id}/start`; `models` is accepted in place of `targets`.
+
+    `source` says where the counters come from: `scrape` (the collector scrapes each target),
+    or `prometheus` (read from the deployment's Prometheus at the stop; targets are `host:port`
+    matched to `instance`, or `{"selector": "{...}"}`); `at` starts such a window in the past.
+    """
+
+    targets: list[str | dict[str, Any]]
+    source: Source = Source.SCRAPE
+    at: AwareDatetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _models_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "targets" not in data:
+            # A missing list gets the same message as an empty one.
+            data = {**data, "targets": data.get("models", [])}
+        return data
+
+    @field_validator("targets")
+    @classmethod
+    def _check_targets(cls, targets: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        if not targets:
+            raise ValueError("at least one target is required")
+        parsed: dict[str, Target] = {}
+        for index, value in enumerate(targets):
+            try:
+                target = parse_target(value)
+            except ValueError as exc:
+                raise ValueError(f"target {index}: {exc}") from None
+            known = parsed.get(target.key)
+            if known is not None and known.url != target.url:
+                raise ValueError(
+                    f"target {index}: {target.key} is given twice with different URLs "
+                    f"({known.url}, {target.url})"
+                )
+            parsed[target.key] = target
+        return targets
+
+    def parsed_targets(self) -> list[Target]:
+        """The targets, parsed and unique by `host:port`, in the order first given (for a
+        window read from Prometheus, as Prometheus knows them)."""
+        unique: dict[str, Target] = {}
+        for value in self.targets:
+            target = parse_target(value)
+            if self.source is Source.PROMETHEUS:
+                target = target.in_prometheus()
+            unique.setdefault(target.key, target)
+        return list(unique.values())
+
+
+class WindowStop(BaseModel):
+    """Body of `POST /windows/{id}/stop` (optional): `at` stops a window read from Prometheus
+    at a past time."""
+
+    at: AwareDatetime | None = None
+
+
+class TargetPublic(BaseModel):
+    target: str
+    url: str
+    header_names: list[str] = Field(default_factory=list)
+    before: Counts | None = None
+    before_error: str | None = None
+    result: TargetResult | None = None
+
+
+class BoundedTargetResult(BaseModel):
+    target: str
+    result: TargetResult
+
+
+class BoundedResults(BaseModel):
+    """Every target's result over part of a window (`GET /windows/{id}/results?start=&end=`)."""
+
+    targets: list[BoundedTargetResult]
+
+
+class WindowPublic(WindowOptions):
+    id: str = Field(pattern=WINDOW_ID_PATTERN)
+    team: str
+    state: WindowState
+    started_by: str
+    stopped_by: str | None
+    started_at: datetime
+    stopped_at: datetime | None
+    targets: list[TargetPublic]
+
+
+class TargetSummary(BaseModel):
+    target: str
+    status: str | None = None
+    engine: str | None = None
+    exact: bool | None = None
+    restarts: int | None = None
+    acceptance_rate: float | None = None
+    acceptance_length: float | None = None
+    num_drafts: int | float | None = None
+
+
+class WindowSummary(WindowOptions):
+    id: str
+    team: str
+    state: WindowState
+    started_at: datetime
+    stopped_at: datetime | None
+    targets: list[TargetSummary]
+
+
+class WindowPage(BaseModel):
+    windows: list[WindowSummary]
+    next_cursor: str | None = None

@@ -1,0 +1,1 @@
+"""The HTTP service: the app and its lifespan, dependencies, routes, auth, middleware, sampler."""

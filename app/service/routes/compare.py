@@ -1,0 +1,39 @@
+"""Windows side by side: the A/B view of two speculative configurations."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.encoders import jsonable_encoder
+from starlette.concurrency import run_in_threadpool
+
+from specdec_collector.core.targets import WINDOW_ID_PATTERN
+from specdec_collector.exceptions import InvalidInput
+from specdec_collector.service.deps import ReadTeamDep, WindowsDep
+from specdec_collector.service.routes import error_responses
+from specdec_collector.windows.reads import read_comparison
+
+router = APIRouter(tags=["compare"], responses=error_responses(400, 401, 403, 404, 422))
+
+_ID = WINDOW_ID_PATTERN.strip("^$")
+
+
+@router.get("/compare")
+async def compare(
+    service: WindowsDep,
+    scope: ReadTeamDep,
+    windows: Annotated[
+        str,
+        Query(
+            max_length=2600,
+            pattern=rf"^{_ID}(,{_ID}){{1,19}}$",
+            description="2-20 window ids, comma-separated; the first is the baseline",
+        ),
+    ],
+) -> dict[str, Any]:
+    """The windows per target, with the differences of each from the first."""
+    ids = windows.split(",")
+    if len(set(ids)) != len(ids):
+        raise InvalidInput(["query", "windows"], "a window is named twice")
+    comparison = await run_in_threadpool(read_comparison, service.engine, scope, ids)
+    result: dict[str, Any] = jsonable_encoder(comparison)
+    return result

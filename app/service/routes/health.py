@@ -1,0 +1,83 @@
+"""Liveness, readiness and the collector's own metrics."""
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.concurrency import run_in_threadpool
+
+from specdec_collector.service.deps import EngineDep, HealthDep, OptionalReaderDep, WindowsDep
+from specdec_collector.store.db import (
+    DatabaseBusy,
+    database_unavailable,
+    short_write,
+    upsert_insert,
+)
+from specdec_collector.store.tables import Heartbeat, utcnow
+from specdec_collector.telemetry import aggregates_text, window_results_text
+
+router = APIRouter(tags=["health"])
+
+
+# How long a health check waits for the write lock, and for how long after the last beat that
+# landed a busy database still counts as healthy (it is busy writing, not broken).
+BEAT_WAIT_S = 1.0
+BUSY_GRACE_S = 30.0
+
+
+def beat(engine: Engine, replica_id: str) -> None:
+    """Write this replica's heartbeat: proves the database answers and takes writes.
+
+    A read alone would pass on a read-only file or a full disk. `DatabaseBusy` when another
+    write holds the database for more than `BEAT_WAIT_S`.
+    """
+    with short_write(engine, BEAT_WAIT_S) as connection:
+        insert = upsert_insert(engine.dialect.name)
+        now = utcnow()
+        connection.execute(
+            insert(Heartbeat)
+            .values(replica_id=replica_id, beat_at=now)
+            .on_conflict_do_update(index_elements=["replica_id"], set_={"beat_at": now})
+        )
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+async def metrics(principal: OptionalReaderDep, windows: WindowsDep) -> Response:
+    """The collector's own Prometheus metrics: aggregates without a key; with one, also the
+    latest closed windows' results of the key's team (of every team for an admin key)."""
+    # Some gauges read the database: off the event loop.
+    body = await run_in_threadpool(aggregates_text, windows.engine)
+    if principal is not None:
+        team = None if principal.role == "admin" else principal.team
+        latest = windows.settings.metrics_latest_windows
+        body += await run_in_threadpool(window_results_text, windows.engine, latest, team)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get(
+    "/healthz",
+    responses={503: {"description": "the database does not answer or takes no writes"}},
+)
+async def healthz(engine: EngineDep, windows: WindowsDep, health: HealthDep) -> JSONResponse:
+    """200 while the service can serve (its database answers and takes writes), else 503.
+
+    Under a long write (SQLite has one writer at a time) it answers within about a second:
+    200 with `"database": "busy"` while a heartbeat landed in the last 30 s, else 503.
+    """
+    try:
+        await run_in_threadpool(beat, engine, windows.sampler.replica_id)
+    except DatabaseBusy as exc:
+        since = health.seconds_since_beat()
+        if since is not None and since <= BUSY_GRACE_S:
+            return JSONResponse({"status": "ok", "database": "busy"})
+        return JSONResponse(
+            {"status": "unavailable", "detail": f"database unavailable: {exc}"}, status_code=503
+        )
+    except SQLAlchemyError as exc:
+        reason = database_unavailable(exc) or type(exc).__name__
+        return JSONResponse(
+            {"status": "unavailable", "detail": f"database unavailable: {reason}"}, status_code=503
+        )
+    health.beat_landed()
+    return JSONResponse({"status": "ok"})

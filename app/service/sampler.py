@@ -1,0 +1,310 @@
+"""The background sampler: APScheduler jobs that scrape open windows every few seconds.
+
+One job per open window with a `sample_interval_s`; it scrapes all the window's targets at
+once and stores one `sample` snapshot per target (a failed scrape is stored with its reason).
+A job never runs twice at once and missed runs are coalesced, so a slow target cannot pile
+up scrapes.
+
+Several replicas may share one database; each open window is sampled by exactly one of them,
+the holder of its lease (`window.sampler_owner`, `window.sampler_lease_until`). The holder
+renews the lease (1.5 intervals long) before each run and with each stored sample; a store
+whose lease was lost is dropped, so no instant is sampled twice. Every replica scans for
+windows whose lease ran out (or that are its own, after a restart) every
+`SPECDEC_SAMPLER_SCAN_S` and takes them over: a dead owner's windows are sampled again
+within two intervals, and the time nobody sampled shows as a gap, nothing is invented.
+
+A daily job deletes the samples of windows closed longer ago than the retention.
+"""
+
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from sqlalchemy import ColumnElement, bindparam, delete, update
+from sqlalchemy import select as sa_select
+from sqlalchemy.engine import CursorResult, Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import col, select
+from starlette.concurrency import run_in_threadpool
+
+from specdec_collector.schemas import WindowState
+from specdec_collector.sources.scrape import ScrapeConfig, ScrapeOutcome, scrape_all
+from specdec_collector.store.db import write_session
+from specdec_collector.store.tables import TABLES, Snapshot, Window, WindowTarget, utcnow
+from specdec_collector.windows.leases import lease_seconds
+from specdec_collector.windows.storage import store_snapshots, targets_of
+from specdec_collector.windows.stored import StoredTarget
+
+logger = logging.getLogger(__name__)
+
+
+def _job_id(window_pk: int) -> str:
+    return f"sample-window-{window_pk}"
+
+
+def _owned(window_pk: int, owner: str) -> Any:
+    return (
+        (col(Window.id) == window_pk)
+        & (col(Window.state) == WindowState.OPEN)
+        & (col(Window.sampler_owner) == owner)
+    )
+
+
+def renew_lease(engine: Engine, window_pk: int, owner: str, interval_s: float) -> bool:
+    """Extend `owner`'s lease of an open window; `False` if it is closed or owned by another."""
+    with write_session(engine) as session:
+        renewed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            update(Window)
+            .where(_owned(window_pk, owner))
+            .values(sampler_lease_until=time.time() + lease_seconds(interval_s))
+        )
+        session.commit()
+        return renewed.rowcount == 1
+
+
+def store_samples(
+    engine: Engine,
+    window_pk: int,
+    outcomes: Sequence[ScrapeOutcome],
+    ids: dict[str, int],
+    owner: str | None = None,
+    interval_s: float = 1.0,
+) -> bool:
+    """Store one sample per outcome if the window is open (and `owner` still holds its lease).
+
+    Returns whether the samples were stored. The window row is written first: that
+    serialises with a stop, so once the window is closed a late sample is dropped.
+    """
+    with write_session(engine) as session:
+        condition = (col(Window.id) == window_pk) & (col(Window.state) == WindowState.OPEN)
+        values: dict[str, Any] = {"last_sampled_at": utcnow()}
+        if owner is not None:
+            condition = _owned(window_pk, owner)
+            values["sampler_lease_until"] = time.time() + lease_seconds(interval_s)
+        touched: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            update(Window).where(condition).values(**values)
+        )
+        if touched.rowcount != 1:
+            session.rollback()
+            return False
+        store_snapshots(session, ids, "sample", outcomes)
+        session.commit()
+        return True
+
+
+_WINDOWS = TABLES["window"]
+
+
+def _claimable(include_own: bool) -> ColumnElement[bool]:
+    """A window whose lease nobody holds or ran out before `:now` (or, with `include_own`,
+    that `:owner` held)."""
+    claimable = _WINDOWS.c.sampler_owner.is_(None) | (
+        _WINDOWS.c.sampler_lease_until < bindparam("now")
+    )
+    if include_own:
+        claimable = claimable | (_WINDOWS.c.sampler_owner == bindparam("owner"))
+    return claimable
+
+
+# The scan's query, built once (with and without the owner's own windows): it runs four times
+# a second in every replica, and building it was the larger part of an idle collector's CPU.
+_CLAIMABLE_WINDOWS = {
+    include_own: sa_select(_WINDOWS.c.id, _WINDOWS.c.team, _WINDOWS.c.sample_interval_s).where(
+        _WINDOWS.c.state == WindowState.OPEN,
+        _WINDOWS.c.sample_interval_s.is_not(None),
+        _claimable(include_own),
+    )
+    for include_own in (False, True)
+}
+
+
+def claim_windows(
+    engine: Engine, owner: str, watched: set[int], include_own: bool = False
+) -> list[tuple[int, str, float, list[StoredTarget]]]:
+    """Take the lease of every sampled open window that is free or expired.
+
+    With `include_own` (at start-up), also the windows `owner` held before a restart. Windows
+    in `watched` are skipped (their job runs here already). Each claim is one conditional
+    update, so of two replicas claiming the same window only one wins.
+    """
+    now = time.time()
+    params = {"now": now, "owner": owner}
+    claimed: list[tuple[int, str, float, list[StoredTarget]]] = []
+    # Looked for first without the writers' turn: the scan runs four times a second in every
+    # replica and almost always finds nothing, and on SQLite the turn is every process's.
+    with engine.connect() as connection:
+        candidates = connection.execute(_CLAIMABLE_WINDOWS[include_own], params).all()
+    if not candidates:
+        return claimed
+    with write_session(engine) as session:
+        for window_pk, team, interval_s in candidates:
+            if window_pk in watched:
+                continue
+            taken: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+                update(_WINDOWS)
+                .where(_WINDOWS.c.id == window_pk, _WINDOWS.c.state == WindowState.OPEN)
+                .where(_claimable(include_own))
+                .values(sampler_owner=owner, sampler_lease_until=now + lease_seconds(interval_s)),
+                params,
+            )
+            session.commit()
+            if taken.rowcount != 1:
+                continue
+            claimed.append((window_pk, team, interval_s, targets_of(session, window_pk)))
+    return claimed
+
+
+def purge_samples(engine: Engine, closed_before: datetime) -> int:
+    """Delete the samples of windows closed before `closed_before`; results stay. Returns count."""
+    with write_session(engine) as session:
+        old_targets = (
+            select(WindowTarget.id)
+            .join(Window, col(Window.id) == col(WindowTarget.window_pk))
+            .where(col(Window.state) == WindowState.CLOSED, col(Window.stopped_at) < closed_before)
+        )
+        deleted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            delete(Snapshot).where(
+                col(Snapshot.phase) == "sample", col(Snapshot.target_id).in_(old_targets)
+            )
+        )
+        session.commit()
+        return deleted.rowcount
+
+
+class Sampler:
+    """Owns the scheduler, this replica's sampling jobs and the lease scan."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        client: httpx.AsyncClient,
+        scrape: ScrapeConfig,
+        retention_days: float,
+        replica_id: str = "local",
+        scan_interval_s: float = 0.25,
+    ) -> None:
+        self.engine = engine
+        self.client = client
+        self.scrape = scrape
+        self.retention_days = retention_days
+        self.replica_id = replica_id
+        self.scan_interval_s = scan_interval_s
+        self.scheduler = AsyncIOScheduler(timezone=UTC)
+        self.watched: set[int] = set()
+
+    async def start(self) -> None:
+        """Start the scheduler, take over the windows to sample, schedule the scan and retention."""
+        self.scheduler.start()
+        await self.claim(include_own=True)
+        self.scheduler.add_job(
+            self.claim,
+            "interval",
+            seconds=self.scan_interval_s,
+            id="claim-windows",
+            max_instances=1,
+            coalesce=True,
+            replace_existing=True,
+        )
+        self.scheduler.add_job(
+            self.purge,
+            "interval",
+            hours=24,
+            id="purge-samples",
+            next_run_time=datetime.now(UTC) + timedelta(minutes=1),
+            max_instances=1,
+            coalesce=True,
+            replace_existing=True,
+        )
+
+    def shutdown(self) -> None:
+        """Stop the scheduler without waiting for running jobs (their writes are atomic)."""
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+    def watch(
+        self,
+        window_pk: int,
+        team: str,
+        targets: Sequence[StoredTarget],
+        interval_s: float,
+        *,
+        at_once: bool = False,
+    ) -> None:
+        """Sample `targets` every `interval_s` s until `unwatch` (this replica holds the lease).
+
+        The first run comes one interval on, or at once for a window taken over.
+        """
+        self.watched.add(window_pk)
+        first: dict[str, Any] = {"next_run_time": datetime.now(UTC)} if at_once else {}
+        self.scheduler.add_job(
+            self.sample,
+            "interval",
+            seconds=interval_s,
+            args=[window_pk, team, list(targets), interval_s],
+            id=_job_id(window_pk),
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=max(1, int(interval_s)),
+            **first,
+        )
+
+    def unwatch(self, window_pk: int) -> None:
+        """Remove the window's job, if it has one."""
+        self.watched.discard(window_pk)
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.remove_job(_job_id(window_pk))
+
+    async def claim(self, include_own: bool = False) -> None:
+        """Take over the windows whose lease ran out (and at start-up this replica's own)."""
+        try:
+            claimed = await run_in_threadpool(
+                claim_windows, self.engine, self.replica_id, set(self.watched), include_own
+            )
+        except SQLAlchemyError as exc:
+            logger.warning("lease scan failed: %s", type(exc).__name__)
+            return
+        for window_pk, team, interval_s, targets in claimed:
+            logger.info("replica %s samples window %d from now on", self.replica_id, window_pk)
+            self.watch(window_pk, team, targets, interval_s, at_once=True)
+
+    async def sample(
+        self, window_pk: int, team: str, targets: list[StoredTarget], interval_s: float
+    ) -> None:
+        """One sampling run: confirm the lease, scrape every target at once, store it all."""
+        try:
+            owned = await run_in_threadpool(
+                renew_lease, self.engine, window_pk, self.replica_id, interval_s
+            )
+            if not owned:
+                self.unwatch(window_pk)
+                return
+            parsed = [t.parsed() for t in targets]
+            outcomes = await scrape_all(self.client, parsed, self.scrape, team)
+            ids = {t.key: t.id for t in targets}
+            stored = await run_in_threadpool(
+                store_samples, self.engine, window_pk, outcomes, ids, self.replica_id, interval_s
+            )
+        except SQLAlchemyError as exc:
+            # The database is away: keep the job; the lease decides who samples once it is back.
+            logger.warning("sample of window %d not stored: %s", window_pk, type(exc).__name__)
+            return
+        except Exception as exc:
+            # One line, not APScheduler's traceback every interval; the stop still closes it.
+            logger.error("sample of window %d failed: %s", window_pk, type(exc).__name__)
+            return
+        if not stored:
+            self.unwatch(window_pk)
+
+    async def purge(self) -> None:
+        """The daily retention run."""
+        cutoff = utcnow() - timedelta(days=self.retention_days)
+        deleted = await run_in_threadpool(purge_samples, self.engine, cutoff)
+        if deleted:
+            logger.info("deleted %d samples of windows closed before %s", deleted, cutoff)

@@ -1,0 +1,1 @@
+"""A simulated serving engine for demos and tests: OpenAI endpoints and engine-shaped `/metrics`."""

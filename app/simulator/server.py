@@ -1,0 +1,378 @@
+"""A simulated vLLM server: OpenAI-compatible endpoints and a vLLM-shaped `/metrics`.
+
+`specdec simulate` serves it so that a newcomer sees real numbers without a GPU. The payload
+has the layout of a vLLM V1 server: process and Python collectors, per-engine gauges and
+histograms, and the four spec-decode counters, each with its `_created` sibling family.
+
+The spec-decode counters move two ways:
+- with time: engine `e` drafts `drafts_per_s * (1 + e / 10)` drafts a second (0 turns it off),
+  position `i` accepted in the share `acceptance[i]` of them;
+- with requests to `/v1/completions` and `/v1/chat/completions`: each request goes to the next
+  engine, which generates `max_tokens` tokens in speculative steps. A step drafts `k` tokens;
+  one uniform draw `u` accepts the positions `i` with `u < acceptance[i]` (so position `i` is
+  accepted with probability `acceptance[i]`, and only after every earlier one), and the step
+  emits the accepted tokens plus one, as vLLM does. `reset_after` requests restart engine 0
+  (its counters fall to zero and its `_created` moves on), to imitate an engine restart.
+"""
+
+import itertools
+import json
+import math
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from pydantic import BaseModel
+
+from specdec_collector.simulator import families
+from specdec_collector.simulator.families import METRICS_PATHS
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+def default_acceptance(k: int) -> list[float]:
+    """Per-position acceptance falling with the position, as drafters behave."""
+    return [round(0.85 * 0.8**position, 4) for position in range(k)]
+
+
+def check_acceptance(rates: Sequence[float]) -> list[float]:
+    """Rates in [0, 1] that do not rise with the position (each needs the one before)."""
+    values = [float(rate) for rate in rates]
+    if any(not 0 <= rate <= 1 for rate in values):
+        raise ValueError("acceptance rates are between 0 and 1")
+    if any(later > earlier for earlier, later in itertools.pairwise(values)):
+        raise ValueError("acceptance rates cannot rise with the position")
+    return values
+
+
+@dataclass
+class EngineCounters:
+    """What one engine counted from requests since it (re)started."""
+
+    created: float
+    drafts: int = 0
+    accepted_at: list[int] = field(default_factory=list)
+    requests: int = 0
+    tokens: int = 0  # emitted by its steps
+
+
+@dataclass
+class SimulatedServer:
+    """The counters of one simulated vLLM server with `engines` data-parallel engines."""
+
+    engines: int = 1
+    k: int = 5
+    drafts_per_s: float = 50.0
+    acceptance: Sequence[float] = ()
+    model_name: str = MODEL
+    reset_after: int | None = None
+    started: float = field(default_factory=time.time)
+    seed: int | None = None
+    # Whose families `/metrics` serves (see `simulator.families`).
+    engine: str = "vllm"
+
+    def __post_init__(self) -> None:
+        if self.engine not in METRICS_PATHS:
+            raise ValueError(f"engine is one of {', '.join(METRICS_PATHS)}")
+        if self.engine != "vllm":
+            self.drafts_per_s = 0.0  # the other engines count requests only
+        self.acceptance = check_acceptance(self.acceptance or default_acceptance(self.k))
+        if len(self.acceptance) != self.k:
+            raise ValueError("acceptance needs one rate per position")
+        self._lock = threading.Lock()
+        self._random = random.Random(self.seed)
+        self._next_engine = 0
+        self._requests = 0
+        self.counters = [
+            EngineCounters(created=self.started, accepted_at=[0] * self.k)
+            for _ in range(self.engines)
+        ]
+
+    def drafts(self, engine: int, now: float) -> int:
+        """Drafts engine `engine` has made with time by `now`, since it (re)started."""
+        since = max(self.started, self.counters[engine].created)
+        return math.floor(max(0.0, now - since) * self.drafts_per_s * (1 + engine / 10))
+
+    def generate(self, max_tokens: int) -> list[int]:
+        """Serve one request: the tokens emitted per speculative step, counted on an engine."""
+        with self._lock:
+            engine = self._next_engine
+            self._next_engine = (engine + 1) % self.engines
+            counters = self.counters[engine]
+            steps: list[int] = []
+            produced = 0
+            while produced < max(1, max_tokens):
+                draw = self._random.random()
+                accepted = sum(draw < rate for rate in self.acceptance)
+                counters.drafts += 1
+                for position in range(accepted):
+                    counters.accepted_at[position] += 1
+                steps.append(accepted + 1)
+                produced += accepted + 1
+            counters.requests += 1
+            counters.tokens += produced
+            self._requests += 1
+            if self.reset_after and self._requests % self.reset_after == 0:
+                # Engine 0 restarts: counters from zero, a new `_created`.
+                self.counters[0] = EngineCounters(created=time.time(), accepted_at=[0] * self.k)
+            return steps
+
+    def render(self, now: float | None = None) -> str:
+        """The exposition text at `now` (default: the current time)."""
+        now = time.time() if now is None else now
+        out: list[str] = []
+        _process_block(out, self.started, now)
+        if self.engine != "vllm":
+            with self._lock:
+                _other_engine(out, self)
+            return "\n".join(out) + "\n"
+        for engine in range(self.engines):
+            _engine_gauges(out, engine, self.model_name)
+        _histograms(out, self.engines, self.model_name, now - self.started)
+        with self._lock:
+            _spec_decode(out, self, now)
+        return "\n".join(out) + "\n"
+
+
+def _other_engine(out: list[str], server: SimulatedServer) -> None:
+    counted, k = server.counters, server.k
+    if server.engine == "llamacpp":
+        families.llamacpp(out, counted, k)
+    elif server.engine == "trtllm":
+        families.trtllm(out, counted, k)
+    elif server.engine == "sglang":
+        families.sglang(out, counted, k, server.model_name)
+    else:
+        families.vllm_v0(out, counted, k, server.model_name)
+
+
+def _family(out: list[str], name: str, kind: str, help_text: str) -> None:
+    out.append(f"# HELP {name} {help_text}")
+    out.append(f"# TYPE {name} {kind}")
+
+
+def _labels(engine: int, model: str, **extra: str) -> str:
+    pairs = {"engine": str(engine), "model_name": model, **extra}
+    return ",".join(f'{name}="{value}"' for name, value in pairs.items())
+
+
+def _process_block(out: list[str], started: float, now: float) -> None:
+    for generation in range(3):
+        if generation == 0:
+            _family(
+                out, "python_gc_objects_collected_total", "counter", "Objects collected during gc"
+            )
+        collected = 192.0 * (generation + 1)
+        out.append(f'python_gc_objects_collected_total{{generation="{generation}"}} {collected}')
+    _family(
+        out,
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+    )
+    out.append(f"process_start_time_seconds {started:.2f}")
+    _family(
+        out,
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+    )
+    out.append(f"process_cpu_seconds_total {max(0.0, now - started) * 0.3:.2f}")
+
+
+def _engine_gauges(out: list[str], engine: int, model: str) -> None:
+    for name, help_text, value in (
+        ("vllm:num_requests_running", "Number of requests in model execution batches.", 4.0),
+        ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 0.0),
+        ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", 0.0123),
+    ):
+        _family(out, name, "gauge", help_text)
+        out.append(f"{name}{{{_labels(engine, model)}}} {value}")
+
+
+def _histograms(out: list[str], engines: int, model: str, elapsed: float) -> None:
+    count = max(0, int(elapsed * 2))
+    for name, buckets in (
+        ("vllm:time_to_first_token_seconds", _LATENCY_BUCKETS),
+        ("vllm:inter_token_latency_seconds", _LATENCY_BUCKETS),
+        ("vllm:e2e_request_latency_seconds", _LATENCY_BUCKETS),
+        ("vllm:request_generation_tokens", _TOKEN_BUCKETS),
+        ("vllm:request_prompt_tokens", _TOKEN_BUCKETS),
+    ):
+        _family(out, name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
+        for engine in range(engines):
+            labels = _labels(engine, model)
+            for bound in buckets:
+                share = min(1.0, float(bound) / float(buckets[len(buckets) // 2]))
+                out.append(
+                    f'{name}_bucket{{{labels},le="{float(bound)}"}} {float(int(count * share))}'
+                )
+            out.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(count)}')
+            out.append(f"{name}_count{{{labels}}} {float(count)}")
+            out.append(f"{name}_sum{{{labels}}} {count * 0.173:.6f}")
+
+
+def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
+    timed = [server.drafts(engine, now) for engine in range(server.engines)]
+    drafts = [timed[e] + server.counters[e].drafts for e in range(server.engines)]
+    accepted_at = [
+        [
+            math.floor(timed[e] * rate) + server.counters[e].accepted_at[i]
+            for i, rate in enumerate(server.acceptance)
+        ]
+        for e in range(server.engines)
+    ]
+    draft_tokens = [d * server.k for d in drafts]
+    accepted = [sum(at) for at in accepted_at]
+    created = [server.counters[e].created for e in range(server.engines)]
+    # Generated tokens: one a draft plus its accepted ones, for the timed drafts as served ones.
+    generated = [
+        server.counters[e].tokens
+        + timed[e]
+        + sum(accepted_at[e])
+        - sum(server.counters[e].accepted_at)
+        for e in range(server.engines)
+    ]
+    families = (
+        ("vllm:generation_tokens", "Number of generation tokens processed.", generated),
+        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", drafts),
+        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", draft_tokens),
+        ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", accepted),
+    )
+    for name, help_text, per_engine in families:
+        _family(out, f"{name}_total", "counter", help_text)
+        for engine, value in enumerate(per_engine):
+            out.append(f"{name}_total{{{_labels(engine, server.model_name)}}} {float(value)}")
+        _family(out, f"{name}_created", "gauge", help_text)
+        for engine in range(server.engines):
+            out.append(f"{name}_created{{{_labels(engine, server.model_name)}}} {created[engine]}")
+    name = "vllm:spec_decode_num_accepted_tokens_per_pos"
+    help_text = "Accepted tokens per draft position."
+    for suffix, kind in (("_total", "counter"), ("_created", "gauge")):
+        _family(out, f"{name}{suffix}", kind, help_text)
+        for engine in range(server.engines):
+            for position in range(server.k):
+                labels = _labels(engine, server.model_name, position=str(position))
+                sample: float = (
+                    accepted_at[engine][position] if suffix == "_total" else created[engine]
+                )
+                out.append(f"{name}{suffix}{{{labels}}} {float(sample)}")
+
+
+class CompletionRequest(BaseModel):
+    """The fields of an OpenAI completion request the simulator uses (others are ignored)."""
+
+    model: str | None = None
+    prompt: str | list[str] | None = None
+    messages: list[dict[str, Any]] | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stream: bool = False
+    # OpenAI's `{"include_usage": true}`: a last chunk with the usage and no choices.
+    stream_options: dict[str, Any] | None = None
+
+    def tokens(self) -> int:
+        return max(1, min(self.max_completion_tokens or self.max_tokens or 16, 32768))
+
+    def prompt_tokens(self) -> int:
+        text = json.dumps(self.messages) if self.messages is not None else json.dumps(self.prompt)
+        return max(1, len(text) // 4)
+
+
+def _completion(server: SimulatedServer, body: CompletionRequest, chat: bool) -> Any:
+    steps = server.generate(body.tokens())
+    created, model = int(time.time()), body.model or server.model_name
+    kind = "chat.completion" if chat else "text_completion"
+    ident = f"{'chatcmpl' if chat else 'cmpl'}-{int(time.time() * 1e6)}"
+    usage = {
+        "prompt_tokens": body.prompt_tokens(),
+        "completion_tokens": sum(steps),
+        "total_tokens": body.prompt_tokens() + sum(steps),
+    }
+
+    def choice(text: str, last: bool, streamed: bool) -> dict[str, Any]:
+        finish = "length" if last else None
+        if chat:
+            key = "delta" if streamed else "message"
+            return {
+                "index": 0,
+                key: {"role": "assistant", "content": text},
+                "finish_reason": finish,
+            }
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+    if not body.stream:
+        text = "".join("tok " * step for step in steps)
+        return JSONResponse(
+            {
+                "id": ident,
+                "object": kind,
+                "created": created,
+                "model": model,
+                "choices": [choice(text, True, False)],
+                "usage": usage,
+            }
+        )
+
+    def events() -> Iterator[str]:
+        chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+        for index, step in enumerate(steps):
+            chunk = {"id": ident, "object": chunk_kind, "created": created, "model": model,
+                     "choices": [choice("tok " * step, index == len(steps) - 1, True)]}  # fmt: skip
+            yield f"data: {json.dumps(chunk)}\n\n"
+        if (body.stream_options or {}).get("include_usage"):
+            last = {"id": ident, "object": chunk_kind, "created": created, "model": model,
+                    "choices": [], "usage": usage}  # fmt: skip
+            yield f"data: {json.dumps(last)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def create_simulator_app(server: SimulatedServer) -> FastAPI:
+    """An app that serves the OpenAI endpoints and `server`'s payload at `/metrics`."""
+    app = FastAPI(title="specdec simulator", openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.get("/v1/models")
+    def models() -> dict[str, Any]:
+        """The one model served."""
+        model = {
+            "id": server.model_name,
+            "object": "model",
+            "created": int(server.started),
+            "owned_by": "specdec-simulator",
+        }
+        return {"object": "list", "data": [model]}
+
+    @app.post("/v1/completions")
+    def completions(body: CompletionRequest) -> Any:
+        """A text completion of `max_tokens` tokens, streamed or not."""
+        return _completion(server, body, chat=False)
+
+    @app.post("/v1/chat/completions")
+    def chat_completions(body: CompletionRequest) -> Any:
+        """A chat completion of `max_tokens` tokens, streamed or not."""
+        return _completion(server, body, chat=True)
+
+    @app.get(METRICS_PATHS[server.engine], response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        """The engine's exposition text, counters as of now."""
+        return PlainTextResponse(server.render(), media_type=CONTENT_TYPE)
+
+    if server.engine == "trtllm":
+
+        @app.get("/metrics")
+        def trtllm_json_stream() -> JSONResponse:
+            """TensorRT-LLM's own /metrics: iteration stats as JSON, emptied by every read."""
+            return JSONResponse([])
+
+    return app

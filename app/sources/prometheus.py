@@ -1,0 +1,223 @@
+"""PrometheusRead windows from the deployment's Prometheus (SPECDEC_PROMETHEUS_URL): the HTTP calls.
+
+`PrometheusSource.read` queries the raw samples of one target over a window
+(`core.promql.range_query`) and, at a stop, waits until Prometheus holds a sample at or
+after the stop time (two scrape intervals, as the samples' own spacing shows, within
+`SPECDEC_PROMETHEUS_WAIT_MAX_S`). Every failure is a `SourceError` whose text says why in the
+AISBench style; the token or password never appears in it.
+"""
+
+import asyncio
+import base64
+import json
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+
+from specdec_collector.config import Settings
+from specdec_collector.core.promql import (
+    Snapshots,
+    SourceError,
+    baseline_of,
+    instances_selector,
+    range_query,
+    sample_spacing,
+    scrape_time_query,
+    series_query,
+    snapshots_of,
+    split_by_instance,
+)
+from specdec_collector.core.safetext import safe_error_text
+
+# Without a known spacing (one sample so far), how long a stop waits at most for the next.
+DEFAULT_WAIT_S = 30.0
+POLL_S = 0.5
+# The recent samples whose spacing tells a target's scrape interval.
+SPACING_SPAN_S = 30.0
+# How far after a past stop a window's ending scrape is looked for (a scrape interval's worth).
+LOOKAHEAD_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusRead:
+    """One target's samples over a window, and a note if the stop could not wait for them."""
+
+    snapshots: Snapshots
+    note: str | None = None
+
+
+class PrometheusSource:
+    """The deployment's Prometheus, with its credentials, timeout and answer size cap."""
+
+    def __init__(self, settings: Settings, client: httpx.AsyncClient) -> None:
+        assert settings.prometheus_url is not None
+        self.base_url = settings.prometheus_url.rstrip("/")
+        self.timeout_s = settings.prometheus_timeout_s
+        self.max_bytes = settings.prometheus_max_bytes
+        self.wait_max_s = settings.prometheus_wait_max_s
+        self.client = client
+        self.headers: dict[str, str] = {}
+        if settings.prometheus_bearer_token:
+            self.headers["Authorization"] = f"Bearer {settings.prometheus_bearer_token}"
+        elif settings.prometheus_username is not None:
+            pair = f"{settings.prometheus_username}:{settings.prometheus_password or ''}"
+            self.headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        # Redacted from every error text (a proxy's error page may echo a header).
+        self._secrets = [(name, value) for name, value in self.headers.items()]
+        self._secrets += [("", s) for s in (settings.prometheus_bearer_token,
+                                            settings.prometheus_password) if s]  # fmt: skip
+
+    def _failed(self, detail: str) -> SourceError:
+        text = f"Failed to query Prometheus at {self.base_url}: {detail}"
+        return SourceError(safe_error_text(text, self._secrets))
+
+    async def query(self, promql: str, at: datetime) -> dict[str, Any]:
+        """The JSON answer of an instant query at `at`; `SourceError` on any failure."""
+        # Milliseconds, rounded down: a query at a window's start never sees past it.
+        stamp = math.floor(at.timestamp() * 1000) / 1000
+        params = {"query": promql, "time": f"{stamp:.3f}", "timeout": f"{self.timeout_s:g}s"}
+        try:
+            async with asyncio.timeout(self.timeout_s + 1):
+                request = self.client.build_request(
+                    "GET", f"{self.base_url}/api/v1/query", params=params, headers=self.headers
+                )
+                response = await self.client.send(request, stream=True)
+                try:
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > self.max_bytes:
+                            raise self._failed(f"answer larger than {self.max_bytes} bytes")
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            raise self._failed(f"timed out after {self.timeout_s:g} s") from None
+        except httpx.HTTPError as exc:
+            raise self._failed(type(exc).__name__ + (f": {exc}" if str(exc) else "")) from None
+        try:
+            answer: dict[str, Any] = json.loads(bytes(body))
+        except ValueError:
+            raise self._failed(f"HTTP {response.status_code}, not a JSON answer") from None
+        if answer.get("status") != "success":
+            raise self._failed(f"Prometheus answered: {answer.get('error', 'no error text')}")
+        return answer
+
+    async def read_many(
+        self, selectors: Sequence[str], start: datetime, end: datetime, wait: bool
+    ) -> list[PrometheusRead | str]:
+        """Every target's samples (`read`), or the error text of its failure, in order. The
+        targets named by `instance` are read together, with one query each time."""
+        keys = [_instance_of(selector) for selector in selectors]
+        by_instance = [key for key in keys if key is not None]
+        jobs = (
+            [self._group(instances_selector(by_instance), start, end, wait)] if by_instance else []
+        )
+        jobs += [
+            self._group(sel, start, end, wait)
+            for sel, key in zip(selectors, keys, strict=True)
+            if key is None
+        ]
+        groups = list(await asyncio.gather(*jobs, return_exceptions=True))
+        batch = groups.pop(0) if by_instance else {}
+        reads: list[PrometheusRead | str] = []
+        for selector, key in zip(selectors, keys, strict=True):
+            group = batch if key is not None else groups.pop(0)
+            if isinstance(group, SourceError):
+                reads.append(str(group))
+            elif isinstance(group, BaseException):
+                raise group
+            elif key is not None:
+                reads.append(group.get(key) or _no_series(selector))
+            elif len(group) > 1:
+                reads.append(
+                    f"the selector {selector} matches more than one server (instances "
+                    f"{', '.join(sorted(group))}): narrow it to one; the collector never "
+                    "sums servers"
+                )
+            else:
+                reads.append(next(iter(group.values()), None) or _no_series(selector))
+        return reads
+
+    async def _group(
+        self, selector: str, start: datetime, end: datetime, wait: bool
+    ) -> dict[str, PrometheusRead]:
+        """The samples of every instance `selector` matches, by instance, each ending at its
+        first scrape at or after `end` (waited for with `wait`; for a past `end`, looked for up
+        to LOOKAHEAD_S after it)."""
+        if wait:
+            note, until = await self._wait_for(selector, end)
+        else:
+            note, until = None, min(datetime.now(UTC), end + timedelta(seconds=LOOKAHEAD_S))
+        until = max(until, end)
+        values = split_by_instance(await self.query(series_query(selector), start), "vector")
+        times = split_by_instance(await self.query(scrape_time_query(selector), start), "vector")
+        ranges = split_by_instance(
+            await self.query(range_query(selector, start, until), until), "matrix"
+        )
+        empty = {"status": "success", "data": {"resultType": "vector", "result": []}}
+        reads = {}
+        for instance, answer in ranges.items():
+            baseline = baseline_of(values.get(instance, empty), times.get(instance, empty))
+            snapshots = snapshots_of(answer, baseline).until(end)
+            if snapshots.points:
+                reads[instance] = PrometheusRead(snapshots, note)
+        for instance in set(values) - set(ranges):  # no sample in the window: the baseline alone
+            baseline = baseline_of(values[instance], times.get(instance, empty))
+            matrix = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+            reads[instance] = PrometheusRead(snapshots_of(matrix, baseline), note)
+        return reads
+
+    async def _scraped_at_all(self, selector: str, now: datetime) -> bool:
+        """Whether Prometheus scrapes the target at all (its latest scrape may have failed)."""
+        any_scrape = scrape_time_query(selector, successful_only=False)
+        return bool((await self.query(any_scrape, now))["data"]["result"])
+
+    async def _wait_for(self, selector: str, end: datetime) -> tuple[str | None, datetime]:
+        """Wait until Prometheus holds a sample at or after `end` of every instance `selector`
+        matches: two scrape intervals (as the samples' own spacing over the last 30 s shows),
+        within `wait_max_s`. The note if none came, and the moment to read up to: the latest
+        of those samples (each instance's first scrape after the stop ends its window), else
+        `end`."""
+        began, bound = time.monotonic(), None
+        while True:
+            now = datetime.now(UTC)
+            answer = await self.query(scrape_time_query(selector), now)
+            latest = [float(entry["value"][1]) for entry in answer["data"]["result"]]
+            if not latest and not await self._scraped_at_all(selector, now):
+                return None, end  # no such target: the reading says so
+            if latest and min(latest) >= end.timestamp():
+                return None, datetime.fromtimestamp(max(latest), UTC)
+            if bound is None:
+                since = now - timedelta(seconds=SPACING_SPAN_S)
+                recent = split_by_instance(
+                    await self.query(range_query(selector, since, now), now), "matrix"
+                )
+                spacings = [sample_spacing(snapshots_of(part).points) for part in recent.values()]
+                spacing = max((s for s in spacings if s), default=None)
+                bound = min(self.wait_max_s, 2 * spacing if spacing else DEFAULT_WAIT_S)
+            if time.monotonic() - began >= bound:
+                note = (
+                    f"computed with the samples Prometheus held: none at or after the stop "
+                    f"came within {bound:g} s"
+                )
+                return note, end
+            await asyncio.sleep(POLL_S)
+
+
+def _instance_of(selector: str) -> str | None:
+    """The `host:port` of a selector that names one instance exactly, else None."""
+    found = re.fullmatch(r'\{instance="([^"\\]*)"\}', selector)
+    return found[1] if found else None
+
+
+def _no_series(selector: str) -> str:
+    return f"Prometheus holds no spec-decode series for {selector}"
+
+
+__all__ = ["PrometheusRead", "PrometheusSource", "SourceError"]

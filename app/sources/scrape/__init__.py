@@ -1,0 +1,31 @@
+"""Scraping targets: configuration, where a scrape may connect, the HTTP client, one scrape
+and its outcome. Each job has its module; the names other modules use are here."""
+
+from specdec_collector.sources.scrape.client import (
+    ACCEPT,
+    ACCEPT_ENCODING,
+    ScrapeClient,
+    new_client,
+)
+from specdec_collector.sources.scrape.config import (
+    LARGE_ANSWERS_AT_ONCE,
+    OFF_LOOP_BYTES,
+    Resolver,
+    ScrapeConfig,
+)
+from specdec_collector.sources.scrape.fetch import (
+    DYNAMO_FRONTEND,
+    JSON_METRICS,
+    scrape_all,
+    scrape_target,
+)
+from specdec_collector.sources.scrape.outcome import ScrapeErrorKind, ScrapeOutcome, failure
+from specdec_collector.sources.scrape.pinning import Allowed, Refused, pin, refusals
+from specdec_collector.sources.scrape.transport import AiohttpTransport
+
+__all__ = [
+    "ACCEPT", "ACCEPT_ENCODING", "DYNAMO_FRONTEND", "JSON_METRICS", "LARGE_ANSWERS_AT_ONCE",
+    "OFF_LOOP_BYTES", "AiohttpTransport", "Allowed", "Refused", "Resolver", "ScrapeClient",
+    "ScrapeConfig", "ScrapeErrorKind", "ScrapeOutcome", "failure", "new_client", "pin",
+    "refusals", "scrape_all", "scrape_target",
+]  # fmt: skip

@@ -1,0 +1,105 @@
+"""The HTTP client of every scrape: explicit timeouts, proxies from the environment, no
+redirects, no cookies, and a small connection pool per origin."""
+
+import asyncio
+import urllib.request
+from collections.abc import Mapping
+from http.cookiejar import Cookie, CookieJar
+from typing import Any
+
+import httpx
+
+from specdec_collector.sources.scrape.sharing import PATIENCE_S, ScrapeSharing
+from specdec_collector.sources.scrape.transport import PER_ORIGIN, AiohttpTransport
+
+# Ask for the classic text format only. prometheus_client (SGLang, LMDeploy) answers OpenMetrics
+# to any Accept that names it, whatever its q-value, and from 0.23 on escapes the colons of its
+# sample names there; servers that always answer OpenMetrics (vLLM's Rust frontend) are read
+# by the same extraction, in both spellings of every name.
+ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
+# gzip only, decoded here: httpx's own decoders have no output limit per chunk.
+ACCEPT_ENCODING = "gzip, identity"
+
+
+class _EmptyJar(CookieJar):
+    """A cookie jar that keeps nothing."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        return None
+
+
+class _NoCookies(httpx.Cookies):
+    """Cookies that are never read from an answer nor sent: httpx would otherwise wrap every
+    request and answer for `http.cookiejar` (a tenth of a scrape's HTTP CPU) to find none."""
+
+    def __init__(self) -> None:
+        super().__init__(_EmptyJar())
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+    def set_cookie_header(self, request: httpx.Request) -> None:
+        return None
+
+
+_NO_COOKIES = _NoCookies()  # keeps nothing: one for every client
+
+
+class ScrapeClient(httpx.AsyncClient):
+    """httpx's client without cookies: cookies are per host, not per port, so a cookie one
+    target sets (a hostile team's server) would be sent to every other server on its host,
+    and the shared client's jar would grow without bound. A scrape needs none. Scrapes of one
+    endpoint asked for while a request of it is in flight share the next one (`sharing`).
+    `direct` are the transports of the schemes it reaches without a proxy."""
+
+    def __init__(self, direct: Mapping[str, AiohttpTransport] | None = None, **kwargs: Any) -> None:
+        self._direct = dict(direct or {})
+        super().__init__(mounts={f"{scheme}://": t for scheme, t in self._direct.items()}, **kwargs)
+        self.sharing = ScrapeSharing(PATIENCE_S, PER_ORIGIN)
+
+    def connect_ahead(
+        self, url: str, extensions: Mapping[str, Any], timeout_s: float
+    ) -> "asyncio.Task[None] | None":
+        """Start opening the connection a request of `url` (pinned, with its `extensions`)
+        will take, if its scheme is reached without a proxy (see `AiohttpTransport`); the
+        opening, if one was started."""
+        transport = self._direct.get(url.partition(":")[0])
+        if transport is None:
+            return None
+        return transport.connect_ahead(url, extensions.get("sni_hostname"), timeout_s)
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return _NO_COOKIES
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        """Ignored (httpx's own `__init__` sets an empty jar)."""
+
+
+def new_client(timeout_s: float) -> httpx.AsyncClient:
+    """The shared client: explicit timeouts, proxies from the environment, no redirects,
+    no cookies kept.
+
+    Direct connections go through `AiohttpTransport`; a scheme with a proxy in the
+    environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY) keeps httpx's own proxy transport and
+    NO_PROXY rules.
+    """
+    proxies = urllib.request.getproxies()
+    pools = AiohttpTransport()
+    direct = {
+        scheme: pools
+        for scheme in ("http", "https")
+        if not proxies.get(scheme) and not proxies.get("all")
+    }
+    return ScrapeClient(
+        direct,
+        timeout=httpx.Timeout(timeout_s),
+        limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+        follow_redirects=False,
+        trust_env=True,
+        headers={"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},
+    )

@@ -1,0 +1,1 @@
+"""The database: its engine and sessions, the tables, the migrations run, the SQLite write lane."""

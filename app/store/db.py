@@ -1,0 +1,367 @@
+"""Database engine, write sessions, migrations, and the engine dependency.
+
+SQLite is the default store (one process); PostgreSQL through psycopg 3 is the store of a
+shared deployment with several replicas. Migrations take a lock first (an advisory lock on
+PostgreSQL, a file lock beside the SQLite file), so replicas that boot together migrate once.
+"""
+
+import fcntl
+import math
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib.resources import files
+from pathlib import Path
+from typing import IO, Any, Concatenate, Generic, ParamSpec, TypeVar
+from weakref import WeakKeyDictionary
+
+import pydantic_core
+from sqlalchemy import event, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlmodel import Session, create_engine
+
+# Any 64-bit number: every replica of every version of this service takes the same one.
+MIGRATION_LOCK_ID = 0x5EC_DEC_0001
+
+
+class EncodedJSON(str):
+    """JSON text that a JSON column stores as it is: encoded already (by pydantic, in one
+    pass, rather than dumped to Python objects and then through `json.dumps`)."""
+
+
+def _compact_json(value: Any) -> str:
+    """JSON columns as compact text (no spaces after `,` and `:`: a tenth of a stored window's
+    bytes), written by pydantic's encoder: a snapshot's counters (64 series) take it 11 µs
+    where `json.dumps` took 85, and every scrape stores one."""
+    if isinstance(value, EncodedJSON):
+        return value
+    return pydantic_core.to_json(value).decode()
+
+
+def _read_json(text: str | bytes) -> Any:
+    """JSON columns read back by pydantic's parser (a snapshot's counters: 15 µs, `json.loads`
+    30), which gives the same lists, numbers and strings."""
+    return pydantic_core.from_json(text)
+
+
+def create_db_engine(
+    database_url: str,
+    *,
+    pool_size: int = 10,
+    statement_timeout_s: float = 10,
+    connect_timeout_s: float = 5,
+) -> Engine:
+    """An engine for `database_url`.
+
+    PostgreSQL gets a bounded pool, a statement timeout and a connect timeout, and checks
+    connections before use, so the service recovers by itself when the database returns.
+    SQLite gets WAL, a busy timeout and foreign keys; its folder is created so that
+    `./data/specdec.db` works on a fresh clone.
+    """
+    url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":
+        # Keep options the URL carries (a search_path, say) beside the statement timeout.
+        options = str(url.query.get("options", ""))
+        options = f"{options} -c statement_timeout={int(statement_timeout_s * 1000)}".strip()
+        return create_engine(
+            url,
+            json_serializer=_compact_json,
+            json_deserializer=_read_json,
+            pool_pre_ping=True,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_timeout=connect_timeout_s,
+            connect_args={
+                "connect_timeout": max(1, math.ceil(connect_timeout_s)),
+                "options": options,
+            },
+        )
+    if url.get_backend_name() != "sqlite":
+        return create_engine(
+            url, json_serializer=_compact_json, json_deserializer=_read_json, pool_pre_ping=True
+        )
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    busy_ms = int(statement_timeout_s * 3000)
+    engine = create_engine(
+        url,
+        json_serializer=_compact_json,
+        json_deserializer=_read_json,
+        connect_args={"check_same_thread": False, "timeout": busy_ms / 1000},
+        # One connection per worker thread (anyio's pool has 40): no waits, no reconnects.
+        pool_size=40,
+        max_overflow=10,
+    )
+    # An executemany of an INSERT as one multi-row statement (per 1000 rows), not one step per
+    # row: sqlite3 gives the GIL away around each step, and under load each one took long to
+    # win back (a stop's or start's rows were a quarter of the writes lane's time).
+    engine.dialect.use_insertmanyvalues_wo_returning = True
+    _WRITE_LOCKS[engine] = threading.Lock()
+    if url.database and url.database != ":memory:":
+        _WRITER_FILES[engine] = _WriterFile(Path(f"{url.database}.writer-lock"))
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        # WAL lets readers proceed while one writer commits; busy_timeout makes a second
+        # writer wait for the lock instead of failing with "database is locked".
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.close()
+
+    @event.listens_for(engine, "handle_error")
+    def _read_only_connection_is_lost(context: Any) -> None:
+        # SQLite opens the file read-only when it cannot open it for writing (a read-only or
+        # full disk, an immutable file) and the connection stays so after the file is writable
+        # again: treated as lost, the pool opens a fresh one, and the service recovers by itself.
+        if "readonly database" in str(context.original_exception):
+            context.is_disconnect = True
+
+    if url.database and url.database != ":memory:":
+        files = [url.database, f"{url.database}-wal"]
+
+        def writable() -> bool:
+            return all(os.access(path, os.W_OK) for path in files if os.path.exists(path))
+
+        @event.listens_for(engine, "connect")
+        def _note_read_only(dbapi_connection: Any, record: Any) -> None:
+            if not writable():
+                record.info["opened_read_only"] = True
+
+        @event.listens_for(engine, "checkout")
+        def _reopen_once_writable(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+            # Such a connection fails its first write after the files are writable again (the
+            # first request after a disk comes back answered 503): the pool opens a fresh one
+            # instead of handing it out.
+            if record.info.get("opened_read_only") and writable():
+                raise DisconnectionError("the database files are writable again")
+
+    return engine
+
+
+_WRITE_LOCKS: "WeakKeyDictionary[Engine, threading.Lock]" = WeakKeyDictionary()
+# Beside a SQLite file: the lock the writers of every process (`specdec serve --workers N`)
+# take turns on, as this process's writers do on `_WRITE_LOCKS`.
+_WRITER_FILES: "WeakKeyDictionary[Engine, _WriterFile]" = WeakKeyDictionary()
+
+
+class _WriterFile:
+    """The lock file of one engine, opened once (opening it for every write was ~2 % of a
+    window's CPU) and closed with the engine's last reference. The threads of a process share
+    it: they take `_WRITE_LOCKS` first, so one of them at a time holds its lock."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._handle: IO[str] | None = None
+
+    def handle(self) -> IO[str] | None:
+        """The open file; None where it cannot be made (a read-only folder: tried again next
+        time)."""
+        if self._handle is None:
+            try:
+                self._handle = self._path.open("a")
+            except OSError:
+                return None
+            weakref.finalize(self, self._handle.close)
+        return self._handle
+
+
+def takes_turns(engine: Engine) -> bool:
+    """Whether the writers of `engine` take turns (SQLite: one write at a time)."""
+    return engine in _WRITE_LOCKS
+
+
+@contextmanager
+def _every_process_turn(engine: Engine) -> Iterator[None]:
+    """Every process's turn: a file lock, where the file can be made (a read-only folder only
+    loses the fairness, not the write)."""
+    file = _WRITER_FILES.get(engine)
+    handle = file.handle() if file is not None else None
+    if handle is None:
+        yield
+        return
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def write_session(engine: Engine) -> Iterator[Session]:
+    """A session for one write transaction.
+
+    On SQLite the writers take turns on a lock, of this process and then of every process on
+    the file: waiting there is fair and wakes at once, where SQLite's own busy handler sleeps
+    up to 100 ms between tries, which under load costs more than the writes (with two
+    workers, most of the second core).
+    """
+    lock = _WRITE_LOCKS.get(engine)
+    if lock is None:
+        with Session(engine) as session:
+            yield session
+        return
+    with lock, _every_process_turn(engine), Session(engine) as session:
+        yield session
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+M = TypeVar("M")
+
+#: Values per `IN (…)` list at the most (SQLite's bound on a statement's variables).
+MAX_IN_LIST = 500
+
+
+def write_alone(
+    engine: Engine, write: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """`write(session, *args, **kwargs)` in a write transaction of its own, committed."""
+    with write_session(engine) as session:
+        result = write(session, *args, **kwargs)
+        session.commit()
+        return result
+
+
+class PerEngine(Generic[M]):
+    """One `M` per database engine, made on first use: what a process remembers of the rows
+    of a database that never change (the engines of a test process are many databases)."""
+
+    def __init__(self, make: Callable[[], M]) -> None:
+        self._make = make
+        self._made: WeakKeyDictionary[Engine, M] = WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def of(self, session: Session) -> M:
+        bind = session.get_bind()
+        engine = bind.engine if isinstance(bind, Connection) else bind
+        with self._lock:
+            made = self._made.get(engine)
+            if made is None:
+                made = self._made[engine] = self._make()
+            return made
+
+
+class DatabaseBusy(Exception):
+    """Another writer held the database's write lock for longer than the caller would wait."""
+
+
+@contextmanager
+def short_write(engine: Engine, wait_s: float) -> Iterator[Connection]:
+    """A write transaction that waits at most `wait_s` for SQLite's write lock, else
+    `DatabaseBusy` (a health check must answer while a long write runs).
+
+    The wait is bounded twice: for this process's writers' lock, and, on a connection whose
+    busy timeout is lowered for the transaction and restored before it goes back to the pool,
+    for other processes' writes. PostgreSQL writers do not share one lock: nothing to bound.
+    """
+    lock = _WRITE_LOCKS.get(engine)
+    if lock is None:
+        with engine.begin() as connection:
+            yield connection
+        return
+    if not lock.acquire(timeout=wait_s):
+        raise DatabaseBusy(f"a write of this service held the database over {wait_s:g} s")
+    try:
+        with engine.connect() as connection:
+            busy_ms = connection.exec_driver_sql("PRAGMA busy_timeout").scalar_one()
+            connection.exec_driver_sql(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
+            connection.commit()
+            try:
+                with connection.begin():
+                    yield connection
+            except OperationalError as exc:
+                if "locked" in str(exc.orig) or "busy" in str(exc.orig):
+                    raise DatabaseBusy(f"another process held the database: {exc.orig}") from None
+                raise
+            finally:
+                connection.exec_driver_sql(f"PRAGMA busy_timeout={busy_ms}")
+                connection.commit()
+    finally:
+        lock.release()
+
+
+def upsert_insert(dialect_name: str) -> Any:
+    """The `insert` of this dialect, the one with `on_conflict_do_nothing/update`."""
+    if dialect_name == "postgresql":
+        return postgresql.insert
+    return sqlite.insert
+
+
+def database_unavailable(exc: Exception) -> str | None:
+    """Why the database cannot serve (a connection or lock problem), or None for other errors.
+
+    Such failures pass: the service answers 503 meanwhile and recovers by itself, since
+    connections are checked before use. Other database errors are bugs and stay 500s.
+    """
+    if isinstance(exc, (OperationalError, InterfaceError, PoolTimeout)) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    ):
+        original = getattr(exc, "orig", None) or exc
+        reason = (
+            str(original).strip().splitlines()[0]
+            if str(original).strip()
+            else type(original).__name__
+        )
+        return reason[:300]
+    return None
+
+
+def alembic_config(database_url: str, connection: Connection | None = None) -> Any:
+    """An Alembic `Config` for the shipped migrations and `database_url`."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(files("specdec_collector.migrations")))
+    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def upgrade_database(database_url: str) -> None:
+    """Apply every migration up to head, one process at a time."""
+    from alembic import command
+
+    url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":
+        engine = create_db_engine(database_url, pool_size=1)
+        try:
+            with engine.connect() as connection:
+                # A session-level lock: held across the migration's own transactions.
+                connection.execute(text("SELECT pg_advisory_lock(:id)"), {"id": MIGRATION_LOCK_ID})
+                connection.commit()
+                try:
+                    command.upgrade(alembic_config(database_url, connection), "head")
+                    connection.commit()
+                finally:
+                    connection.execute(
+                        text("SELECT pg_advisory_unlock(:id)"), {"id": MIGRATION_LOCK_ID}
+                    )
+                    connection.commit()
+        finally:
+            engine.dispose()
+        return
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        with _file_lock(Path(url.database + ".migrate.lock")):
+            command.upgrade(alembic_config(database_url), "head")
+        return
+    command.upgrade(alembic_config(database_url), "head")

@@ -1,0 +1,179 @@
+"""Lanes: a thread that runs jobs one at a time, earliest deadline first (SQLite).
+
+SQLite takes one write at a time, and a process computes one stop's results at a time (stops
+computing at once contended for the GIL and none finished sooner; one computing beside
+another's write overlap, since SQLite runs statements without the GIL). When each such job
+waited for its turn in a thread of the request pool, the waiting threads held the pool's
+places: under load (200 clients, one worker) every read, key check and stop's read of its
+targets queued behind them for ~0.8 s, and a stop's final scrape with it.
+
+A lane's jobs wait in its queue instead, and the pool stays free. The queue is ordered by
+deadline: a job's arrival plus how long it may yield. A start's writes (its claim of the
+window and its baseline) may not yield, since the benchmark waits for them before it begins;
+a stop's write comes after its final scrape, whose numbers are fixed already, and may yield
+to starts for up to `STOP_MAY_YIELD_S`, so that it is never starved however many starts come.
+
+Writes that wait together are written together: one transaction, one commit (group commit).
+200 clients starting at once queued 200 claims, each ~10 ms alone, mostly its commit and
+winning the GIL back after each statement; together they take a fraction of that. A write
+function raises a domain error (`SpecdecError`) only before it has written anything, so the
+others of its transaction go on; any other failure rolls the transaction back and each write
+of it runs again alone, so that one write's failure is never another's.
+
+On PostgreSQL nothing takes turns: a lane runs each job in the request pool at once, and each
+write in a transaction of its own.
+"""
+
+import asyncio
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
+
+from specdec_collector.exceptions import SpecdecError
+from specdec_collector.store.db import write_alone, write_session
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: A job that yields to none: a start's writes (its benchmark is waiting), and any job of a
+#: lane whose jobs are all alike.
+NO_YIELD_S = 0.0
+#: How long a stop's write may yield to starts (its final scrape is taken already).
+STOP_MAY_YIELD_S = 10.0
+#: The most writes one transaction takes (the first of them waits for all).
+MAX_WRITES_TOGETHER = 64
+
+
+@dataclass(order=True)
+class _Job:
+    deadline: float
+    sequence: int  # first come first served among equal deadlines
+    # A write takes the transaction's session; any other job nothing.
+    run: Callable[..., Any] = field(compare=False)
+    done: "Future[Any]" = field(compare=False)
+    write: bool = field(default=False, compare=False)
+
+
+# Put in the queue to stop the thread; sorts after every job, so it drains them first.
+_STOP = _Job(float("inf"), 0, lambda: None, Future())
+
+
+class Lane:
+    """Runs jobs one at a time, earliest deadline first, in a thread named `name` (`serial`);
+    else each in the request pool, at once. Its writes go to `engine`."""
+
+    def __init__(self, name: str, *, serial: bool, engine: Engine | None = None) -> None:
+        self._engine = engine
+        self._queue: queue.PriorityQueue[_Job] | None = None
+        self._thread: threading.Thread | None = None
+        self._sequence = itertools.count(1)
+        if serial:
+            self._queue = queue.PriorityQueue()
+            self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+            self._thread.start()
+
+    async def run(
+        self, may_yield_s: float, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """`function(*args, **kwargs)`'s result once it ran, after the jobs whose deadline
+        (arrival + `may_yield_s`) is earlier. A job whose caller is cancelled (its client went
+        away) before it starts is not run; one that started runs to its end."""
+        if self._queue is None:
+            return await run_in_threadpool(function, *args, **kwargs)
+        return await self._queued(may_yield_s, lambda: function(*args, **kwargs), write=False)
+
+    async def write(
+        self,
+        may_yield_s: float,
+        function: Callable[Concatenate[Session, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """`function(session, *args, **kwargs)`'s result once its transaction is committed:
+        with the other writes waiting beside it (serial), else in one of its own."""
+        engine = self._engine
+        assert engine is not None, "a lane that writes has an engine"
+        if self._queue is None:
+            return await run_in_threadpool(lambda: write_alone(engine, function, *args, **kwargs))
+        return await self._queued(
+            may_yield_s, lambda session: function(session, *args, **kwargs), write=True
+        )
+
+    async def _queued(self, may_yield_s: float, run: Callable[..., T], *, write: bool) -> T:
+        assert self._queue is not None
+        done: Future[T] = Future()
+        deadline = time.monotonic() + may_yield_s
+        self._queue.put(_Job(deadline, next(self._sequence), run, done, write))
+        return await asyncio.wrap_future(done)
+
+    def _serve(self) -> None:
+        assert self._queue is not None
+        while (job := self._queue.get()) is not _STOP:
+            if not job.write:
+                if job.done.set_running_or_notify_cancel():  # else cancelled before it started
+                    _settle(job, job.run)
+                continue
+            writes = [job]
+            # The writes that waited meanwhile join this one's transaction; anything else
+            # waits for it, in its place.
+            while len(writes) < MAX_WRITES_TOGETHER:
+                try:
+                    waiting = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if not waiting.write:
+                    self._queue.put(waiting)
+                    break
+                writes.append(waiting)
+            self._write_together(writes)
+
+    def _write_together(self, jobs: list[_Job]) -> None:
+        engine = self._engine
+        assert engine is not None, "a lane that writes has an engine"
+        jobs = [job for job in jobs if job.done.set_running_or_notify_cancel()]
+        if not jobs:
+            return
+        settled: list[tuple[_Job, Any, SpecdecError | None]] = []
+        try:
+            with write_session(engine) as session:
+                for job in jobs:
+                    try:
+                        settled.append((job, job.run(session), None))
+                    except SpecdecError as exc:  # raised before it wrote: the others go on
+                        settled.append((job, None, exc))
+                session.commit()
+        except Exception:
+            # Each alone, so that one write's failure (or the commit's) is its own only.
+            for job in jobs:
+                _settle(job, partial(write_alone, engine, job.run))
+            return
+        for job, result, error in settled:
+            if error is None:
+                job.done.set_result(result)
+            else:
+                job.done.set_exception(error)
+
+    def close(self) -> None:
+        """Run the jobs already queued, then stop the thread."""
+        if self._queue is None or self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join()
+
+
+def _settle(job: _Job, run: Callable[[], Any]) -> None:
+    """Run `job` (started: by `run`) and hand its result or error to its caller."""
+    try:
+        job.done.set_result(run())
+    except BaseException as exc:  # the caller raises it, as from the request pool
+        job.done.set_exception(exc)
