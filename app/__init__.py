@@ -1,3 +1,3 @@
-"""specdec-collector: speculative-decoding metrics over benchmark windows."""
+"""specdec-collector: speculative-decoding acceptance over benchmark windows."""
 
 __version__ = "0.1.0"

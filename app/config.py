@@ -15,7 +15,7 @@ def _usable_cores() -> int:
 
 
 class Settings(BaseSettings):
-    """Every setting of the service; the README lists them with their defaults."""
+    """Every setting of the service; docs/deployment.md lists them with their defaults."""
 
     model_config = SettingsConfigDict(env_prefix="SPECDEC_", extra="ignore")
 

@@ -1,6 +1,6 @@
 """Results engine by engine: what each engine's counters give, exactly or not, and why.
 
-Payloads are written here the way each engine prints them (see the README's engine table);
+Payloads are written here the way each engine prints them (see docs/engines.md);
 every expected figure is computed by hand in the test.
 """
 

@@ -1,4 +1,4 @@
-"""AISBench conventions, as the real AISBench follows them (see the README's AISBench section).
+"""AISBench conventions, as the real AISBench follows them (docs/benchmarks.md).
 
 - `command`: what a wrapped `ais_bench ...` command line says (models, config dir, work dir);
 - `configs`: where its model configs are and which servers they name;

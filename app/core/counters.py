@@ -6,7 +6,7 @@ position, the prefix every one of its families starts with, and a marker: a subs
 their names that one pass over the payload finds (the extraction looks only at the lines that
 hold a marker). Extraction keys each series by its engine,
 role and labels; the arithmetic (`core.arithmetic`) works per engine on roles. What each engine
-exposes, and where that is written down, is in the README's engine table.
+exposes, and where that is written down, is in docs/engines.md.
 """
 
 from dataclasses import dataclass, field

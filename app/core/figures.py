@@ -1,7 +1,7 @@
 """A target's result over a window, engine by engine: figures, exactness and notes.
 
 `core.arithmetic` computes per-series increases; here each engine's increases become its
-result. The contract (README, engines): every result says its `engine`; `exact` is true only
+result. The contract (docs/engines.md): every result says its `engine`; `exact` is true only
 when every figure follows from counters with the seed formulas; `notes` says in a sentence why
 not; a figure the counters cannot give is null, never guessed; an engine whose metrics cannot
 give a window at all is `na` with a reason that says what to do. A target serving several

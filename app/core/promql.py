@@ -1,4 +1,4 @@
-"""A window's spec-decode samples read from a Prometheus server instead of scraped.
+"""PromQL for a window read from Prometheus: selectors, queries, and their answers as snapshots.
 
 Prometheus, Thanos, Mimir and VictoriaMetrics answer the same HTTP API. For a target (an
 `instance="host:port"` or a label selector) and a window `start`..`end`, one instant query

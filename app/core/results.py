@@ -137,7 +137,7 @@ class TargetResult(BaseModel):
     data: ResultData | None = None
     raw: Raw = Field(default_factory=lambda: Raw(before=None, after=None))
     # Which engine's counters these are, whether every figure follows exactly from counters,
-    # and why not (README: engines). Left out of results stored before engines were told apart.
+    # and why not (docs/engines.md). Left out of results stored before engines were told apart.
     engine: str | None = Field(default=None, exclude_if=lambda value: value is None)
     exact: bool | None = Field(default=None, exclude_if=lambda value: value is None)
     notes: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)

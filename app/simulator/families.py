@@ -1,5 +1,5 @@
 """The spec-decode families of engines other than vLLM V1, as `specdec simulate --engine` serves
-them: each engine's own names, labels, endpoint and number printing (README, engines).
+them: each engine's own names, labels, endpoint and number printing (docs/engines.md).
 
 The counts are the simulated server's (`simulator.server.EngineCounters`), which move with
 requests only (no time-based drafts for these engines): each request is counted when it

@@ -1,4 +1,4 @@
-"""PrometheusRead windows from the deployment's Prometheus (SPECDEC_PROMETHEUS_URL): the HTTP calls.
+"""Windows read from the deployment's Prometheus (SPECDEC_PROMETHEUS_URL): the HTTP calls.
 
 `PrometheusSource.read` queries the raw samples of one target over a window
 (`core.promql.range_query`) and, at a stop, waits until Prometheus holds a sample at or

@@ -1,4 +1,4 @@
-"""Benchmark windows: start, stop and read them, over the scrapes and the store.
+"""Benchmark windows: start, stop and read them, over the sources and the store.
 
 Database work runs in the thread pool (SQLModel sessions are synchronous); scraping runs on
 the event loop with the shared client. Every write transaction begins with a write, so

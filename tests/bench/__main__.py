@@ -1,13 +1,13 @@
-"""`make bench`: every benchmark in one run, then the README's Performance table.
+"""`make bench`: every benchmark in one run, then the table of docs/performance.md.
 
-python -m tests.bench                 # all, and rewrite the README table
-python -m tests.bench extract start   # some of them; the README is left alone
+python -m tests.bench                 # all, and rewrite that table
+python -m tests.bench extract start   # some of them; the docs are left alone
 """
 
 import importlib
 import sys
 
-from tests.bench.figures import Figure, show, write_readme
+from tests.bench.figures import Figure, show, write_table
 
 BENCHMARKS = [
     "extract",
@@ -41,8 +41,8 @@ def main() -> None:
         show(measured)
         figures += measured
     if chosen == BENCHMARKS:
-        write_readme(figures)
-        print("README.md: Performance table rewritten")
+        write_table(figures)
+        print("docs/performance.md: the table rewritten")
     missed = [figure.what for figure in figures if figure.met is False]
     if missed:
         sys.exit("targets not met: " + "; ".join(missed))

@@ -1,8 +1,8 @@
-"""What a benchmark reports: figures with the command that reproduces them, and the README table.
+"""What a benchmark reports: figures with the command that reproduces them, and the table of docs/performance.md.
 
 Every benchmark's `measure()` returns its `Figure`s; run alone (`python -m tests.bench.bench_x`)
 it prints them, and `python -m tests.bench` (`make bench`) runs them all and rewrites the
-table between the README's `bench:begin` / `bench:end` markers.
+table between docs/performance.md's `bench:begin` / `bench:end` markers.
 """
 
 import os
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PERFORMANCE_DOC = Path(__file__).resolve().parents[2] / "docs" / "performance.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
@@ -50,7 +50,7 @@ def machine() -> str:
 
 
 def table(figures: list[Figure]) -> str:
-    """The README section body: when and where, then one row per figure."""
+    """The table's body: when and where, then one row per figure."""
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"Measured {when} on {machine()} by `make bench`.",
@@ -66,7 +66,7 @@ def table(figures: list[Figure]) -> str:
     return "\n".join(lines)
 
 
-def write_readme(figures: list[Figure], readme: Path = README) -> None:
+def write_table(figures: list[Figure], readme: Path = PERFORMANCE_DOC) -> None:
     """Replace the text between the markers with the new table."""
     text = readme.read_text()
     begin, end = text.index(BEGIN) + len(BEGIN), text.index(END)
