@@ -1,4 +1,4 @@
-"""The simulated server: OpenAI-compatible endpoints and a vLLM-shaped `/metrics` (other engines': `families`).
+"""The simulated server: OpenAI-compatible endpoints and a vLLM-shaped `/metrics`.
 
 `specdec simulate` serves it so that a newcomer sees real numbers without a GPU. The payload
 has the layout of a vLLM V1 server: process and Python collectors, per-engine gauges and
