@@ -1,5 +1,7 @@
 """The service's domain errors. Routes and the window functions raise them; one handler each in
 `service.exception_handlers` turns them into HTTP answers, so no route catches to translate.
+Each class carries its own HTTP status (`status_code`, drawn beside it below), so a new error
+cannot be left without one; its text is the answer's `detail`.
 
     SpecdecError
     ├── NotAuthenticated    401  no key, or an unknown or revoked one (says: Bearer)
@@ -13,23 +15,36 @@
     └── OverScrapeBudget    429  the team's sampled windows would scrape more often than it may
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import ClassVar
 
 
 class SpecdecError(Exception):
     """Every domain error; its text is the answer's `detail` and never holds a secret."""
 
+    status_code: ClassVar[HTTPStatus] = HTTPStatus.INTERNAL_SERVER_ERROR
+    # Headers the answer carries (a 401 names the scheme the client should use).
+    headers: ClassVar[Mapping[str, str]] = {}
+
 
 class NotAuthenticated(SpecdecError):
     """The call has no key, or one the service does not know (or that was revoked)."""
+
+    status_code = HTTPStatus.UNAUTHORIZED
+    headers: ClassVar[Mapping[str, str]] = {"WWW-Authenticate": "Bearer"}  # RFC 9110
 
 
 class NotAllowed(SpecdecError):
     """The key's role does not allow the call."""
 
+    status_code = HTTPStatus.FORBIDDEN
+
 
 class InvalidInput(SpecdecError):
     """A field of the request breaks a rule: `loc` is its place (`["query", "cursor"]`)."""
+
+    status_code = HTTPStatus.UNPROCESSABLE_ENTITY
 
     def __init__(self, loc: Sequence[str | int], message: str) -> None:
         super().__init__(message)
@@ -39,6 +54,8 @@ class InvalidInput(SpecdecError):
 class WindowNotFound(SpecdecError):
     """No window has this id in the team."""
 
+    status_code = HTTPStatus.NOT_FOUND
+
     def __init__(self, window_id: str) -> None:
         super().__init__(f"window {window_id} not found")
         self.window_id = window_id
@@ -47,12 +64,16 @@ class WindowNotFound(SpecdecError):
 class TargetNotInWindow(SpecdecError):
     """The window has no target of this `host:port`."""
 
+    status_code = HTTPStatus.NOT_FOUND
+
     def __init__(self, window_id: str, target: str) -> None:
         super().__init__(f"window {window_id} has no target {target}")
 
 
 class WindowOpen(SpecdecError):
     """The window has no results yet: it is still open."""
+
+    status_code = HTTPStatus.CONFLICT
 
     def __init__(self, window_id: str) -> None:
         super().__init__(f"window {window_id} is still open; results come with its stop")
@@ -61,10 +82,16 @@ class WindowOpen(SpecdecError):
 class WindowConflict(SpecdecError):
     """The call contradicts the stored window (other targets, or already stopped)."""
 
+    status_code = HTTPStatus.CONFLICT
+
 
 class TooManyWindows(SpecdecError):
     """The team has as many open windows as it may."""
 
+    status_code = HTTPStatus.TOO_MANY_REQUESTS
+
 
 class OverScrapeBudget(SpecdecError):
     """The team's open sampled windows would scrape more targets per second than it may."""
+
+    status_code = HTTPStatus.TOO_MANY_REQUESTS

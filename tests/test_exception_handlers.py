@@ -1,6 +1,7 @@
 """Every domain error has an HTTP answer, in one body shape."""
 
 import asyncio
+import re
 
 import httpx
 from fastapi import FastAPI
@@ -15,16 +16,24 @@ from specdec_collector.exceptions import (
     WindowNotFound,
     WindowOpen,
 )
-from specdec_collector.service.exception_handlers import STATUS, add_exception_handlers
+from specdec_collector.service.exception_handlers import add_exception_handlers
 
 
 def _kinds(root: type[SpecdecError]) -> list[type[SpecdecError]]:
     return [kind for sub in root.__subclasses__() for kind in (sub, *_kinds(sub))]
 
 
-def test_every_domain_error_has_a_status() -> None:
+def test_every_domain_error_has_a_client_status_of_its_own() -> None:
     kinds = _kinds(SpecdecError)
-    assert [k.__name__ for k in kinds if k is not InvalidInput and k not in STATUS] == []
+    assert kinds  # the tree is not empty
+    assert [k.__name__ for k in kinds if not 400 <= k.status_code < 500] == []
+
+
+def test_the_drawn_tree_says_each_errors_status() -> None:
+    import specdec_collector.exceptions as exceptions
+
+    drawn = dict(re.findall(r"── (\w+) +(\d{3}) ", exceptions.__doc__ or ""))
+    assert drawn == {k.__name__: str(int(k.status_code)) for k in _kinds(SpecdecError)}
 
 
 def test_answers_carry_the_error_text_as_detail() -> None:

@@ -1,32 +1,10 @@
-"""HTTP answers of the domain errors in `exceptions`: a status each, one body shape."""
+"""HTTP answers of the domain errors in `exceptions`: each error's own status, one body shape."""
 
-from fastapi import FastAPI, Request, status
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from specdec_collector.exceptions import (
-    InvalidInput,
-    NotAllowed,
-    NotAuthenticated,
-    OverScrapeBudget,
-    SpecdecError,
-    TargetNotInWindow,
-    TooManyWindows,
-    WindowConflict,
-    WindowNotFound,
-    WindowOpen,
-)
-
-STATUS: dict[type[SpecdecError], int] = {
-    NotAuthenticated: status.HTTP_401_UNAUTHORIZED,
-    NotAllowed: status.HTTP_403_FORBIDDEN,
-    WindowNotFound: status.HTTP_404_NOT_FOUND,
-    TargetNotInWindow: status.HTTP_404_NOT_FOUND,
-    WindowOpen: status.HTTP_409_CONFLICT,
-    WindowConflict: status.HTTP_409_CONFLICT,
-    TooManyWindows: status.HTTP_429_TOO_MANY_REQUESTS,
-    OverScrapeBudget: status.HTTP_429_TOO_MANY_REQUESTS,
-}
+from specdec_collector.exceptions import InvalidInput, SpecdecError
 
 
 def invalid_input_body(error: InvalidInput) -> dict[str, object]:
@@ -35,12 +13,9 @@ def invalid_input_body(error: InvalidInput) -> dict[str, object]:
 
 
 async def _specdec_error(request: Request, exc: Exception) -> JSONResponse:
-    if isinstance(exc, InvalidInput):
-        return JSONResponse(invalid_input_body(exc), status_code=422)
-    code = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
-    # RFC 9110: a 401 names the scheme the client should use.
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, NotAuthenticated) else None
-    return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
+    assert isinstance(exc, SpecdecError)
+    body = invalid_input_body(exc) if isinstance(exc, InvalidInput) else {"detail": str(exc)}
+    return JSONResponse(body, status_code=exc.status_code, headers=dict(exc.headers) or None)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
