@@ -19,8 +19,8 @@ from sqlalchemy import Engine
 
 from specdec_collector.service.auth import create_key
 from specdec_collector.store.db import create_db_engine, upgrade_database
-from tests.collector import CollectorProcess, NewTeam, Team, run_collector
-from tests.postgres import fresh_schema, postgres_server
+from tests.support.collector import CollectorProcess, NewTeam, Team, run_collector
+from tests.support.postgres import fresh_schema, postgres_server
 
 # The real-engine tier runs under `make test-engines` only: it installs and starts real engines.
 collect_ignore = [] if os.environ.get("SPECDEC_TEST_ENGINES") else ["real_engines"]

@@ -167,7 +167,7 @@ def test_newest_output_dir_made_by_the_run(tmp_path: Path) -> None:
 def test_aisbench_request_records_give_its_inference_phase(tmp_path: Path) -> None:
     """Records as AISBench writes them: time points as `.npy` arrays in its SQLite `db_data`
     (made here with the stand-in's own writer), and plain lists in `tmp/` before its summary."""
-    from tests.aisbench_standin import write_records
+    from tests.support.aisbench_standin import write_records
 
     model = tmp_path / "performances" / "vllm-api"
     write_records(model, "gsm8k", [[10.5, 10.75, 11.0], [12.0, 13.25]])

@@ -1,5 +1,5 @@
 """`specdec run -- ais_bench ...` as an AISBench user runs it, with a stand-in `ais_bench`
-(`tests/aisbench_standin.py`) against `specdec simulate` and a real collector."""
+(`tests/support/aisbench_standin.py`) against `specdec simulate` and a real collector."""
 
 import json
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.collector import Team, run_simulator, specdec_command
+from tests.support.collector import Team, run_simulator, specdec_command
 
 ROOT = Path(__file__).parents[1]
 
@@ -19,7 +19,9 @@ def _env(team: Team, tmp_path: Path) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     wrapper = bin_dir / "ais_bench"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m tests.aisbench_standin "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -m tests.support.aisbench_standin "$@"\n'
+    )
     wrapper.chmod(0o755)
     return {**os.environ, "SPECDEC_SERVER": team.base_url, "SPECDEC_API_KEY": team.key,
             "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}  # fmt: skip

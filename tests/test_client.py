@@ -12,9 +12,9 @@ from specdec_collector.client import (
     CollectorUnavailable,
 )
 from specdec_collector.schemas import WindowPublic, WindowSummary
-from tests.collector import Team
-from tests.metrics_server import free_port, serve_metrics
-from tests.payloads import drafts_payload
+from tests.support.collector import Team
+from tests.support.metrics_server import free_port, serve_metrics
+from tests.support.payloads import drafts_payload
 
 
 def test_sync_client_round_trip(team: Team) -> None:

@@ -366,3 +366,46 @@ def _target(fd: Path) -> str:
         return os.readlink(fd)
     except OSError:  # closed meanwhile
         return ""
+
+
+def test_0014_keeps_each_stored_failures_kind_as_its_text_says(database_url: str) -> None:
+    command.upgrade(alembic_config(database_url), "0013")
+    engine = create_db_engine(database_url)
+    errors = [
+        "Metrics endpoint returned HTTP 503",
+        "Failed to fetch metrics from http://h:1/metrics: timed out after 5 s",
+        "Failed to fetch metrics from http://h:1/metrics: ConnectError: All connection attempts failed",
+        "Window force-closed by an admin: no final scrape was taken",
+        "Failed to query Prometheus at http://p:9090: timed out after 10 s",
+        "something no release of the collector wrote",
+        None,
+    ]
+    try:
+        window, target = _window_tables()
+        snapshot = table("snapshot", column("id"), column("target_id"), column("phase"),
+                         column("taken_at"), column("error"), column("counters", JSON()))  # fmt: skip
+        with engine.begin() as connection:
+            connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
+                                                      started_at=datetime(2026, 12, 1, tzinfo=UTC),
+                                                      team="default", started_by="anonymous"))  # fmt: skip
+            connection.execute(target.insert().values(id=1, window_pk=1, ordinal=0, target="h:1",
+                                                      url="http://h:1/metrics"))  # fmt: skip
+            for number, error in enumerate(errors, start=1):
+                connection.execute(snapshot.insert().values(
+                    id=number, target_id=1, phase="sample", taken_at=datetime(2026, 12, 1, tzinfo=UTC),
+                    error=error, counters=None if error else [[1, 2, None]],
+                ))  # fmt: skip
+        upgrade_database(database_url)
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT error_kind FROM snapshot ORDER BY id")).all()
+        assert [row[0] for row in rows] == [
+            "http_status",
+            "timeout",
+            "connect",
+            "force_closed",
+            "prometheus",
+            "unrecorded",
+            None,
+        ]
+    finally:
+        engine.dispose()

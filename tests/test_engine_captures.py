@@ -18,9 +18,9 @@ from specdec_collector.core.figures import (
     VARIABLE_DRAFT_LENGTH,
     build_result,
 )
-from tests.metrics_server import serve_metrics
-from tests.payloads import FIXTURES
 from tests.real_engines.accounting import counters, expected_data, generated_tokens, increase
+from tests.support.metrics_server import serve_metrics
+from tests.support.payloads import FIXTURES
 
 CAPTURES = FIXTURES / "engines"
 ENGINES = {
@@ -111,7 +111,7 @@ def test_a_window_of_a_real_specdec_serve_over_captured_payloads(
 
 
 def test_vllm_rust_frontend_payloads() -> None:
-    from tests.payloads import EngineCounters, vllm_rust_payload
+    from tests.support.payloads import EngineCounters, vllm_rust_payload
 
     start = extract_spec_decode(  # served, nothing speculated yet: no per-position family
         vllm_rust_payload([EngineCounters(0, 0, [0, 0, 0], engine=e) for e in "01"], False)

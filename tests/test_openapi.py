@@ -17,9 +17,9 @@ import pytest
 
 from specdec_collector.config import Settings
 from specdec_collector.service.main import create_app
-from tests.collector import serve_in_thread
-from tests.metrics_server import serve_metrics
-from tests.payloads import EngineCounters, vllm_payload
+from tests.support.collector import serve_in_thread
+from tests.support.metrics_server import serve_metrics
+from tests.support.payloads import EngineCounters, vllm_payload
 
 KEY = "fuzz-team-write-key-0123456789"
 HEADERS = {"Authorization": f"Bearer {KEY}"}

@@ -29,13 +29,13 @@ from specdec_collector.core.promql import (
     series_query,
     snapshots_of,
 )
-from specdec_collector.sources.prometheus import PrometheusSource
-from tests.collector import CollectorProcess, run_collector, run_simulator, specdec_command
-from tests.metrics_server import free_port, serve_metrics
-from tests.payloads import drafts_payload
-from tests.prometheus_server import run_prometheus
-from tests.streaming import streamed_steps
-from tests.waiting import wait_for
+from specdec_collector.sources.prometheus import PrometheusAPI
+from tests.support.collector import CollectorProcess, run_collector, run_simulator, specdec_command
+from tests.support.metrics_server import free_port, serve_metrics
+from tests.support.payloads import drafts_payload
+from tests.support.prometheus_server import run_prometheus
+from tests.support.streaming import streamed_steps
+from tests.support.waiting import wait_for
 
 T0 = 1_796_000_000.0
 LABELS = {"engine": "0", "model_name": "m", "instance": "10.0.0.1:8000", "job": "vllm"}
@@ -335,10 +335,10 @@ def test_engine_restarts_inside_a_window_read_from_prometheus_are_counted_in_ful
 
 def test_prometheus_credentials_never_appear_in_an_error() -> None:
     settings = Settings(prometheus_url="http://prom:9090", prometheus_bearer_token="tok-zz-secret")
-    source = PrometheusSource(settings, httpx.AsyncClient())
+    source = PrometheusAPI(settings, httpx.AsyncClient())
     error = source._failed("a proxy echoed Authorization: Bearer tok-zz-secret")
     assert "tok-zz-secret" not in str(error) and "[redacted]" in str(error)
-    basic = PrometheusSource(
+    basic = PrometheusAPI(
         Settings(
             prometheus_url="http://p", prometheus_username="u", prometheus_password="pw-secret1"
         ),

@@ -32,7 +32,7 @@ from specdec_collector.core.exposition import (
     labels_to_text,
 )
 from specdec_collector.sources.scrape import ACCEPT
-from tests.payloads import fixture
+from tests.support.payloads import fixture
 
 
 def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]:

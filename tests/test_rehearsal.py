@@ -8,16 +8,16 @@ from sqlalchemy.engine.default import CACHE_HIT, DefaultExecutionContext
 from sqlmodel import Session
 
 from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.schemas import WindowCreate
-from specdec_collector.sources.scrape import ScrapeOutcome
 from specdec_collector.store.db import write_alone
 from specdec_collector.store.tables import TABLES, utcnow
 from specdec_collector.windows.catalogue import _KNOWN
-from specdec_collector.windows.closing import close_window
 from specdec_collector.windows.rehearsal import rehearse_window
 from specdec_collector.windows.storage import add_baseline, add_window, load_window, store_snapshots
 from specdec_collector.windows.stored import Actor
-from tests.payloads import fixture
+from tests.support.payloads import fixture
+from tests.support.windows import close_window
 
 
 def _rows(engine: Engine) -> dict[str, int]:
@@ -35,12 +35,12 @@ def _start_sample_stop(engine: Engine) -> None:
                         sample_interval_s=5.0)  # fmt: skip
     targets = body.parsed_targets()
     series = extract_spec_decode(fixture("vllm_v1_dp8_k5.txt"))
-    outcomes = [ScrapeOutcome(target, utcnow(), series=series) for target in targets]
+    outcomes = [TargetReading(target, utcnow(), series) for target in targets]
     stored = write_alone(engine, add_window, actor, "w", body, targets, 10, "r", 30.0)
     assert stored is not None
     write_alone(engine, add_baseline, stored, outcomes)
     ids = {t.key: t.id for t in stored.targets}
-    write_alone(engine, store_snapshots, ids, "sample", outcomes)
+    write_alone(engine, store_snapshots, ids, SnapshotPhase.SAMPLE, outcomes)
     stored = load_window(engine, actor.team, "w")
     assert close_window(engine, stored, actor, outcomes) is not None
 

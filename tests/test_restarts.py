@@ -1,6 +1,6 @@
 """Engine restarts inside a window: found, counted once, and never called exact.
 
-The payloads are llama.cpp's (`tests.payloads.llamacpp_payload`, written from its
+The payloads are llama.cpp's (`tests.support.payloads.llamacpp_payload`, written from its
 `to_metrics`): no `_created`, and the per-position family printed only once a speculative
 request has completed since the server started.
 """
@@ -14,7 +14,7 @@ from specdec_collector.core.figures import (
     build_result,
 )
 from specdec_collector.core.report import render_block
-from tests.payloads import EngineCounters, LlamaCppCounters, llamacpp_payload, vllm_payload
+from tests.support.payloads import EngineCounters, LlamaCppCounters, llamacpp_payload, vllm_payload
 
 URL = "http://127.0.0.1:8080/metrics"
 

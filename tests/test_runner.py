@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from specdec_collector.cli.runner import run_command
-from tests.collector import Team, run_simulator, specdec_command
-from tests.metrics_server import free_port, serve_metrics
-from tests.payloads import drafts_payload
-from tests.waiting import wait_for
+from tests.support.collector import Team, run_simulator, specdec_command
+from tests.support.metrics_server import free_port, serve_metrics
+from tests.support.payloads import drafts_payload
+from tests.support.waiting import wait_for
 
 SPECDEC = " ".join(specdec_command())
 

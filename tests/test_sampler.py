@@ -19,10 +19,10 @@ from specdec_collector.sources.scrape import ScrapeConfig, new_client
 from specdec_collector.store.db import create_db_engine, upgrade_database, write_session
 from specdec_collector.store.tables import Window
 from tests.bench.bench_storage import bytes_per_sample
-from tests.collector import Team, run_collector
-from tests.metrics_server import MetricsServer, serve_metrics
-from tests.payloads import EngineCounters, fixture, vllm_payload
-from tests.waiting import wait_for
+from tests.support.collector import Team, run_collector
+from tests.support.metrics_server import MetricsServer, serve_metrics
+from tests.support.payloads import EngineCounters, fixture, vllm_payload
+from tests.support.waiting import wait_for
 
 K = 3
 

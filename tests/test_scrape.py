@@ -18,6 +18,7 @@ import pytest
 import respx
 
 from specdec_collector.core.exposition import ExtractionLimits, extract_spec_decode
+from specdec_collector.core.readings import FailureKind, TargetReading
 from specdec_collector.core.safetext import MAX_ERROR_CHARS, safe_error_text
 from specdec_collector.core.targets import Target, TargetPolicy, parse_target
 from specdec_collector.sources.scrape import (
@@ -27,16 +28,14 @@ from specdec_collector.sources.scrape import (
     Resolver,
     ScrapeClient,
     ScrapeConfig,
-    ScrapeErrorKind,
-    ScrapeOutcome,
     new_client,
     refusals,
     scrape_all,
     scrape_target,
 )
-from tests.metrics_server import free_port, serve_metrics
-from tests.payloads import EngineCounters, fixture, vllm_payload
-from tests.waiting import wait_for
+from tests.support.metrics_server import free_port, serve_metrics
+from tests.support.payloads import EngineCounters, fixture, vllm_payload
+from tests.support.waiting import wait_for
 
 MAX = 1 << 20
 pytestmark = pytest.mark.anyio
@@ -48,7 +47,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield shared
 
 
-async def scrape(client: httpx.AsyncClient, target: str, max_bytes: int = MAX) -> ScrapeOutcome:
+async def scrape(client: httpx.AsyncClient, target: str, max_bytes: int = MAX) -> TargetReading:
     return await scrape_target(client, parse_target(target), ScrapeConfig(2.0, max_bytes))
 
 
@@ -489,7 +488,7 @@ async def test_a_connection_that_cannot_be_opened_ahead_leaves_its_scrape_to_say
         assert opening is not None
         await opening  # no exception
         outcome = await scrape(client, f"127.0.0.1:{port}")
-    assert outcome.kind is ScrapeErrorKind.CONNECT
+    assert outcome.kind is FailureKind.CONNECT
 
 
 async def test_checked_targets_are_connected_ahead_where_their_scrapes_connect() -> None:
@@ -543,26 +542,26 @@ async def test_every_failure_has_a_kind_and_the_aisbench_text(client: httpx.Asyn
     ):
         closed = f"127.0.0.1:{free_port()}"
         targets = {
-            ScrapeErrorKind.HTTP_STATUS: unavailable.target,
-            ScrapeErrorKind.NOT_PROMETHEUS: html.target,
-            ScrapeErrorKind.TOO_LARGE: huge.target,
-            ScrapeErrorKind.INVALID_PAYLOAD: negative.target,
-            ScrapeErrorKind.CONNECT: closed,
+            FailureKind.HTTP_STATUS: unavailable.target,
+            FailureKind.NOT_PROMETHEUS: html.target,
+            FailureKind.TOO_LARGE: huge.target,
+            FailureKind.INVALID_PAYLOAD: negative.target,
+            FailureKind.CONNECT: closed,
         }
         outcomes = {
-            kind: await scrape(client, target, 2048 if kind is ScrapeErrorKind.TOO_LARGE else MAX)
+            kind: await scrape(client, target, 2048 if kind is FailureKind.TOO_LARGE else MAX)
             for kind, target in targets.items()
         }
     assert {kind: outcome.kind for kind, outcome in outcomes.items()} == {k: k for k in targets}
-    assert outcomes[ScrapeErrorKind.HTTP_STATUS].error == "Metrics endpoint returned HTTP 503"
+    assert outcomes[FailureKind.HTTP_STATUS].error == "Metrics endpoint returned HTTP 503"
     for kind, outcome in outcomes.items():
         assert outcome.series is None
-        if kind is not ScrapeErrorKind.HTTP_STATUS:
+        if kind is not FailureKind.HTTP_STATUS:
             assert outcome.error is not None
             assert outcome.error.startswith(
                 f"Failed to fetch metrics from http://{targets[kind]}/metrics: "
             )
-    assert outcomes[ScrapeErrorKind.TOO_LARGE].error.endswith("answer larger than 2048 bytes")  # type: ignore[union-attr]
+    assert outcomes[FailureKind.TOO_LARGE].error.endswith("answer larger than 2048 bytes")  # type: ignore[union-attr]
 
 
 # --- hostile targets and the collector's own faults (issue 15) -------------------------------
@@ -600,7 +599,7 @@ async def test_a_target_that_echoes_a_header_into_a_broken_answer_never_stores_i
     async with new_client(2.0) as client:
         outcome = await scrape_target(client, target, ScrapeConfig(2.0, MAX))
     listener.close()
-    assert outcome.kind is ScrapeErrorKind.TRANSPORT
+    assert outcome.kind is FailureKind.TRANSPORT
     assert outcome.error is not None and "RemoteProtocolError" in outcome.error
     assert SECRET not in outcome.error and "[redacted]" in outcome.error
 
@@ -614,7 +613,7 @@ async def test_a_fault_inside_the_collector_is_an_internal_failure_never_an_exce
     async with new_client(2.0) as client:
         outcome = await scrape_target(client, target, config)
         assert await refusals([target], config) == [None]  # its scrape says why, not the start
-    assert outcome.kind is ScrapeErrorKind.INTERNAL
+    assert outcome.kind is FailureKind.INTERNAL
     assert outcome.error == (
         "Failed to fetch metrics from http://name.test:80/: "
         "internal error of the collector (RuntimeError)"
@@ -632,7 +631,7 @@ async def test_limits_on_series_and_label_sets_make_the_scrape_na(
         too_many = await scrape_target(client, parse_target(server.target), config)
         too_long = await scrape_target(client, parse_target(other.target), config)
         fine = await scrape_target(client, parse_target(server.target), ScrapeConfig(2.0, MAX))
-    assert too_many.kind is too_long.kind is ScrapeErrorKind.INVALID_PAYLOAD
+    assert too_many.kind is too_long.kind is FailureKind.INVALID_PAYLOAD
     assert too_many.error is not None and too_many.error.endswith(
         "more than 50 spec-decode series (SPECDEC_MAX_SERIES_PER_TARGET)"
     )
@@ -686,7 +685,7 @@ async def test_a_known_servers_other_endpoint_says_which_to_use(
 ) -> None:
     with serve_metrics(body=body) as server:
         outcome = await scrape(client, server.target)
-    assert outcome.kind is ScrapeErrorKind.WRONG_ENDPOINT
+    assert outcome.kind is FailureKind.WRONG_ENDPOINT
     assert outcome.error == f"Failed to fetch metrics from {server.url}: {reason}"
 
 
@@ -764,7 +763,7 @@ async def test_https_is_pinned_to_the_checked_address_and_verified_for_the_name(
         assert seen["host"] == f"metrics.test:{port}"
         assert len(seen["handshakes"]) == 1  # connected ahead: the scrape took that connection
     else:
-        assert outcome.kind is ScrapeErrorKind.CONNECT and outcome.error is not None
+        assert outcome.kind is FailureKind.CONNECT and outcome.error is not None
         assert "ConnectError" in outcome.error and "metrics.test" in outcome.error
         assert "certificate" in outcome.error.lower(), outcome.error
 

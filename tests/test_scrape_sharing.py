@@ -12,12 +12,13 @@ import httpx
 import pytest
 
 from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import Target, parse_target
-from specdec_collector.sources.scrape import ScrapeConfig, ScrapeOutcome, new_client, scrape_target
+from specdec_collector.sources.scrape import ScrapeConfig, new_client, scrape_target
 from specdec_collector.sources.scrape.client import ScrapeClient
 from specdec_collector.sources.scrape.sharing import ScrapeSharing
-from tests.metrics_server import MetricsServer, serve_metrics
-from tests.payloads import EngineCounters, vllm_payload
+from tests.support.metrics_server import MetricsServer, serve_metrics
+from tests.support.payloads import EngineCounters, vllm_payload
 
 pytestmark = pytest.mark.anyio
 
@@ -35,8 +36,8 @@ def _share(client: httpx.AsyncClient, patience_s: float, per_endpoint: int) -> N
 class InFlight:
     server: MetricsServer
     target: Target
-    scrape: Callable[[], Awaitable[ScrapeOutcome]]  # another scrape of the target
-    first: "asyncio.Future[ScrapeOutcome]"  # the scrape in flight
+    scrape: Callable[[], Awaitable[TargetReading]]  # another scrape of the target
+    first: "asyncio.Future[TargetReading]"  # the scrape in flight
 
 
 @asynccontextmanager
@@ -67,7 +68,7 @@ async def test_scrapes_asked_meanwhile_share_one_request_sent_after_each_was_ask
             targets = [parse_target(server.target) for _ in range(10)]  # ten equal objects
             asked: list[float] = []
 
-            async def scrape(target: Target) -> ScrapeOutcome:
+            async def scrape(target: Target) -> TargetReading:
                 asked.append(time.monotonic())
                 return await scrape_target(client, target, config)
 

@@ -9,8 +9,8 @@ import pytest
 
 from specdec_collector.core.figures import SGLANG_NOTES, TRTLLM_NOTE, UNSEEN_RESTART, V0_REASON
 from specdec_collector.simulator.server import SimulatedServer
-from tests.collector import run_simulator
-from tests.streaming import streamed_steps
+from tests.support.collector import run_simulator
+from tests.support.streaming import streamed_steps
 
 K = 3
 

@@ -17,7 +17,7 @@ from specdec_collector.cli.runner import generate_load
 from specdec_collector.core.counters import Role
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.simulator.server import SimulatedServer, default_acceptance
-from tests.collector import run_simulator, specdec_command
+from tests.support.collector import run_simulator, specdec_command
 from tests.test_promtext import oracle
 
 

@@ -7,15 +7,15 @@ from specdec_collector.core.arithmetic import (
     INVALID_COUNTERS,
     NO_ACTIVITY,
     NO_METRICS,
-    Reading,
     timeline,
     window_increase,
 )
 from specdec_collector.core.counters import Role
 from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue, extract_spec_decode
 from specdec_collector.core.figures import bounded_result, build_result
+from specdec_collector.core.readings import Failure, FailureKind, Reading
 from specdec_collector.core.results import TargetResult
-from tests.payloads import EngineCounters, spec_block, vllm_payload
+from tests.support.payloads import EngineCounters, spec_block, vllm_payload
 
 URL = "http://10.0.0.1:8080/metrics"
 
@@ -170,7 +170,9 @@ def test_no_drafts_in_the_window() -> None:
 
 def test_failed_phases_are_prefixed() -> None:
     fine = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
-    result = build_result(URL, fine, "Metrics endpoint returned HTTP 500").as_json()
+    result = build_result(
+        URL, fine, Failure(FailureKind.HTTP_STATUS, "Metrics endpoint returned HTTP 500")
+    ).as_json()
     assert result["error"] == "[after] Metrics endpoint returned HTTP 500"
     assert result["raw"]["after"] is None
     assert result["raw"]["before"]["num_draft_tokens"] == 30
@@ -208,7 +210,7 @@ def test_timeline_rows_cumulative_and_interval_values() -> None:
     points: list[tuple[str, str, Reading]] = [
         ("t0", "before", at(100)),
         ("t1", "sample", at(300)),
-        ("t2", "sample", "Metrics endpoint returned HTTP 503"),
+        ("t2", "sample", Failure(FailureKind.HTTP_STATUS, "Metrics endpoint returned HTTP 503")),
         ("t3", "sample", at(300)),
         ("t4", "sample", at(40, created=2.0)),  # reset
         ("t5", "after", at(140, created=2.0)),
@@ -232,7 +234,11 @@ def test_timeline_without_a_baseline_has_no_cumulative_counts() -> None:
     later = snap(EngineCounters(drafts=50, draft_tokens=100, accepted_per_pos=[20, 10]))
     rows = timeline(
         [
-            ("t0", "before", "Metrics endpoint returned HTTP 500"),
+            (
+                "t0",
+                "before",
+                Failure(FailureKind.HTTP_STATUS, "Metrics endpoint returned HTTP 500"),
+            ),
             ("t1", "sample", later),
             ("t2", "after", later),
         ]
@@ -254,7 +260,9 @@ def test_samples_join_the_chain_and_are_counted() -> None:
     after = snap(
         EngineCounters(drafts=600, draft_tokens=1800, accepted_per_pos=[300, 180, 60], created=None)
     )
-    result = build_result(URL, before, after, [middle, "timed out", restarted]).as_json()
+    result = build_result(
+        URL, before, after, [middle, Failure(FailureKind.TIMEOUT, "timed out"), restarted]
+    ).as_json()
     assert result["data"]["num_drafts"] == 400 + 10 + 590
     assert result["samples"] == {"taken": 3, "failed": 1}
     assert build_result(URL, before, after).as_json()["data"]["num_drafts"] == 500
@@ -308,7 +316,7 @@ def test_a_bounded_result_runs_between_the_snapshots_that_enclose_the_phase() ->
         (t[0], "before", at(0)),
         (t[1], "sample", at(50)),  # traffic before the phase
         (t[2], "sample", at(50)),
-        (t[3], "sample", "Metrics endpoint returned HTTP 503"),
+        (t[3], "sample", Failure(FailureKind.HTTP_STATUS, "Metrics endpoint returned HTTP 503")),
         (t[5], "sample", at(80)),
         (t[6], "sample", at(90)),  # traffic after the phase
         (t[7], "after", at(120)),

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.collector import Team
-from tests.metrics_server import MetricsServer, serve_metrics
-from tests.payloads import EngineCounters, vllm_payload
+from tests.support.collector import Team
+from tests.support.metrics_server import MetricsServer, serve_metrics
+from tests.support.payloads import EngineCounters, vllm_payload
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip

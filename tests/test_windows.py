@@ -18,25 +18,25 @@ from specdec_collector.core.exposition import (
     labels_from_text,
     labels_to_text,
 )
+from specdec_collector.core.readings import Failure, FailureKind, SnapshotPhase, TargetReading
 from specdec_collector.core.results import UNREADABLE_RESULT, TargetResult
 from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.schemas import WindowCreate
-from specdec_collector.sources.scrape import ScrapeOutcome
 from specdec_collector.store.db import create_db_engine, upgrade_database, write_alone
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot
 from specdec_collector.windows.cache import OpenViews, ResultsCache
-from specdec_collector.windows.closing import close_window
-from specdec_collector.windows.lifecycle import WindowService, window_json
+from specdec_collector.windows.lifecycle import window_json
 from specdec_collector.windows.overlaps import overlaps_of
+from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.storage import (
     add_window,
     load_window,
-    store_baseline,
     store_snapshots,
 )
 from specdec_collector.windows.stored import Actor
 from specdec_collector.windows.views import read_window
-from tests.payloads import EngineCounters, vllm_payload
+from tests.support.payloads import EngineCounters, vllm_payload
+from tests.support.windows import close_window, store_baseline
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
     series = extract_spec_decode(
         vllm_payload([EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
     )
-    outcome = ScrapeOutcome(target, datetime.now(UTC), series=series)
+    outcome = TargetReading(target, datetime.now(UTC), series)
     committed: list[bool] = []
 
     def commit_baseline_once(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -113,17 +113,16 @@ def test_results_cache_of_size_zero_keeps_nothing() -> None:
 
 def _service_for_reads(engine: Engine) -> WindowService:
     """A window service with what reads use (the engine, the kept results and views)."""
-    unused: Any = None  # scrapes, sampler, settings, lanes: a read uses none
+    unused: Any = None  # sources, sampler, settings, lanes: a read uses none
     return WindowService(
-        engine,
-        unused,
-        unused,
-        unused,
-        unused,
-        ResultsCache(8),
-        unused,
-        unused,
-        OpenViews(8, 1 << 20),
+        engine=engine,
+        sources=unused,
+        sampler=unused,
+        settings=unused,
+        kept_results=ResultsCache(8),
+        writes=unused,
+        computations=unused,
+        open_views=OpenViews(8, 1 << 20),
     )
 
 
@@ -138,7 +137,7 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     stored = load_window(engine, "default", "w")
     counters = EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])
     series = extract_spec_decode(vllm_payload([counters]))
-    store_baseline(engine, stored, [ScrapeOutcome(target, datetime.now(UTC), series=series)])
+    store_baseline(engine, stored, [TargetReading(target, datetime.now(UTC), series)])
     service = _service_for_reads(engine)
     first = await window_json(service, "default", "w")
     before = json.loads(first)["targets"][0]["before"]
@@ -157,9 +156,7 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     assert again is first  # kept
     assert len(statements) == 1 and statements[0].replace('"', "").startswith("SELECT window.state")
     later = EngineCounters(drafts=9, draft_tokens=27, accepted_per_pos=[6, 4, 1])
-    final = ScrapeOutcome(
-        target, datetime.now(UTC), series=extract_spec_decode(vllm_payload([later]))
-    )
+    final = TargetReading(target, datetime.now(UTC), extract_spec_decode(vllm_payload([later])))
     assert close_window(other, stored, Actor("default", "t"), [final]) is not None
     shown = json.loads(await window_json(service, "default", "w"))
     assert shown["state"] == "closed"
@@ -248,8 +245,8 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     try:
         with Session(engine) as session:
             store_snapshots(
-                session, {target.key: target_id}, "before",
-                [ScrapeOutcome(target, datetime.now(UTC), series=series)],
+                session, {target.key: target_id}, SnapshotPhase.BEFORE,
+                [TargetReading(target, datetime.now(UTC), series)],
             )  # fmt: skip
             session.commit()
     finally:
@@ -283,7 +280,7 @@ def test_label_sets_of_any_length_are_stored_and_read_back(
     long = {"pod": "p" * 20_000, "note": "é\x00" * 3000}
     payload = vllm_payload([EngineCounters(5, 15, [3, 2, 1], extra_labels=long)])
     limits = ExtractionLimits(max_label_chars=100_000)
-    outcome = ScrapeOutcome(target, datetime.now(UTC), series=extract_spec_decode(payload, limits))
+    outcome = TargetReading(target, datetime.now(UTC), extract_spec_decode(payload, limits))
     store_baseline(engine, stored, [outcome])
     store_baseline(engine, stored, [outcome])  # the same series again: found, not added twice
     with Session(engine) as session:
@@ -342,7 +339,7 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
     engine, _ = engines
     target = _window_of_one_target(engine)
     series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
-    outcome = ScrapeOutcome(target, datetime.now(UTC), series=series)
+    outcome = TargetReading(target, datetime.now(UTC), series)
     store_baseline(engine, load_window(engine, "default", "w"), [outcome])
     assert write_alone(engine, add_window, Actor("default", "t"), "w2", WindowCreate(targets=[target.key]),
                          [target], 10, "r", 0)  # fmt: skip
@@ -373,9 +370,9 @@ def test_series_added_by_a_rolled_back_write_are_not_remembered(
     stored = load_window(engine, "default", "w")
     ids = {target.key: stored.targets[0].id}
     series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
-    outcome = ScrapeOutcome(target, datetime.now(UTC), series=series)
+    outcome = TargetReading(target, datetime.now(UTC), series)
     with Session(engine) as session:
-        store_snapshots(session, ids, "before", [outcome])
+        store_snapshots(session, ids, SnapshotPhase.BEFORE, [outcome])
         session.rollback()
     with Session(engine) as session:
         assert session.exec(select(EndpointSeries)).all() == []
@@ -394,7 +391,9 @@ def test_a_result_is_stored_without_its_defaults_and_url_and_reads_back_whole() 
 
     for result in (
         build_result("http://h:1/metrics", before, after),
-        build_result("http://h:1/metrics", before, "connection refused"),
+        build_result(
+            "http://h:1/metrics", before, Failure(FailureKind.CONNECT, "connection refused")
+        ),
     ):
         stored = json.loads(result.as_stored())
         assert "url" not in stored and "samples" not in stored
@@ -407,7 +406,7 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
 ) -> None:
     """A stop computes its results before it takes the write lock; a sample that lands in
     between (another worker's sampler) makes it compute them again under the lock."""
-    from specdec_collector.windows.closing import close_window
+    from tests.support.windows import close_window
 
     engine, writer = engines
     target = _window_of_one_target(engine)
@@ -415,16 +414,16 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     ids = {target.key: stored.targets[0].id}
     reading = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
     later = extract_spec_decode(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]))
-    store_baseline(engine, stored, [ScrapeOutcome(target, datetime.now(UTC), series=reading)])
-    sample = ScrapeOutcome(target, datetime.now(UTC), series=later)
-    final = ScrapeOutcome(target, datetime.now(UTC), series=later)
+    store_baseline(engine, stored, [TargetReading(target, datetime.now(UTC), reading)])
+    sample = TargetReading(target, datetime.now(UTC), later)
+    final = TargetReading(target, datetime.now(UTC), later)
     landed: list[bool] = []
 
     def land_a_sample(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if not landed and "FROM snapshot" in statement:
             landed.append(True)
             with Session(writer) as session:
-                store_snapshots(session, ids, "sample", [sample])
+                store_snapshots(session, ids, SnapshotPhase.SAMPLE, [sample])
                 session.commit()
 
     event.listen(engine, "after_cursor_execute", land_a_sample)
@@ -510,7 +509,7 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
     assert stored is not None
     # Each target its own counters: a target id given to the wrong target would show.
     outcomes = [
-        ScrapeOutcome(t, datetime.now(UTC), series=extract_spec_decode(
+        TargetReading(t, datetime.now(UTC), extract_spec_decode(
             vllm_payload([EngineCounters(5 + i, 15, [3, 2, 1])])
         ))
         for i, t in enumerate(targets)
@@ -523,7 +522,7 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
 
     event.listen(engine, "before_cursor_execute", seen)
     store_baseline(engine, stored, outcomes)
-    assert len(inserts) == 1 and inserts[0].count("(?, ?, ?, ?, ?)") == 5  # one statement
+    assert len(inserts) == 1 and inserts[0].count("(?, ?, ?, ?, ?, ?)") == 5  # one statement
     befores = [t.before for t in read_window(engine, "default", "w").targets]
     assert [before.num_drafts if before else None for before in befores] == [5, 6, 7, 8, 9]
     engine.dispose()

@@ -2,7 +2,7 @@
 
 Nothing here does I/O; `core.figures` turns the increases into each engine's result. Each scrape
 of a window (`before`, samples, `after`) is given as its `Reading`: the extracted `Series`, or
-the error text of a scrape that failed.
+the `Failure` of a reading that failed.
 """
 
 from collections.abc import Sequence
@@ -12,15 +12,12 @@ from typing import Any
 
 from specdec_collector.core.counters import GAUGES, POSITION_LABELS, Role
 from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
+from specdec_collector.core.readings import Failure, Reading, SnapshotPhase
 from specdec_collector.core.results import Counts, ResultData, TargetResult
 
 NO_METRICS = "No spec decode metrics found on server"
 NO_ACTIVITY = "No spec decode activity detected during benchmark window"
 INVALID_COUNTERS = "Invalid counters: a figure of the window is not a finite number"
-
-Reading = Series | str
-"""What one scrape of a target read: its series, or the error text of the failed scrape.
-(A snapshot's `phase` is another thing: when it was taken, `before`, `sample` or `after`.)"""
 
 
 @dataclass(slots=True)
@@ -215,8 +212,8 @@ def derived(totals: Totals) -> ResultData:
 
 def reading_error(phase: Reading) -> str | None:
     """The error of a reading: its failed scrape's text, or that it held no spec-decode series."""
-    if isinstance(phase, str):
-        return phase
+    if isinstance(phase, Failure):
+        return phase.text
     return NO_METRICS if not phase else None
 
 
@@ -244,12 +241,12 @@ def timeline(points: Sequence[tuple[Any, str, Reading]]) -> list[dict[str, Any]]
     good = [
         (row, outcome)
         for row, (_, _, outcome) in zip(rows, points, strict=True)
-        if row["status"] == "ok" and not isinstance(outcome, str)
+        if row["status"] == "ok" and not isinstance(outcome, Failure)
     ]
     if not good:
         return rows
     # Totals count from `before` only; a chain whose `before` failed has none.
-    cumulative = Totals() if good[0][0]["phase"] == "before" else None
+    cumulative = Totals() if good[0][0]["phase"] == SnapshotPhase.BEFORE else None
     steps = interval_increases([outcome for _, outcome in good])
     for (row, _), step in zip(good[1:], steps, strict=True):
         row["restarts"] = step.restarts

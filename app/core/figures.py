@@ -18,7 +18,6 @@ from specdec_collector.core.arithmetic import (
     INVALID_COUNTERS,
     NO_ACTIVITY,
     NO_METRICS,
-    Reading,
     Totals,
     absolute_totals,
     as_number,
@@ -28,6 +27,7 @@ from specdec_collector.core.arithmetic import (
 )
 from specdec_collector.core.counters import GAUGES, Role, ServingEngine
 from specdec_collector.core.exposition import Series
+from specdec_collector.core.readings import Failure, Reading
 from specdec_collector.core.results import (
     Bounds,
     Counts,
@@ -330,14 +330,14 @@ def _appear_late(after: Reading) -> bool:
     """Whether `after` holds only series of an engine that shows none before its first use."""
     return (
         bool(after)
-        and not isinstance(after, str)
+        and not isinstance(after, Failure)
         and all(key.engine is ServingEngine.TRTLLM for key in after)
     )
 
 
 def _counts(phase: Reading) -> Counts | None:
     """The `raw` counters of a phase; None where its scrape failed or found no series."""
-    return None if isinstance(phase, str) or not phase else absolute_totals(phase).raw()
+    return None if isinstance(phase, Failure) or not phase else absolute_totals(phase).raw()
 
 
 def build_result(
@@ -361,12 +361,12 @@ def build_result(
         # that had none at the start counts from 0, as a series absent earlier does.
         errors["before"] = None
     raw = Raw(before=_counts(before), after=_counts(after))
-    taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, str) for s in samples))
+    taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, Failure) for s in samples))
     failed = [f"[{name}] {error}" for name, error in errors.items() if error]
     if failed:
         return TargetResult(status="na", url=url, error="; ".join(failed), raw=raw, samples=taken)
-    assert not isinstance(before, str) and not isinstance(after, str)
-    chain = [before, *(sample for sample in samples if not isinstance(sample, str)), after]
+    assert not isinstance(before, Failure) and not isinstance(after, Failure)
+    chain = [before, *(sample for sample in samples if not isinstance(sample, Failure)), after]
     windows, everything = _engine_windows(chain, hints)
     common = {
         "url": url, "raw": raw, "samples": taken, "restarts": everything.restarts,
@@ -433,10 +433,11 @@ def bounded_result(
     good one at or after `end` (else the last good one): the smallest stretch of snapshots that
     encloses the phase. `bounds` says which snapshots were used.
     """
-    good = [(at, phase, r) for at, phase, r in points if not isinstance(r, str) and r]
+    good = [(at, phase, r) for at, phase, r in points if not isinstance(r, Failure) and r]
     if not good:  # nothing to bound: the whole window's reasons
-        first_reading = points[0][2] if points else NO_METRICS
-        return build_result(url, first_reading, points[-1][2] if points else NO_METRICS, (), hints)
+        no_metrics: Series = {}  # an empty reading: NO_METRICS
+        first_reading = points[0][2] if points else no_metrics
+        return build_result(url, first_reading, points[-1][2] if points else no_metrics, (), hints)
     first = max((i for i, (at, _, _) in enumerate(good) if at <= start), default=0)
     last = min((i for i, (at, _, _) in enumerate(good) if at >= end), default=len(good) - 1)
     last = max(first, last)

@@ -60,7 +60,9 @@ class Target:
         """This target as Prometheus knows it: its `instance` label, unless a selector."""
         if self.selector is not None:
             return self
-        selector = '{instance="' + self.key + '"}'
+        from specdec_collector.core.promql import instance_selector  # promql reads targets
+
+        selector = instance_selector(self.key)
         return replace(self, url=PROMETHEUS_PREFIX + selector, selector=selector)
 
 

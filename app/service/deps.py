@@ -23,7 +23,7 @@ from specdec_collector.service.auth import (
     writer,
 )
 from specdec_collector.service.state import Health, Services
-from specdec_collector.windows.lifecycle import WindowService
+from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.stored import Actor
 
 

@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from specdec_collector import __version__
 from specdec_collector.config import Settings, get_settings
+from specdec_collector.schemas import Source
 from specdec_collector.service.allocator import tune_allocator
 from specdec_collector.service.auth import AnonymousAccess, OpenMode, parse_env_keys
 from specdec_collector.service.exception_handlers import add_exception_handlers
@@ -25,9 +26,11 @@ from specdec_collector.service.middleware import BodySizeLimit, LoopbackHostOnly
 from specdec_collector.service.routes import compare, health, windows
 from specdec_collector.service.sampler import Sampler
 from specdec_collector.service.state import Services, State
-from specdec_collector.sources.prometheus import PrometheusSource
+from specdec_collector.sources.from_prometheus import PrometheusSource
+from specdec_collector.sources.prometheus import PrometheusAPI
 from specdec_collector.sources.scrape import Resolver, ScrapeConfig, new_client
 from specdec_collector.sources.scrape.resolver import SystemResolver
+from specdec_collector.sources.scraping import ScrapeSource
 from specdec_collector.store.db import (
     create_db_engine,
     database_unavailable,
@@ -37,8 +40,8 @@ from specdec_collector.store.db import (
 from specdec_collector.store.lanes import Lane
 from specdec_collector.telemetry import REGISTRY, DatabaseMetrics
 from specdec_collector.windows.cache import MAX_KEPT_VIEW_BYTES, OpenViews, ResultsCache
-from specdec_collector.windows.lifecycle import WindowService
 from specdec_collector.windows.rehearsal import rehearse_window
+from specdec_collector.windows.service import WindowService
 
 logger = logging.getLogger(__name__)
 
@@ -97,17 +100,25 @@ def create_app(
             replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
             scan_interval_s=settings.sampler_scan_s,
         )
-        prometheus = PrometheusSource(settings, client) if settings.prometheus_url else None
+        prometheus = PrometheusAPI(settings, client) if settings.prometheus_url else None
         # SQLite writes one at a time, and a process computes one stop at a time (see
         # `store.lanes`); PostgreSQL does both at once.
         serial = takes_turns(engine)
         writes = Lane("specdec-writes", serial=serial, engine=engine)
         computations = Lane("specdec-computations", serial=serial)
         windows = WindowService(
-            engine, client, scrape, sampler, settings,
-            ResultsCache(settings.results_cache_windows), writes, computations,
-            OpenViews(settings.open_views_cache_windows, MAX_KEPT_VIEW_BYTES), prometheus,
-        )  # fmt: skip
+            engine=engine,
+            sources={
+                Source.SCRAPE: ScrapeSource(client, scrape),
+                Source.PROMETHEUS: PrometheusSource(prometheus),
+            },
+            sampler=sampler,
+            settings=settings,
+            kept_results=ResultsCache(settings.results_cache_windows),
+            writes=writes,
+            computations=computations,
+            open_views=OpenViews(settings.open_views_cache_windows, MAX_KEPT_VIEW_BYTES),
+        )
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         anonymous = AnonymousAccess(open_mode, env_keys, engine)
         services = Services(engine, env_keys, anonymous, windows)

@@ -33,8 +33,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 
+from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.schemas import WindowState
-from specdec_collector.sources.scrape import ScrapeConfig, ScrapeOutcome, scrape_all
+from specdec_collector.sources.scrape import ScrapeConfig, scrape_all
 from specdec_collector.store.db import write_session
 from specdec_collector.store.tables import TABLES, Snapshot, Window, WindowTarget, utcnow
 from specdec_collector.windows.leases import lease_seconds
@@ -71,7 +72,7 @@ def renew_lease(engine: Engine, window_pk: int, owner: str, interval_s: float) -
 def store_samples(
     engine: Engine,
     window_pk: int,
-    outcomes: Sequence[ScrapeOutcome],
+    outcomes: Sequence[TargetReading],
     ids: dict[str, int],
     owner: str | None = None,
     interval_s: float = 1.0,
@@ -93,7 +94,7 @@ def store_samples(
         if touched.rowcount != 1:
             session.rollback()
             return False
-        store_snapshots(session, ids, "sample", outcomes)
+        store_snapshots(session, ids, SnapshotPhase.SAMPLE, outcomes)
         session.commit()
         return True
 
@@ -170,7 +171,8 @@ def purge_samples(engine: Engine, closed_before: datetime) -> int:
         )
         deleted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             delete(Snapshot).where(
-                col(Snapshot.phase) == "sample", col(Snapshot.target_id).in_(old_targets)
+                col(Snapshot.phase) == SnapshotPhase.SAMPLE,
+                col(Snapshot.target_id).in_(old_targets),
             )
         )
         session.commit()

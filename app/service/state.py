@@ -7,7 +7,7 @@ from typing import TypedDict
 from sqlalchemy.engine import Engine
 
 from specdec_collector.service.auth import AnonymousAccess, EnvKey
-from specdec_collector.windows.lifecycle import WindowService
+from specdec_collector.windows.service import WindowService
 
 
 @dataclass(slots=True)

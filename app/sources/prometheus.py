@@ -1,9 +1,9 @@
-"""Windows read from the deployment's Prometheus (SPECDEC_PROMETHEUS_URL): the HTTP calls.
+"""The deployment's Prometheus (SPECDEC_PROMETHEUS_URL): the HTTP calls that read a window.
 
-`PrometheusSource.read` queries the raw samples of one target over a window
+`PrometheusAPI.read_many` queries the raw samples of one target over a window
 (`core.promql.range_query`) and, at a stop, waits until Prometheus holds a sample at or
 after the stop time (two scrape intervals, as the samples' own spacing shows, within
-`SPECDEC_PROMETHEUS_WAIT_MAX_S`). Every failure is a `SourceError` whose text says why in the
+`SPECDEC_PROMETHEUS_WAIT_MAX_S`). A target's failure is a `Failure` whose text says why in the
 AISBench style; the token or password never appears in it.
 """
 
@@ -33,6 +33,7 @@ from specdec_collector.core.promql import (
     snapshots_of,
     split_by_instance,
 )
+from specdec_collector.core.readings import Failure, FailureKind
 from specdec_collector.core.safetext import safe_error_text
 
 # Without a known spacing (one sample so far), how long a stop waits at most for the next.
@@ -52,7 +53,7 @@ class PrometheusRead:
     note: str | None = None
 
 
-class PrometheusSource:
+class PrometheusAPI:
     """The deployment's Prometheus, with its credentials, timeout and answer size cap."""
 
     def __init__(self, settings: Settings, client: httpx.AsyncClient) -> None:
@@ -110,9 +111,9 @@ class PrometheusSource:
 
     async def read_many(
         self, selectors: Sequence[str], start: datetime, end: datetime, wait: bool
-    ) -> list[PrometheusRead | str]:
-        """Every target's samples (`read`), or the error text of its failure, in order. The
-        targets named by `instance` are read together, with one query each time."""
+    ) -> list[PrometheusRead | Failure]:
+        """Every target's samples, or why there are none, in order. The targets named by
+        `instance` are read together, with one query each time."""
         keys = [_instance_of(selector) for selector in selectors]
         by_instance = [key for key in keys if key is not None]
         jobs = (
@@ -125,20 +126,23 @@ class PrometheusSource:
         ]
         groups = list(await asyncio.gather(*jobs, return_exceptions=True))
         batch = groups.pop(0) if by_instance else {}
-        reads: list[PrometheusRead | str] = []
+        reads: list[PrometheusRead | Failure] = []
         for selector, key in zip(selectors, keys, strict=True):
             group = batch if key is not None else groups.pop(0)
             if isinstance(group, SourceError):
-                reads.append(str(group))
+                reads.append(Failure(FailureKind.PROMETHEUS, str(group)))
             elif isinstance(group, BaseException):
                 raise group
             elif key is not None:
                 reads.append(group.get(key) or _no_series(selector))
             elif len(group) > 1:
                 reads.append(
-                    f"the selector {selector} matches more than one server (instances "
-                    f"{', '.join(sorted(group))}): narrow it to one; the collector never "
-                    "sums servers"
+                    Failure(
+                        FailureKind.PROMETHEUS,
+                        f"the selector {selector} matches more than one server (instances "
+                        f"{', '.join(sorted(group))}): narrow it to one; the collector never "
+                        "sums servers",
+                    )
                 )
             else:
                 reads.append(next(iter(group.values()), None) or _no_series(selector))
@@ -216,8 +220,8 @@ def _instance_of(selector: str) -> str | None:
     return found[1] if found else None
 
 
-def _no_series(selector: str) -> str:
-    return f"Prometheus holds no spec-decode series for {selector}"
+def _no_series(selector: str) -> Failure:
+    return Failure(FailureKind.PROMETHEUS, f"Prometheus holds no spec-decode series for {selector}")
 
 
-__all__ = ["PrometheusRead", "PrometheusSource", "SourceError"]
+__all__ = ["PrometheusAPI", "PrometheusRead", "SourceError"]

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, DateTime, Index, MetaData, Text, UniqueConstraint
 from sqlmodel import AutoString, Field, SQLModel
 
+from specdec_collector.core.readings import FailureKind, SnapshotPhase
 from specdec_collector.schemas import Source, WindowState
 
 # Alembic and the models name constraints alike (Polar's convention).
@@ -118,15 +119,18 @@ class EndpointSeries(SQLModel, table=True):
 
 
 class Snapshot(SQLModel, table=True):
-    """One scrape: `counters` rows are `[endpoint_series.id, value, created]`; or an error."""
+    """One reading: `counters` rows are `[endpoint_series.id, value, created]`; or an error and
+    its kind."""
 
     __tablename__ = "snapshot"
 
     id: int | None = Field(default=None, primary_key=True)
     target_id: int = Field(foreign_key="window_target.id", ondelete="CASCADE", index=True)
-    phase: str = Field(max_length=16)
+    phase: SnapshotPhase = Field(sa_type=AutoString(16))
     taken_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
     error: str | None = Field(default=None)
+    # Why the reading failed (`core.readings.FailureKind`), beside its text.
+    error_kind: FailureKind | None = Field(default=None, sa_type=AutoString(32))
     counters: list[list[float | None]] | None = Field(
         default=None, sa_column=Column(JSON, nullable=True)
     )

@@ -17,7 +17,6 @@ from sqlalchemy import event
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
-from specdec_collector.core.arithmetic import Reading
 from specdec_collector.core.counters import Role, ServingEngine
 from specdec_collector.core.exposition import (
     Series,
@@ -27,6 +26,7 @@ from specdec_collector.core.exposition import (
     labels_from_text,
     labels_to_text,
 )
+from specdec_collector.core.readings import Failure, FailureKind, Reading
 from specdec_collector.store.db import MAX_IN_LIST, PerEngine, upsert_insert
 from specdec_collector.store.tables import TABLES, EndpointSeries
 from specdec_collector.windows.stored import NO_BASELINE, StoredSnapshot
@@ -229,7 +229,9 @@ def reading_of(snapshot: StoredSnapshot | None, catalog: Mapping[int, SeriesKey]
     if snapshot is None:
         return NO_BASELINE
     if snapshot.counters is None:
-        return snapshot.error or "scrape failed"
+        return Failure(
+            snapshot.error_kind or FailureKind.UNRECORDED, snapshot.error or "scrape failed"
+        )
     series: Series = {}
     for series_id, value, created in snapshot.counters:
         assert series_id is not None

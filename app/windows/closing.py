@@ -1,4 +1,4 @@
-"""A stop's write: every target's result from its snapshots, stored with the final scrape."""
+"""A stop's write: every target's result from its snapshots, stored with the stop's readings."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,17 +10,17 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session
 
-from specdec_collector.core.arithmetic import Reading
 from specdec_collector.core.figures import build_result
+from specdec_collector.core.readings import Reading, SnapshotPhase
 from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import WindowState
-from specdec_collector.sources.scrape import ScrapeOutcome
-from specdec_collector.store.db import EncodedJSON, write_alone
-from specdec_collector.store.tables import TABLES, as_utc, utcnow
+from specdec_collector.sources.protocol import Chain
+from specdec_collector.store.db import EncodedJSON
+from specdec_collector.store.tables import TABLES, as_utc
 from specdec_collector.windows.catalogue import keys_of, reading_of
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.storage import snapshots_of, store_snapshots
-from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredWindow
+from specdec_collector.windows.stored import NO_BASELINE, Actor, StoredSnapshot, StoredWindow
 
 _WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABLES["snapshot"]
 _LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id)).where(
@@ -63,41 +63,35 @@ class ClosedWindow:
 def _results(
     session: Session,
     stored: StoredWindow,
-    chains: dict[int, list[StoredSnapshot]],
-    outcomes: Sequence[ScrapeOutcome],
+    stored_chains: dict[int, list[StoredSnapshot]],
+    chains: Sequence[Chain],
     stopped_at: datetime,
-    notes: dict[int, list[str]],
 ) -> ClosedWindow:
-    """Every target's result, from its stored snapshots and its final scrape (`outcomes`, in
-    the targets' order: the same reading its stored snapshot gives back)."""
-    catalog = keys_of(session, chains)
+    """Every target's result, from its stored snapshots and what the source read at the stop
+    (`chains`, in the targets' order: the same readings their stored snapshots give back)."""
+    catalog = keys_of(session, stored_chains)
     overlaps = overlaps_of(session, stored, end=stopped_at)
     baselines: dict[int, Reading] = {}
     results: dict[int, TargetResult | None] = {}
-    for target, outcome in zip(stored.targets, outcomes, strict=True):
-        chain = chains.get(target.id, [])
-        before = next((s for s in chain if s.phase == "before"), None)
-        after: Reading = (
-            outcome.series if outcome.series is not None else outcome.error or "scrape failed"
-        )
-        final_at = as_utc(outcome.taken_at)
-        # A sample scraped after the final scrape (while this stop ran) is not part of it.
-        samples = [
-            s for s in chain if s.phase == "sample" and as_utc(s.taken_at) <= final_at
-        ]  # fmt: skip
-        baseline = reading_of(before, catalog)  # read once: the view shows it too
-        if before is not None:
+    for target, chain in zip(stored.targets, chains, strict=True):
+        kept = stored_chains.get(target.id, [])
+        final_at = as_utc(chain.after.taken_at)
+        if chain.before is not None:
+            baseline = chain.before.reading
+        else:
+            before = next((s for s in kept if s.phase == SnapshotPhase.BEFORE), None)
+            baseline = reading_of(before, catalog)  # read once: the view shows it too
+        if chain.before is not None or baseline is not NO_BASELINE:
             baselines[target.id] = baseline
-        result = build_result(
-            target.url,
-            baseline,
-            after,
-            [reading_of(sample, catalog) for sample in samples],
-            target.hints,
-        )
-        extra = notes.get(target.id)
-        if extra:
-            result = result.model_copy(update={"notes": [*(result.notes or []), *extra]})
+        # A sample scraped after the final reading (while this stop ran) is not part of it.
+        samples = [
+            reading_of(s, catalog)
+            for s in kept
+            if s.phase == SnapshotPhase.SAMPLE and as_utc(s.taken_at) <= final_at
+        ] + [sample.reading for sample in chain.samples]
+        result = build_result(target.url, baseline, chain.after.reading, samples, target.hints)
+        if chain.notes:
+            result = result.model_copy(update={"notes": [*(result.notes or []), *chain.notes]})
         results[target.id] = result.with_overlaps(overlaps[target.key])
     return ClosedWindow(baselines, results)
 
@@ -122,57 +116,47 @@ def _result_rows(closed: ClosedWindow) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class PreparedClose:
-    """A stop's results, computed from the snapshots stored up to `read_up_to`, and the rows
-    that store them: what `add_close` writes unless a snapshot landed since."""
+    """A stop's results, computed from the snapshots stored up to `read_up_to` and what the
+    source read at the stop, and the rows that store them: what `add_close` writes unless a
+    snapshot landed since."""
 
-    outcomes: Sequence[ScrapeOutcome]
+    chains: Sequence[Chain]
     stopped_at: datetime
-    notes: dict[int, list[str]]
     read_up_to: int
     closed: ClosedWindow
     rows: list[dict[str, Any]]
 
 
 def prepare_close(
-    engine: Engine,
-    stored: StoredWindow,
-    outcomes: Sequence[ScrapeOutcome],
-    stopped_at: datetime | None = None,
-    notes: dict[int, list[str]] | None = None,
+    engine: Engine, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
 ) -> PreparedClose:
-    """Every target's result, computed before the database is written to. `outcomes` are the
-    final scrapes, in the targets' order. `stopped_at` is now unless given (a window read from
-    Prometheus may stop in the past); `notes` are added to the results of the targets (by id)
-    they are given for."""
+    """Every target's result, computed before the database is written to. `chains` are what
+    the source read at the stop, in the targets' order; `stopped_at` is when the window
+    stopped (a window read from Prometheus may stop in the past)."""
     # Outside the write (a stop's arithmetic inside it kept every writer of every worker
     # waiting); the service runs one at a time on SQLite (see `store.lanes`).
     with Session(engine) as session:
-        return prepare_close_in(session, stored, outcomes, stopped_at, notes)
+        return prepare_close_in(session, stored, chains, stopped_at)
 
 
 def prepare_close_in(
-    session: Session,
-    stored: StoredWindow,
-    outcomes: Sequence[ScrapeOutcome],
-    stopped_at: datetime | None = None,
-    notes: dict[int, list[str]] | None = None,
+    session: Session, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
 ) -> PreparedClose:
     """`prepare_close` through `session`."""
-    stopped_at = stopped_at or utcnow()
-    notes = notes or {}
-    chains = snapshots_of(session, [t.id for t in stored.targets])
-    read_up_to = max((s.id for chain in chains.values() for s in chain), default=0)
-    closed = _results(session, stored, chains, outcomes, stopped_at, notes)
+    stored_chains = snapshots_of(session, [t.id for t in stored.targets])
+    read_up_to = max((s.id for chain in stored_chains.values() for s in chain), default=0)
+    closed = _results(session, stored, stored_chains, chains, stopped_at)
     rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
-    return PreparedClose(outcomes, stopped_at, notes, read_up_to, closed, rows)
+    return PreparedClose(chains, stopped_at, read_up_to, closed, rows)
 
 
 def add_close(
     session: Session, stored: StoredWindow, actor: Actor, prepared: PreparedClose
 ) -> ClosedWindow | None:
-    """Store the final scrape and every target's result, and close the window, in `session`'s
-    transaction; None (having written nothing) if another stop came first. The results are
-    computed again if a snapshot (a sample) landed after `prepared` read them."""
+    """Store what the source read at the stop and every target's result, and close the
+    window, in `session`'s transaction; None (having written nothing) if another stop came
+    first. The results are computed again if a snapshot (a sample) landed after `prepared`
+    read them."""
     ids = [t.id for t in stored.targets]
     closed, rows, stopped_at = prepared.closed, prepared.rows, prepared.stopped_at
     # The conditional update goes first: it takes the write lock, so no sample lands from here
@@ -183,28 +167,18 @@ def add_close(
     )
     if updated.rowcount != 1:
         return None
+    chains = prepared.chains
     if _latest_snapshot(session, ids) != prepared.read_up_to:
-        chains = snapshots_of(session, ids)
-        closed = _results(session, stored, chains, prepared.outcomes, stopped_at, prepared.notes)
+        closed = _results(session, stored, snapshots_of(session, ids), chains, stopped_at)
         rows = _result_rows(closed)
-    store_snapshots(session, {t.key: t.id for t in stored.targets}, "after", prepared.outcomes)
+    by_key = {t.key: t.id for t in stored.targets}
+    befores = [chain.before for chain in chains if chain.before is not None]
+    store_snapshots(session, by_key, SnapshotPhase.BEFORE, befores)
+    store_snapshots(session, by_key, SnapshotPhase.SAMPLE, [s for c in chains for s in c.samples])
+    store_snapshots(session, by_key, SnapshotPhase.AFTER, [chain.after for chain in chains])
     if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
         session.execute(_STORE_RESULTS, rows)
     # The stored window as this stop left it (the object is detached: no session sees this).
     stored.window.state, stored.window.stopped_at = WindowState.CLOSED, stopped_at
     stored.window.stopped_by = actor.key
     return closed
-
-
-def close_window(
-    engine: Engine,
-    stored: StoredWindow,
-    actor: Actor,
-    outcomes: Sequence[ScrapeOutcome],
-    stopped_at: datetime | None = None,
-    notes: dict[int, list[str]] | None = None,
-) -> ClosedWindow | None:
-    """`prepare_close`, then `add_close` in a transaction of its own: store the final scrape
-    and every target's result; None if another stop came first."""
-    prepared = prepare_close(engine, stored, outcomes, stopped_at, notes)
-    return write_alone(engine, add_close, stored, actor, prepared)

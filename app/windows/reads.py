@@ -7,8 +7,9 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from specdec_collector.core.arithmetic import Reading, compare_results, timeline
+from specdec_collector.core.arithmetic import compare_results, timeline
 from specdec_collector.core.figures import bounded_result
+from specdec_collector.core.readings import Reading
 from specdec_collector.core.results import TargetResult
 from specdec_collector.exceptions import WindowNotFound, WindowOpen
 from specdec_collector.schemas import WindowState

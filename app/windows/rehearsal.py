@@ -11,8 +11,9 @@ import uuid
 from sqlalchemy.engine import Engine
 
 from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.schemas import WindowCreate
-from specdec_collector.sources.scrape import ScrapeOutcome
+from specdec_collector.sources.protocol import Chain
 from specdec_collector.store.db import write_session
 from specdec_collector.store.tables import utcnow
 from specdec_collector.windows.closing import add_close, prepare_close_in
@@ -41,14 +42,17 @@ def rehearse_window(engine: Engine) -> None:
     )
     targets = body.parsed_targets()
     series = extract_spec_decode(_ANSWER)
-    outcomes = [ScrapeOutcome(target, utcnow(), series=series) for target in targets]
+    outcomes = [TargetReading(target, utcnow(), series) for target in targets]
     with write_session(engine) as session:
         try:
             stored = add_window(session, actor, own, body, targets, 1, "", 0.0)
             assert stored is not None, "a window of a fresh id is added"
             add_baseline(session, stored, outcomes)
-            store_snapshots(session, {t.key: t.id for t in stored.targets}, "sample", outcomes)
+            store_snapshots(
+                session, {t.key: t.id for t in stored.targets}, SnapshotPhase.SAMPLE, outcomes
+            )
             find_window(session, actor.team, own)
-            add_close(session, stored, actor, prepare_close_in(session, stored, outcomes))
+            chains = [Chain(reading) for reading in outcomes]
+            add_close(session, stored, actor, prepare_close_in(session, stored, chains, utcnow()))
         finally:
             session.rollback()

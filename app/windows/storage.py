@@ -15,11 +15,11 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from specdec_collector.core.exposition import SeriesKey
+from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.core.targets import EngineHints, Target
 from specdec_collector.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from specdec_collector.schemas import WindowCreate, WindowState
-from specdec_collector.sources.scrape import ScrapeOutcome
-from specdec_collector.store.db import upsert_insert, write_alone
+from specdec_collector.store.db import upsert_insert
 from specdec_collector.store.tables import TABLES, Window, WindowTarget, utcnow
 from specdec_collector.windows.catalogue import series_ids
 from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
@@ -38,7 +38,8 @@ _TARGETS_OF = (
 )  # fmt: skip
 _SNAPSHOTS_OF = (
     sa_select(_SNAPSHOTS.c.id, _SNAPSHOTS.c.target_id, _SNAPSHOTS.c.phase,
-              _SNAPSHOTS.c.taken_at, _SNAPSHOTS.c.error, _SNAPSHOTS.c.counters)
+              _SNAPSHOTS.c.taken_at, _SNAPSHOTS.c.error, _SNAPSHOTS.c.counters,
+              _SNAPSHOTS.c.error_kind)
     .where(_SNAPSHOTS.c.target_id.in_(bindparam("target_ids", expanding=True)))
     .order_by(_SNAPSHOTS.c.taken_at, _SNAPSHOTS.c.id)
 )  # fmt: skip
@@ -102,7 +103,7 @@ def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
 
 
 def snapshots_of(
-    session: Session, target_ids: Iterable[int], phases: Sequence[str] | None = None
+    session: Session, target_ids: Iterable[int], phases: Sequence[SnapshotPhase] | None = None
 ) -> dict[int, list[StoredSnapshot]]:
     """Each target's snapshots (of `phases`, or all), in the order they were taken."""
     params: dict[str, Any] = {"target_ids": list(target_ids)}
@@ -118,7 +119,7 @@ def snapshots_of(
 
 def in_chain_order(snapshots: list[StoredSnapshot]) -> list[StoredSnapshot]:
     # `before` first and `after` last whatever the clocks say; samples in time order between.
-    rank = {"before": 0, "sample": 1, "after": 2}
+    rank = {SnapshotPhase.BEFORE: 0, SnapshotPhase.SAMPLE: 1, SnapshotPhase.AFTER: 2}
     return sorted(snapshots, key=lambda s: rank.get(s.phase, 1))
 
 
@@ -127,7 +128,7 @@ def _compact(value: float | None) -> float | None:
 
 
 def store_snapshots(
-    session: Session, ids: dict[str, int], phase: str, outcomes: Sequence[ScrapeOutcome]
+    session: Session, ids: dict[str, int], phase: SnapshotPhase, outcomes: Sequence[TargetReading]
 ) -> None:
     """Add one snapshot row per outcome (counters, or the error): one statement once the
     series of these endpoints are known (see `windows.catalogue`)."""
@@ -152,6 +153,7 @@ def store_snapshots(
                 "phase": phase,
                 "taken_at": outcome.taken_at,
                 "error": outcome.error,
+                "error_kind": outcome.kind,
                 "counters": counters,
             }
         )
@@ -273,24 +275,6 @@ def _sampling_rate(session: Session, team: str) -> float:
     return float(rate or 0.0)
 
 
-def add_baseline(session: Session, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]) -> None:
+def add_baseline(session: Session, stored: StoredWindow, outcomes: Sequence[TargetReading]) -> None:
     """Add the window's `before` snapshots in `session`'s transaction."""
-    store_snapshots(session, {t.key: t.id for t in stored.targets}, "before", outcomes)
-
-
-def store_baseline(engine: Engine, stored: StoredWindow, outcomes: Sequence[ScrapeOutcome]) -> None:
-    """`add_baseline` in a transaction of its own."""
-    write_alone(engine, add_baseline, stored, outcomes)
-
-
-def add_earlier_snapshots(
-    session: Session,
-    stored: StoredWindow,
-    before: Sequence[ScrapeOutcome],
-    samples: Sequence[ScrapeOutcome],
-) -> None:
-    """Add a window's baselines and samples at once, in `session`'s transaction (a window read
-    from Prometheus at its stop: what a scraped window stores as it goes)."""
-    ids = {t.key: t.id for t in stored.targets}
-    store_snapshots(session, ids, "before", before)
-    store_snapshots(session, ids, "sample", samples)
+    store_snapshots(session, {t.key: t.id for t in stored.targets}, SnapshotPhase.BEFORE, outcomes)

@@ -5,12 +5,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
+from specdec_collector.core.readings import Failure, FailureKind, SnapshotPhase
 from specdec_collector.core.results import TargetResult
 from specdec_collector.core.targets import EngineHints, Target, parse_target
 from specdec_collector.exceptions import TargetNotInWindow
 from specdec_collector.store.tables import Window
 
-NO_BASELINE = "baseline was never stored (the collector stopped before the start scrape finished)"
+NO_BASELINE = Failure(
+    FailureKind.NOT_STORED,
+    "baseline was never stored (the collector stopped before the start scrape finished)",
+)
 
 
 class SamplerHandle(Protocol):
@@ -30,10 +34,11 @@ class StoredSnapshot(NamedTuple):
 
     id: int
     target_id: int
-    phase: str
+    phase: SnapshotPhase
     taken_at: datetime
     error: str | None
     counters: list[list[float | None]] | None
+    error_kind: FailureKind | None
 
 
 @dataclass(frozen=True, slots=True)

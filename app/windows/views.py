@@ -5,7 +5,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from specdec_collector.core.arithmetic import Reading, absolute_totals
+from specdec_collector.core.arithmetic import absolute_totals
+from specdec_collector.core.readings import Failure, Reading, SnapshotPhase
 from specdec_collector.core.results import TargetResult
 from specdec_collector.exceptions import WindowNotFound
 from specdec_collector.schemas import TargetPublic, WindowPublic
@@ -19,7 +20,7 @@ from specdec_collector.windows.stored import StoredWindow
 def _baselines_of(session: Session, stored: StoredWindow) -> dict[int, Reading]:
     """Per target id: the series of its `before` scrape, or that scrape's error."""
     ids = [t.id for t in stored.targets]
-    befores = snapshots_of(session, ids, ["before"])
+    befores = snapshots_of(session, ids, [SnapshotPhase.BEFORE])
     catalog = keys_of(session, befores)
     return {
         target_id: reading_of(snapshots[0], catalog)
@@ -64,7 +65,7 @@ def view_from(
                 url=target.url,
                 header_names=[name for name, _ in target.headers],
                 before=before,
-                before_error=phase if isinstance(phase, str) else None,
+                before_error=phase.text if isinstance(phase, Failure) else None,
                 result=result,
             )
         )

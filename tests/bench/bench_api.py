@@ -18,7 +18,7 @@ import httpx
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.bench.loadgen import LoadResult, run_load
-from tests.collector import run_collector, run_server
+from tests.support.collector import run_collector, run_server
 
 CLIENTS, SECONDS, TURNS = 32, 5.0, 3
 KEY = "bench-key-0123456789abcdef"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from specdec_collector.core.exposition import extract_spec_decode, forget_parsed_lines
 from tests.bench.figures import Figure, show
-from tests.payloads import fixture
+from tests.support.payloads import fixture
 from tests.test_promtext import oracle
 
 

@@ -29,7 +29,7 @@ from specdec_collector.store.tables import TABLES
 from tests.bench.bench_scrape_cost import run_windows
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import run_collector
+from tests.support.collector import run_collector
 
 TARGET_COUNTS = [1, 16, 64, 256]
 WINDOW_COUNTS = [1_000, 10_000, 100_000]

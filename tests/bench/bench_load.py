@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import run_collector
+from tests.support.collector import run_collector
 
 CLIENTS, SECONDS, TARGETS = 200, 30.0, 20
 COMMAND = "python -m tests.bench.bench_load"

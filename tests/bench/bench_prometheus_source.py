@@ -13,8 +13,8 @@ import httpx
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import CollectorProcess, run_collector
-from tests.prometheus_server import run_prometheus
+from tests.support.collector import CollectorProcess, run_collector
+from tests.support.prometheus_server import run_prometheus
 
 TARGETS, WINDOWS = 64, 8
 

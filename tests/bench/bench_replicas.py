@@ -16,8 +16,8 @@ import httpx
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import run_collector
-from tests.postgres import fresh_schema, postgres_server
+from tests.support.collector import run_collector
+from tests.support.postgres import fresh_schema, postgres_server
 
 CLIENTS, SECONDS, TARGETS = 32, 15.0, 4
 

@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import run_collector
+from tests.support.collector import run_collector
 
 WINDOWS, TARGETS_PER_WINDOW, INTERVAL_S = 50, 10, 1.0
 SECONDS = float(os.environ.get("BENCH_SAMPLER_SECONDS", "60"))

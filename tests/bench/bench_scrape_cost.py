@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import CollectorProcess, run_collector
-from tests.payloads import fixture
+from tests.support.collector import CollectorProcess, run_collector
+from tests.support.payloads import fixture
 
 TARGETS, WINDOWS = 16, 40
 

@@ -17,7 +17,7 @@ import httpx
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import CollectorProcess, run_collector
+from tests.support.collector import CollectorProcess, run_collector
 
 TARGETS, DELAY_S, ROUNDS = 64, 0.2, 15
 FRESH_COLLECTORS = 3  # each one's first start; their median is the figure (one is too noisy)

@@ -11,16 +11,16 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import parse_target
 from specdec_collector.service.sampler import store_samples
-from specdec_collector.sources.scrape import ScrapeOutcome
 from specdec_collector.store.db import create_db_engine, upgrade_database
 from specdec_collector.store.tables import Window, WindowTarget
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.collector import run_collector
-from tests.payloads import fixture
-from tests.postgres import fresh_schema, postgres_server
+from tests.support.collector import run_collector
+from tests.support.payloads import fixture
+from tests.support.postgres import fresh_schema, postgres_server
 
 
 def _size(engine: Engine) -> int:
@@ -57,7 +57,7 @@ def bytes_per_sample(payload: str, count: int, database_url: str) -> float:
     series = extract_spec_decode(payload)
 
     def store() -> None:
-        outcome = ScrapeOutcome(target, datetime.now(UTC), series=series)
+        outcome = TargetReading(target, datetime.now(UTC), series)
         assert store_samples(engine, window_pk, [outcome], ids)
 
     store()  # the first sample also adds the target's series catalogue

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.payloads import FIXTURES
+from tests.support.payloads import FIXTURES
 
 
 class _MetricsProtocol(asyncio.Protocol):

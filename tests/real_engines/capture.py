@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 
 from specdec_collector.sources.scrape import ACCEPT
-from tests.metrics_server import free_port
 from tests.real_engines import provision, servers
+from tests.support.metrics_server import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 PASSAGE = (

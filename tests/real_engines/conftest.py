@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.collector import CollectorProcess, run_collector
-from tests.metrics_server import free_port
 from tests.real_engines import provision, servers
+from tests.support.collector import CollectorProcess, run_collector
+from tests.support.metrics_server import free_port
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,6 @@ import pytest
 
 from specdec_collector.core.arithmetic import NO_ACTIVITY, NO_METRICS
 from specdec_collector.core.figures import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART
-from tests.collector import CollectorProcess, run_collector, specdec_command
-from tests.metrics_server import free_port
-from tests.prometheus_server import run_prometheus
 from tests.real_engines import servers
 from tests.real_engines.accounting import (
     Counters,
@@ -29,6 +26,9 @@ from tests.real_engines.accounting import (
     generated_tokens,
     increase,
 )
+from tests.support.collector import CollectorProcess, run_collector, specdec_command
+from tests.support.metrics_server import free_port
+from tests.support.prometheus_server import run_prometheus
 
 PASSAGE = (
     "Speculative decoding drafts several tokens cheaply and lets the large model verify them "

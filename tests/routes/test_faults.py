@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.collector import run_collector, watching_health
-from tests.metrics_server import serve_metrics, serve_reset_mid_body
-from tests.payloads import drafts_payload, fixture
+from tests.support.collector import run_collector, watching_health
+from tests.support.metrics_server import serve_metrics, serve_reset_mid_body
+from tests.support.payloads import drafts_payload, fixture
 
 SPEC = "vllm:spec_decode_num_drafts_total"
 

@@ -16,9 +16,9 @@ from sqlalchemy.engine import Engine
 from specdec_collector.config import Settings
 from specdec_collector.service.auth import EnvKey, OpenMode
 from specdec_collector.service.main import create_app
-from tests.collector import CollectorProcess, run_collector, serve_in_thread
-from tests.metrics_server import serve_metrics
-from tests.payloads import EngineCounters, drafts_payload, vllm_payload
+from tests.support.collector import CollectorProcess, run_collector, serve_in_thread
+from tests.support.metrics_server import serve_metrics
+from tests.support.payloads import EngineCounters, drafts_payload, vllm_payload
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -20,12 +20,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdec_collector.core.report import csv_cell
-from tests.collector import NewTeam, Team, run_collector
 from tests.conftest import ADMIN_KEY
-from tests.metrics_server import serve_metrics
-from tests.netns_probe import METADATA_TARGETS
-from tests.payloads import EngineCounters, drafts_payload, fixture, vllm_payload
-from tests.waiting import wait_for
+from tests.support.collector import NewTeam, Team, run_collector
+from tests.support.metrics_server import serve_metrics
+from tests.support.netns_probe import METADATA_TARGETS
+from tests.support.payloads import EngineCounters, drafts_payload, fixture, vllm_payload
+from tests.support.waiting import wait_for
 
 SECRET = "tok-s3cret-never-shown"
 SPEC = "vllm:spec_decode_num_drafts_total"
@@ -190,7 +190,7 @@ def test_metadata_addresses_in_every_form_are_refused_directly_and_through_a_pro
         # Not root, or a container without CAP_SYS_ADMIN: nothing to install would change it.
         pytest.skip(f"cannot make a network namespace here: {allowed.stderr.strip()}")
     probe = subprocess.run(
-        ["unshare", "-n", sys.executable, "-m", "tests.netns_probe", str(tmp_path)],
+        ["unshare", "-n", sys.executable, "-m", "tests.support.netns_probe", str(tmp_path)],
         cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr[-3000:]

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.metrics_server import MetricsServer, serve_metrics
-from tests.payloads import EngineCounters, vllm_payload
+from tests.support.metrics_server import MetricsServer, serve_metrics
+from tests.support.payloads import EngineCounters, vllm_payload
 
 
 def payload(drafts: int, accepted: list[int]) -> bytes:

@@ -15,11 +15,11 @@ import pytest
 from sqlalchemy import make_url, text
 
 from specdec_collector.store.db import create_db_engine
-from tests.collector import CollectorProcess, run_collector
-from tests.metrics_server import serve_metrics
-from tests.payloads import drafts_payload
-from tests.tcp_proxy import tcp_proxy
-from tests.waiting import wait_for
+from tests.support.collector import CollectorProcess, run_collector
+from tests.support.metrics_server import serve_metrics
+from tests.support.payloads import drafts_payload
+from tests.support.tcp_proxy import tcp_proxy
+from tests.support.waiting import wait_for
 
 MIGRATE = "import sys; from specdec_collector.store.db import upgrade_database; upgrade_database(sys.argv[1])"
 

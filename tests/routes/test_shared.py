@@ -13,10 +13,10 @@ import pytest
 import sqlalchemy
 
 from specdec_collector.core.results import Overlaps
-from tests.collector import CollectorProcess, NewTeam, Team, run_collector, watching_health
-from tests.metrics_server import serve_metrics
-from tests.payloads import drafts_payload
-from tests.waiting import wait_for
+from tests.support.collector import CollectorProcess, NewTeam, Team, run_collector, watching_health
+from tests.support.metrics_server import serve_metrics
+from tests.support.payloads import drafts_payload
+from tests.support.waiting import wait_for
 
 SECRET = "Bearer s3cret-token-never-shown"
 

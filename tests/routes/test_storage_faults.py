@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import text
 
 from specdec_collector.store.db import create_db_engine, upgrade_database
-from tests.collector import run_collector
-from tests.metrics_server import MetricsServer, serve_metrics
-from tests.payloads import EngineCounters, vllm_payload
+from tests.support.collector import run_collector
+from tests.support.metrics_server import MetricsServer, serve_metrics
+from tests.support.payloads import EngineCounters, vllm_payload
 
 
 @pytest.fixture

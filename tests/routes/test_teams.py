@@ -9,9 +9,9 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.collector import CollectorProcess, run_collector, specdec_command
-from tests.metrics_server import MetricsServer, free_port, serve_metrics
-from tests.payloads import EngineCounters, vllm_payload
+from tests.support.collector import CollectorProcess, run_collector, specdec_command
+from tests.support.metrics_server import MetricsServer, free_port, serve_metrics
+from tests.support.payloads import EngineCounters, vllm_payload
 
 WRITE_A = "team-a-write-0123456789abcdef"
 READ_A = "team-a-read-0123456789abcdef"

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.collector import Team, run_collector
-from tests.metrics_server import MetricsServer, free_port, serve_metrics
-from tests.payloads import EngineCounters, fixture, vllm_payload
+from tests.support.collector import Team, run_collector
+from tests.support.metrics_server import MetricsServer, free_port, serve_metrics
+from tests.support.payloads import EngineCounters, fixture, vllm_payload
 
 SEED_BEFORE = [EngineCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30])]
 SEED_AFTER = [

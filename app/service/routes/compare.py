@@ -4,13 +4,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.encoders import jsonable_encoder
-from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.core.targets import WINDOW_ID_PATTERN
 from specdec_collector.exceptions import InvalidInput
 from specdec_collector.service.deps import ReadTeamDep, WindowsDep
 from specdec_collector.service.routes import error_responses
-from specdec_collector.windows.reads import read_comparison
 
 router = APIRouter(tags=["compare"], responses=error_responses(400, 401, 403, 404, 422))
 
@@ -34,6 +32,6 @@ async def compare(
     ids = windows.split(",")
     if len(set(ids)) != len(ids):
         raise InvalidInput(["query", "windows"], "a window is named twice")
-    comparison = await run_in_threadpool(read_comparison, service.engine, scope, ids)
+    comparison = await service.compare(scope, ids)
     result: dict[str, Any] = jsonable_encoder(comparison)
     return result

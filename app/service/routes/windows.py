@@ -1,14 +1,12 @@
 """Benchmark windows: start, stop, read, results, samples and the console report."""
 
 from datetime import datetime
-from functools import partial
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import AwareDatetime, StringConstraints
-from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.core.report import render_report, timeline_csv, windows_csv
 from specdec_collector.core.results import TargetResult
@@ -18,7 +16,6 @@ from specdec_collector.exceptions import InvalidInput, TargetNotInWindow
 from specdec_collector.schemas import (
     BoundedResults,
     BoundedTargetResult,
-    Source,
     WindowCreate,
     WindowPage,
     WindowPublic,
@@ -27,16 +24,7 @@ from specdec_collector.schemas import (
 )
 from specdec_collector.service.deps import ActorDep, AdminActorDep, ReadTeamDep, WindowsDep
 from specdec_collector.service.routes import error_responses
-from specdec_collector.windows.lifecycle import (
-    closed_results,
-    live_timeline,
-    start_window,
-    stop_window,
-    window_json,
-)
-from specdec_collector.windows.listing import WindowFilter, list_windows
-from specdec_collector.windows.reads import read_bounded_results, read_timeline
-from specdec_collector.windows.storage import load_window
+from specdec_collector.windows.listing import WindowFilter
 
 router = APIRouter(
     prefix="/windows", tags=["windows"], responses=error_responses(400, 401, 403, 422)
@@ -119,16 +107,8 @@ async def list_all(
         min_acceptance_rate=min_acceptance_rate,
         max_acceptance_rate=max_acceptance_rate,
     )
-    page, next_cursor = await run_in_threadpool(
-        partial(
-            list_windows,
-            windows.engine,
-            scope,
-            limit,
-            where,
-            oldest_first=sort == "started_at",
-            cursor=cursor,
-        )
+    page, next_cursor = await windows.page(
+        scope, limit, where, oldest_first=sort == "started_at", cursor=cursor
     )
     if _wants_csv(request, format):
         return Response(windows_csv(page), media_type="text/csv; charset=utf-8")
@@ -168,7 +148,7 @@ async def start(
     actor: ActorDep,
 ) -> Response:
     """Open a window, take every target's baseline scrape, start its sampling."""
-    created, encoded = await start_window(windows, actor, window_id, body)
+    created, encoded = await windows.start(actor, window_id, body)
     return _json(encoded, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -182,7 +162,7 @@ async def stop(
     """Take the final scrapes, store every target's result and close the window (a window read
     from Prometheus: read its samples, waiting for one at or after the stop; `at` stops it in
     the past)."""
-    return _window_json(await stop_window(windows, actor, window_id, at=body.at if body else None))
+    return _window_json(await windows.stop(actor, window_id, body.at if body else None))
 
 
 @router.post(
@@ -190,13 +170,13 @@ async def stop(
 )
 async def force_close(window_id: WindowId, windows: WindowsDep, actor: AdminActorDep) -> Response:
     """Admin only: close an open window at once, without a final scrape (every result `na`)."""
-    return _window_json(await stop_window(windows, actor, window_id, force=True))
+    return _window_json(await windows.force_close(actor, window_id))
 
 
 @router.get("/{window_id}", response_model=WindowPublic, responses=error_responses(404))
 async def get_window(window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep) -> Response:
     """The window with its targets and their results."""
-    return _json(await window_json(windows, scope, window_id))
+    return _json(await windows.view(scope, window_id))
 
 
 @router.get("/{window_id}/results", responses=error_responses(404, 409))
@@ -212,9 +192,7 @@ async def get_bounded_results(
     after `end`; each result's `bounds` says which. Samples make the bounds tight."""
     if end < start:
         raise InvalidInput(["query", "end"], "end is before start")
-    results = await run_in_threadpool(
-        read_bounded_results, windows.engine, scope, window_id, start, end
-    )
+    results = await windows.bounded_results(scope, window_id, start, end)
     return BoundedResults(
         targets=[BoundedTargetResult(target=key, result=result) for key, result in results]
     )
@@ -233,7 +211,7 @@ async def get_result(
 ) -> Response:
     """One target's result in the AISBench `spec_decode_<host>_<port>.json` shape."""
     key = _target_key(target)
-    closed = await closed_results(windows, scope, window_id)
+    closed = await windows.results(scope, window_id)
     body = closed.encoded(key)
     if body is None:
         raise TargetNotInWindow(window_id, key)
@@ -252,7 +230,7 @@ async def get_report(
     window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep
 ) -> PlainTextResponse:
     """The AISBench console blocks of every target."""
-    closed = await closed_results(windows, scope, window_id)
+    closed = await windows.results(scope, window_id)
     return PlainTextResponse(render_report(closed.results))
 
 
@@ -277,11 +255,7 @@ async def get_samples(
 ) -> Response:
     """Every snapshot of the window's targets over time (live while the window is open)."""
     key = None if target is None else _target_key(target, "query")
-    stored = await run_in_threadpool(load_window, windows.engine, scope, window_id)
-    if stored.window.state == WindowState.OPEN and stored.window.source == Source.PROMETHEUS:
-        series = await live_timeline(windows, stored, key)  # Prometheus' samples so far
-    else:
-        series = await run_in_threadpool(read_timeline, windows.engine, stored, key)
+    series = await windows.timelines(scope, window_id, key)
     if _wants_csv(request, format):
         return Response(timeline_csv(series), media_type="text/csv; charset=utf-8")
     body = {"id": window_id, "series": [{"target": k, "points": rows} for k, rows in series]}

@@ -13,19 +13,19 @@ from specdec_collector.sources.scrape.config import (
     Resolver,
     ScrapeConfig,
 )
+from specdec_collector.sources.scrape.failures import failure
 from specdec_collector.sources.scrape.fetch import (
     DYNAMO_FRONTEND,
     JSON_METRICS,
     scrape_all,
     scrape_target,
 )
-from specdec_collector.sources.scrape.outcome import ScrapeErrorKind, ScrapeOutcome, failure
 from specdec_collector.sources.scrape.pinning import Allowed, Refused, pin, refusals
 from specdec_collector.sources.scrape.transport import AiohttpTransport
 
 __all__ = [
     "ACCEPT", "ACCEPT_ENCODING", "DYNAMO_FRONTEND", "JSON_METRICS", "LARGE_ANSWERS_AT_ONCE",
     "OFF_LOOP_BYTES", "AiohttpTransport", "Allowed", "Refused", "Resolver", "ScrapeClient",
-    "ScrapeConfig", "ScrapeErrorKind", "ScrapeOutcome", "failure", "new_client", "pin",
+    "ScrapeConfig", "failure", "new_client", "pin",
     "refusals", "scrape_all", "scrape_target",
 ]  # fmt: skip

@@ -1,6 +1,6 @@
 """One scrape of one target: GET its metrics with a timeout and a size cap, read the answer.
 
-`scrape_target` never raises: it returns a `ScrapeOutcome` whose `series` holds the spec-decode
+`scrape_target` never raises: it returns a `TargetReading` whose `series` holds the spec-decode
 series read, or whose `error` holds the AISBench error text.
 """
 
@@ -15,13 +15,12 @@ from functools import lru_cache
 import httpx
 
 from specdec_collector.core.exposition import ExtractionError, ExtractionLimits, extract_spec_decode
+from specdec_collector.core.readings import FailureKind, TargetReading
 from specdec_collector.core.targets import Target
 from specdec_collector.sources.scrape.client import ScrapeClient
 from specdec_collector.sources.scrape.config import OFF_LOOP_BYTES, ScrapeConfig
-from specdec_collector.sources.scrape.outcome import (
+from specdec_collector.sources.scrape.failures import (
     REFUSAL_BODY_BYTES,
-    ScrapeErrorKind,
-    ScrapeOutcome,
     failure,
     refusal_message,
     timed_out,
@@ -107,29 +106,23 @@ async def _read_capped(response: httpx.Response, max_bytes: int, slot: _LargeAns
     return b"".join(chunks)
 
 
-def _transport_failure(target: Target, exc: Exception, timeout_s: float) -> ScrapeOutcome:
+def _transport_failure(target: Target, exc: Exception, timeout_s: float) -> TargetReading:
     if isinstance(exc, httpx.TimeoutException):
         detail = f"timed out after {timeout_s:g} s ({type(exc).__name__})"
-        return failure(target, ScrapeErrorKind.TIMEOUT, detail)
+        return failure(target, FailureKind.TIMEOUT, detail)
     if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol | httpx.InvalidURL):
         # Our own request was refused by the HTTP library: its text quotes the request (a
         # header value among it), so only the kind of the fault is told.
-        return failure(
-            target, ScrapeErrorKind.TRANSPORT, f"request not sent ({type(exc).__name__})"
-        )
+        return failure(target, FailureKind.TRANSPORT, f"request not sent ({type(exc).__name__})")
     text = str(exc)
     detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    kind = (
-        ScrapeErrorKind.CONNECT
-        if isinstance(exc, httpx.ConnectError)
-        else ScrapeErrorKind.TRANSPORT
-    )
+    kind = FailureKind.CONNECT if isinstance(exc, httpx.ConnectError) else FailureKind.TRANSPORT
     return failure(target, kind, detail)
 
 
 async def scrape_target(
     client: httpx.AsyncClient, target: Target, config: ScrapeConfig
-) -> ScrapeOutcome:
+) -> TargetReading:
     """Scrape `target` once and extract its spec-decode series; never raises. Through the
     service's client, scrapes of one endpoint asked for while a request of it is in flight
     share the next one (`sources.scrape.sharing`).
@@ -148,7 +141,7 @@ async def scrape_target(
 
 async def _scrape_once(
     client: httpx.AsyncClient, target: Target, config: ScrapeConfig
-) -> ScrapeOutcome:
+) -> TargetReading:
     try:
         return await _scrape(client, target, config)
     except Exception as exc:
@@ -159,10 +152,10 @@ async def _scrape_once(
             target.key, type(exc).__name__, frames,
         )  # fmt: skip
         detail = f"internal error of the collector ({type(exc).__name__})"
-        return failure(target, ScrapeErrorKind.INTERNAL, detail)
+        return failure(target, FailureKind.INTERNAL, detail)
 
 
-async def _scrape(client: httpx.AsyncClient, target: Target, config: ScrapeConfig) -> ScrapeOutcome:
+async def _scrape(client: httpx.AsyncClient, target: Target, config: ScrapeConfig) -> TargetReading:
     slot = _LargeAnswerSlot(config.large_answers)
     try:
         return await _fetch_and_read(client, target, config, slot)
@@ -172,8 +165,8 @@ async def _scrape(client: httpx.AsyncClient, target: Target, config: ScrapeConfi
 
 async def _fetch_and_read(
     client: httpx.AsyncClient, target: Target, config: ScrapeConfig, slot: _LargeAnswerSlot
-) -> ScrapeOutcome:
-    Kind = ScrapeErrorKind
+) -> TargetReading:
+    Kind = FailureKind
     timeout_s, max_bytes = config.timeout_s, config.max_bytes
     try:
         # This bounds the whole scrape, so a server that trickles its answer cannot hold a
@@ -232,9 +225,9 @@ def _parsed_url(url: str) -> httpx.URL:
     return httpx.URL(url)
 
 
-def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> ScrapeOutcome:
+def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> TargetReading:
     """The outcome of reading an answer's body: its spec-decode series, or why not."""
-    Kind = ScrapeErrorKind
+    Kind = FailureKind
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -247,7 +240,7 @@ def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> ScrapeO
         return failure(target, Kind.INVALID_PAYLOAD, str(exc))
     if not series and (text.startswith("dynamo_frontend_") or "\ndynamo_frontend_" in text):
         return failure(target, Kind.WRONG_ENDPOINT, DYNAMO_FRONTEND)
-    return ScrapeOutcome(target, utcnow(), series=series)
+    return TargetReading(target, utcnow(), series)
 
 
 DYNAMO_FRONTEND = (
@@ -262,7 +255,7 @@ JSON_METRICS = (
 
 async def _measured(
     client: httpx.AsyncClient, target: Target, config: ScrapeConfig
-) -> ScrapeOutcome:
+) -> TargetReading:
     began = time.perf_counter()
     outcome = await scrape_target(client, target, config)
     SCRAPE_SECONDS.observe(time.perf_counter() - began)
@@ -273,7 +266,7 @@ async def _measured(
 
 async def scrape_all(
     client: httpx.AsyncClient, targets: Sequence[Target], config: ScrapeConfig, owner: str = ""
-) -> list[ScrapeOutcome]:
+) -> list[TargetReading]:
     """Scrape every target at once; the outcomes come back in the targets' order.
 
     `owner` (the team) shares the name resolver's threads fairly with other owners.

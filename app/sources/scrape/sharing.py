@@ -20,10 +20,11 @@ import contextvars
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
+from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import Target
-from specdec_collector.sources.scrape.outcome import ScrapeOutcome, timed_out
+from specdec_collector.sources.scrape.failures import timed_out
 
-Scrape = Callable[[], Awaitable[ScrapeOutcome]]
+Scrape = Callable[[], Awaitable[TargetReading]]
 
 #: How long scrapes wait for a slow request in flight before they send theirs beside it. The
 #: herd of 200 starts cost the same CPU with 0.1 s, 0.25 s and no end to waiting.
@@ -39,7 +40,7 @@ class _Waiting:
 
     send: Scrape
     context: contextvars.Context
-    waiters: "list[asyncio.Future[ScrapeOutcome | None]]" = field(default_factory=list)
+    waiters: "list[asyncio.Future[TargetReading | None]]" = field(default_factory=list)
     impatient: asyncio.TimerHandle | None = None
 
 
@@ -61,7 +62,7 @@ class ScrapeSharing:
 
     async def scrape(
         self, key: Hashable, target: Target, timeout_s: float, send: Scrape
-    ) -> ScrapeOutcome:
+    ) -> TargetReading:
         """`send()`'s outcome, or the one of a request shared with the scrapes of `key` that
         wait beside this one (under `target`)."""
         endpoint = self._endpoints.get(key)
@@ -80,7 +81,7 @@ class ScrapeSharing:
         # A future of its own and a timer, not a shield of the shared request and a timeout
         # scope: a herd of starts waited in thousands of scrapes at once, and those cost a
         # tenth of its CPU. Cancelled, it leaves the request to the others.
-        mine: asyncio.Future[ScrapeOutcome | None] = loop.create_future()
+        mine: asyncio.Future[TargetReading | None] = loop.create_future()
         waiting.waiters.append(mine)
         timer = loop.call_later(timeout_s, _answer, mine, None)
         try:
@@ -131,6 +132,6 @@ class ScrapeSharing:
         task.add_done_callback(self._tasks.discard)
 
 
-def _answer(waiter: "asyncio.Future[ScrapeOutcome | None]", outcome: ScrapeOutcome | None) -> None:
+def _answer(waiter: "asyncio.Future[TargetReading | None]", outcome: TargetReading | None) -> None:
     if not waiter.done():  # timed out, or cancelled, before
         waiter.set_result(outcome)

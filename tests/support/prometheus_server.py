@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.collector import wait_answering
-from tests.metrics_server import free_port
+from tests.support.collector import wait_answering
+from tests.support.metrics_server import free_port
 
 NO_PROMETHEUS = (
     "no prometheus binary: install Debian's package (apt-get install prometheus); CI installs it"

@@ -1,5 +1,5 @@
 """Starts windows on cloud metadata addresses, in every form, from inside a private network
-namespace: `unshare -n python -m tests.netns_probe DIR` (as root).
+namespace: `unshare -n python -m tests.support.netns_probe DIR` (as root).
 
 The namespace has a loopback interface only, so even a collector that failed to refuse could
 reach no real metadata service. Two collectors run in it: one connecting directly, one through
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.collector import run_collector
-from tests.metrics_server import serve_metrics
-from tests.payloads import drafts_payload
+from tests.support.collector import run_collector
+from tests.support.metrics_server import serve_metrics
+from tests.support.payloads import drafts_payload
 
 # Every form a metadata address or name can be written in, as a user of the API could.
 METADATA_TARGETS = [

@@ -16,7 +16,7 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
-from tests.metrics_server import free_port
+from tests.support.metrics_server import free_port
 
 
 def specdec_command() -> list[str]:

@@ -1,0 +1,60 @@
+"""The one protocol every source implements: what it reads of a window's targets at the start,
+at the stop, and while the window is open. Sources only read; the window calls store.
+
+A scraped window reads a baseline at its start and its end at its stop (the background
+sampler adds samples between); a window read from Prometheus reads nothing at its start and
+its whole chain (baseline, samples, end) at its stop. Either way the arithmetic gets one
+`TargetReading` per snapshot, and the window calls never ask which source it was.
+"""
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from specdec_collector.core.readings import Reading, SnapshotPhase, TargetReading
+from specdec_collector.core.targets import Target
+from specdec_collector.schemas import WindowCreate
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """What a source read of one target at a window's stop: the end; the baseline when the
+    start read none; the samples not stored yet; and notes for the result."""
+
+    after: TargetReading
+    before: TargetReading | None = None
+    samples: Sequence[TargetReading] = ()
+    notes: Sequence[str] = ()
+
+
+# A point of a target's timeline: when, which snapshot it is, and what it read.
+TimelinePoint = tuple[datetime, SnapshotPhase, Reading]
+
+
+class CounterSource(Protocol):
+    """Where a window's counters come from."""
+
+    async def check_start(
+        self, body: WindowCreate, targets: Sequence[Target], openings: "list[asyncio.Task[None]]"
+    ) -> None:
+        """`InvalidInput` naming the field if this source cannot read the window; may start
+        opening connections for the start's readings (into `openings`)."""
+
+    def check_stop(self, at: datetime | None) -> None:
+        """`InvalidInput` naming `at` if this source cannot stop the window then."""
+
+    async def read_start(self, targets: Sequence[Target], team: str) -> list[TargetReading] | None:
+        """Every target's baseline, in order; None if this source reads none at the start."""
+
+    async def read_stop(
+        self, targets: Sequence[Target], start: datetime, end: datetime, team: str, past: bool
+    ) -> list[Chain]:
+        """Every target's chain at the stop, `end` (now, or a past time if `past`), in order."""
+
+    async def read_open(
+        self, targets: Sequence[Target], start: datetime
+    ) -> list[list[TimelinePoint]] | None:
+        """Every target's timeline so far while the window is open; None where the store
+        holds it (what the start and the sampler stored)."""

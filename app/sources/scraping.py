@@ -1,0 +1,92 @@
+"""The scrape source: the collector reads each target's `/metrics` itself.
+
+At a start it reads every target's baseline (opening the connections of those scrapes while
+the targets are checked, so that the requests leave the moment the window is written); at a
+stop, every target's end. The samples between are the background sampler's.
+"""
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from specdec_collector.core.readings import TargetReading
+from specdec_collector.core.targets import Target
+from specdec_collector.exceptions import InvalidInput
+from specdec_collector.schemas import WindowCreate
+from specdec_collector.sources.protocol import Chain, TimelinePoint
+from specdec_collector.sources.scrape import (
+    Allowed,
+    ScrapeClient,
+    ScrapeConfig,
+    refusals,
+    scrape_all,
+)
+
+
+class ScrapeSource:
+    """Scrapes through `client`, as `config` says."""
+
+    def __init__(self, client: httpx.AsyncClient, config: ScrapeConfig) -> None:
+        self.client = client
+        self.config = config
+
+    async def check_start(
+        self, body: WindowCreate, targets: Sequence[Target], openings: "list[asyncio.Task[None]]"
+    ) -> None:
+        if body.at is not None:
+            raise InvalidInput(
+                ["body", "at"], "only a window read from Prometheus (source prometheus) may "
+                "start in the past: a scraped window starts now"
+            )  # fmt: skip
+        for index, target in enumerate(targets):
+            if target.selector is not None:
+                raise InvalidInput(
+                    ["body", "targets", index], "a selector names a target of a window read "
+                    "from Prometheus (source prometheus)"
+                )  # fmt: skip
+        allowed = self._connecting_ahead(openings)
+        for index, reason in enumerate(await refusals(targets, self.config, allowed)):
+            if reason is not None:
+                raise InvalidInput(
+                    ["body", "targets", index],
+                    f"target {index} ({targets[index].key}) is refused: {reason}",
+                )
+
+    def _connecting_ahead(self, openings: "list[asyncio.Task[None]]") -> Allowed | None:
+        """Open the connections of the start's scrapes as its targets are checked (into
+        `openings`), so the scrapes of servers new to the collector go out at once after the
+        window is written. A connection is opened once, and nothing is asked of the server: a
+        start that is refused, or a retry, sends no request (`AiohttpTransport.connect_ahead`)."""
+        client = self.client
+        if not isinstance(client, ScrapeClient):
+            return None
+        timeout_s = self.config.timeout_s
+
+        def allowed(url: str, extensions: dict[str, Any]) -> None:
+            opening = client.connect_ahead(url, extensions, timeout_s)
+            if opening is not None:
+                openings.append(opening)
+
+        return allowed
+
+    def check_stop(self, at: datetime | None) -> None:
+        if at is not None:
+            raise InvalidInput(
+                ["body", "at"], "only a window read from Prometheus may stop in the past"
+            )
+
+    async def read_start(self, targets: Sequence[Target], team: str) -> list[TargetReading]:
+        return await scrape_all(self.client, targets, self.config, team)
+
+    async def read_stop(
+        self, targets: Sequence[Target], start: datetime, end: datetime, team: str, past: bool
+    ) -> list[Chain]:
+        return [Chain(after) for after in await scrape_all(self.client, targets, self.config, team)]
+
+    async def read_open(
+        self, targets: Sequence[Target], start: datetime
+    ) -> list[list[TimelinePoint]] | None:
+        return None

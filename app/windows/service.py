@@ -1,0 +1,98 @@
+"""The windows facade: every call the routes make, and the only thing they call.
+
+It owns what the window calls need (the lifespan builds it once) and does their thread hops:
+database work runs in the thread pool or the lanes (SQLModel sessions are synchronous),
+reading runs on the event loop.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from starlette.concurrency import run_in_threadpool
+
+from specdec_collector.config import Settings
+from specdec_collector.core.results import TargetResult
+from specdec_collector.schemas import Source, WindowCreate, WindowPublic, WindowSummary
+from specdec_collector.sources.protocol import CounterSource
+from specdec_collector.store.lanes import Lane
+from specdec_collector.windows import lifecycle
+from specdec_collector.windows.cache import ClosedResults, OpenViews, ResultsCache
+from specdec_collector.windows.listing import WindowFilter, list_windows
+from specdec_collector.windows.reads import read_bounded_results, read_comparison
+from specdec_collector.windows.stored import Actor, SamplerHandle
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowService:
+    """What the window calls need, owned by the app's lifespan, and the calls themselves."""
+
+    engine: Engine
+    # Where each window's counters come from, by its `source`.
+    sources: Mapping[Source, CounterSource]
+    sampler: SamplerHandle
+    settings: Settings
+    kept_results: ResultsCache
+    # The writes of starts and stops, a start's first, and the stops' results, one at a time
+    # on SQLite (see `store.lanes`).
+    writes: Lane
+    computations: Lane
+    open_views: OpenViews
+
+    async def start(self, actor: Actor, window_id: str, body: WindowCreate) -> tuple[bool, bytes]:
+        """Start the window: `True` if it was created (not a retry), and its view as JSON."""
+        return await lifecycle.start_window(self, actor, window_id, body)
+
+    async def stop(self, actor: Actor, window_id: str, at: datetime | None = None) -> WindowPublic:
+        """Stop the window and store every target's result (a retry returns them again)."""
+        return await lifecycle.stop_window(self, actor, window_id, at=at)
+
+    async def force_close(self, actor: Actor, window_id: str) -> WindowPublic:
+        """Close the window at once without a final reading: every result `na`, saying so."""
+        return await lifecycle.stop_window(self, actor, window_id, force=True)
+
+    async def view(self, team: str, window_id: str) -> bytes:
+        """The window's public view, as JSON."""
+        return await lifecycle.window_json(self, team, window_id)
+
+    async def results(self, team: str, window_id: str) -> ClosedResults:
+        """The results of a closed window."""
+        return await lifecycle.closed_results(self, team, window_id)
+
+    async def bounded_results(
+        self, team: str, window_id: str, start: datetime, end: datetime
+    ) -> list[tuple[str, TargetResult]]:
+        """Every target's result over the part of a closed window that encloses start..end."""
+        return await run_in_threadpool(
+            read_bounded_results, self.engine, team, window_id, start, end
+        )
+
+    async def timelines(
+        self, team: str, window_id: str, target_key: str | None
+    ) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Every target's snapshots over time (of `target_key`, or all)."""
+        return await lifecycle.timelines(self, team, window_id, target_key)
+
+    async def page(
+        self,
+        team: str,
+        limit: int,
+        where: WindowFilter,
+        *,
+        oldest_first: bool,
+        cursor: str | None,
+    ) -> tuple[list[WindowSummary], str | None]:
+        """One page of the team's windows, and the cursor of the next."""
+        return await run_in_threadpool(
+            partial(
+                list_windows, self.engine, team, limit, where,
+                oldest_first=oldest_first, cursor=cursor,
+            )
+        )  # fmt: skip
+
+    async def compare(self, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
+        """The windows side by side per target."""
+        return await run_in_threadpool(read_comparison, self.engine, team, window_ids)
