@@ -36,6 +36,14 @@ class WindowOptions(BaseModel):
     sample_interval_s: float | None = Field(default=None, ge=0.5, le=3600)
 
 
+class _ParsedTargets(list[str | dict[str, Any]]):
+    """A body's target list as given (what it dumps as), with the targets it parsed to."""
+
+    def __init__(self, given: list[str | dict[str, Any]], parsed: list[Target]) -> None:
+        super().__init__(given)
+        self.parsed = parsed
+
+
 class WindowCreate(WindowOptions):
     """Body of `POST /windows/{id}/start`; `models` is accepted in place of `targets`.
 
@@ -59,6 +67,7 @@ class WindowCreate(WindowOptions):
     @field_validator("targets")
     @classmethod
     def _check_targets(cls, targets: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        """The targets as given, holding their parsed form (parsed once, here)."""
         if not targets:
             raise ValueError("at least one target is required")
         parsed: dict[str, Target] = {}
@@ -73,17 +82,16 @@ class WindowCreate(WindowOptions):
                     f"target {index}: {target.key} is given twice with different URLs "
                     f"({known.url}, {target.url})"
                 )
-            parsed[target.key] = target
-        return targets
+            parsed.setdefault(target.key, target)
+        return _ParsedTargets(targets, list(parsed.values()))
 
     def parsed_targets(self) -> list[Target]:
-        """The targets, parsed and unique by `host:port`, in the order first given (for a
-        window read from Prometheus, as Prometheus knows them)."""
-        unique: dict[str, Target] = {}
+        """The targets, parsed and unique by `host:port`, in the order first given."""
+        if isinstance(self.targets, _ParsedTargets):
+            return list(self.targets.parsed)
+        unique: dict[str, Target] = {}  # a body made without validation
         for value in self.targets:
             target = parse_target(value)
-            if self.source is Source.PROMETHEUS:
-                target = target.in_prometheus()
             unique.setdefault(target.key, target)
         return list(unique.values())
 

@@ -25,11 +25,13 @@ from specdec_collector.sources.scrape import (
     DYNAMO_FRONTEND,
     JSON_METRICS,
     AiohttpTransport,
+    Allowed,
+    Refused,
     Resolver,
     ScrapeClient,
     ScrapeConfig,
     new_client,
-    refusals,
+    pins,
     scrape_all,
     scrape_target,
 )
@@ -39,6 +41,14 @@ from tests.support.waiting import wait_for
 
 MAX = 1 << 20
 pytestmark = pytest.mark.anyio
+
+
+async def refusals(
+    targets: list[Target], config: ScrapeConfig, allowed: Allowed | None = None
+) -> list[str | None]:
+    """Why each target is refused, as a start's check finds it (`pins`)."""
+    found = await pins(targets, config, allowed)
+    return [str(pinned) if isinstance(pinned, Refused) else None for pinned in found]
 
 
 @pytest.fixture

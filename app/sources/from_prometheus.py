@@ -17,7 +17,7 @@ from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput
 from specdec_collector.schemas import WindowCreate
 from specdec_collector.sources.prometheus import PrometheusAPI, PrometheusRead
-from specdec_collector.sources.protocol import Chain, TimelinePoint
+from specdec_collector.sources.protocol import Chain, StartRead, TimelinePoint
 from specdec_collector.store.tables import utcnow
 
 # How far in the future a client's clock may put `at` (clocks drift).
@@ -41,6 +41,10 @@ def _chain(
         return Failure(FailureKind.PROMETHEUS, str(exc))
 
 
+async def _nothing() -> None:
+    return None
+
+
 class PrometheusSource:
     """Reads through `api`; None when this collector reads no Prometheus (every window of
     this source is then refused at its start, naming the setting)."""
@@ -52,9 +56,16 @@ class PrometheusSource:
         assert self.api is not None, "a window read from Prometheus needs one"
         return self.api
 
+    def targets(self, targets: Sequence[Target]) -> list[Target]:
+        return [target.in_prometheus() for target in targets]  # `host:port`: its `instance`
+
     async def check_start(
-        self, body: WindowCreate, targets: Sequence[Target], openings: "list[asyncio.Task[None]]"
-    ) -> None:
+        self,
+        body: WindowCreate,
+        targets: Sequence[Target],
+        team: str,
+        openings: "list[asyncio.Task[None]]",
+    ) -> StartRead:
         if self.api is None:
             raise InvalidInput(
                 ["body", "source"], "this collector reads no Prometheus (SPECDEC_PROMETHEUS_URL)"
@@ -65,12 +76,10 @@ class PrometheusSource:
                 "a window read from Prometheus has Prometheus' own samples: no sampling",
             )
         _check_at(body.at)
+        return _nothing  # Prometheus is read at the stop
 
     def check_stop(self, at: datetime | None) -> None:
         _check_at(at)
-
-    async def read_start(self, targets: Sequence[Target], team: str) -> None:
-        return None  # Prometheus is read at the stop
 
     async def read_stop(
         self, targets: Sequence[Target], start: datetime, end: datetime, team: str, past: bool

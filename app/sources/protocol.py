@@ -8,7 +8,7 @@ its whole chain (baseline, samples, end) at its stop. Either way the arithmetic 
 """
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -33,20 +33,31 @@ class Chain:
 TimelinePoint = tuple[datetime, SnapshotPhase, Reading]
 
 
+# A start's reading of every target's baseline, as its check prepared it: None if the source
+# reads none at the start.
+StartRead = Callable[[], Awaitable[list[TargetReading] | None]]
+
+
 class CounterSource(Protocol):
     """Where a window's counters come from."""
 
+    def targets(self, targets: Sequence[Target]) -> list[Target]:
+        """The window's targets as this source reads them."""
+
     async def check_start(
-        self, body: WindowCreate, targets: Sequence[Target], openings: "list[asyncio.Task[None]]"
-    ) -> None:
-        """`InvalidInput` naming the field if this source cannot read the window; may start
-        opening connections for the start's readings (into `openings`)."""
+        self,
+        body: WindowCreate,
+        targets: Sequence[Target],
+        team: str,
+        openings: "list[asyncio.Task[None]]",
+    ) -> StartRead:
+        """`InvalidInput` naming the field if this source cannot read the window; else how
+        it reads the baselines, once the window is written (what the check found, such as
+        where each target connects, is what that reading uses). It may start opening
+        connections for them (into `openings`)."""
 
     def check_stop(self, at: datetime | None) -> None:
         """`InvalidInput` naming `at` if this source cannot stop the window then."""
-
-    async def read_start(self, targets: Sequence[Target], team: str) -> list[TargetReading] | None:
-        """Every target's baseline, in order; None if this source reads none at the start."""
 
     async def read_stop(
         self, targets: Sequence[Target], start: datetime, end: datetime, team: str, past: bool

@@ -16,12 +16,14 @@ from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput
 from specdec_collector.schemas import WindowCreate
-from specdec_collector.sources.protocol import Chain, TimelinePoint
+from specdec_collector.sources.protocol import Chain, StartRead, TimelinePoint
 from specdec_collector.sources.scrape import (
     Allowed,
+    Pin,
+    Refused,
     ScrapeClient,
     ScrapeConfig,
-    refusals,
+    pins,
     scrape_all,
 )
 
@@ -33,9 +35,16 @@ class ScrapeSource:
         self.client = client
         self.config = config
 
+    def targets(self, targets: Sequence[Target]) -> list[Target]:
+        return list(targets)
+
     async def check_start(
-        self, body: WindowCreate, targets: Sequence[Target], openings: "list[asyncio.Task[None]]"
-    ) -> None:
+        self,
+        body: WindowCreate,
+        targets: Sequence[Target],
+        team: str,
+        openings: "list[asyncio.Task[None]]",
+    ) -> StartRead:
         if body.at is not None:
             raise InvalidInput(
                 ["body", "at"], "only a window read from Prometheus (source prometheus) may "
@@ -47,13 +56,20 @@ class ScrapeSource:
                     ["body", "targets", index], "a selector names a target of a window read "
                     "from Prometheus (source prometheus)"
                 )  # fmt: skip
-        allowed = self._connecting_ahead(openings)
-        for index, reason in enumerate(await refusals(targets, self.config, allowed)):
-            if reason is not None:
+        found = await pins(targets, self.config, self._connecting_ahead(openings))
+        for index, pinned in enumerate(found):
+            if isinstance(pinned, Refused):
                 raise InvalidInput(
                     ["body", "targets", index],
-                    f"target {index} ({targets[index].key}) is refused: {reason}",
+                    f"target {index} ({targets[index].key}) is refused: {pinned}",
                 )
+        # The baselines' requests go where the check found (and connected ahead to).
+        where = [p if isinstance(p, Pin) else None for p in found]
+
+        async def read() -> list[TargetReading]:
+            return await scrape_all(self.client, targets, self.config, team, where)
+
+        return read
 
     def _connecting_ahead(self, openings: "list[asyncio.Task[None]]") -> Allowed | None:
         """Open the connections of the start's scrapes as its targets are checked (into
@@ -77,9 +93,6 @@ class ScrapeSource:
             raise InvalidInput(
                 ["body", "at"], "only a window read from Prometheus may stop in the past"
             )
-
-    async def read_start(self, targets: Sequence[Target], team: str) -> list[TargetReading]:
-        return await scrape_all(self.client, targets, self.config, team)
 
     async def read_stop(
         self, targets: Sequence[Target], start: datetime, end: datetime, team: str, past: bool

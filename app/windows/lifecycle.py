@@ -84,11 +84,11 @@ async def start_window(
     window unchanged and scrapes nothing.
     """
     engine = service.engine
-    targets = body.parsed_targets()
     source = service.sources[body.source]
+    targets = source.targets(body.parsed_targets())
     _check_body(service, body, targets)
     openings: list[asyncio.Task[None]] = []
-    await source.check_start(body, targets, openings)
+    read_start = await source.check_start(body, targets, actor.team, openings)
     if openings:
         # Their connections open before the window is written, not meanwhile: the write, in a
         # thread, would take turns with them for the interpreter's lock (slowing both).
@@ -117,7 +117,7 @@ async def start_window(
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
         return False, await window_json(service, actor.team, window_id)
     stored = inserted
-    readings = await source.read_start(targets, actor.team)
+    readings = await read_start()
     baselines: dict[int, Reading] = {}
     if readings is not None:
         await service.writes.write(NO_YIELD_S, add_baseline, stored, readings)

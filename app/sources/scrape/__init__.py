@@ -20,12 +20,27 @@ from specdec_collector.sources.scrape.fetch import (
     scrape_all,
     scrape_target,
 )
-from specdec_collector.sources.scrape.pinning import Allowed, Refused, pin, refusals
+from specdec_collector.sources.scrape.pinning import Allowed, Pin, Refused, pin, pins
 from specdec_collector.sources.scrape.transport import AiohttpTransport
 
 __all__ = [
-    "ACCEPT", "ACCEPT_ENCODING", "DYNAMO_FRONTEND", "JSON_METRICS", "LARGE_ANSWERS_AT_ONCE",
-    "OFF_LOOP_BYTES", "AiohttpTransport", "Allowed", "Refused", "Resolver", "ScrapeClient",
-    "ScrapeConfig", "failure", "new_client", "pin",
-    "refusals", "scrape_all", "scrape_target",
+    "ACCEPT",
+    "ACCEPT_ENCODING",
+    "DYNAMO_FRONTEND",
+    "JSON_METRICS",
+    "LARGE_ANSWERS_AT_ONCE",
+    "OFF_LOOP_BYTES",
+    "AiohttpTransport",
+    "Allowed",
+    "Pin",
+    "Refused",
+    "Resolver",
+    "ScrapeClient",
+    "ScrapeConfig",
+    "failure",
+    "new_client",
+    "pin",
+    "pins",
+    "scrape_all",
+    "scrape_target",
 ]  # fmt: skip

@@ -25,7 +25,7 @@ from specdec_collector.sources.scrape.failures import (
     refusal_message,
     timed_out,
 )
-from specdec_collector.sources.scrape.pinning import Refused, Unresolved, pin
+from specdec_collector.sources.scrape.pinning import Pin, Refused, Unresolved, pin
 from specdec_collector.sources.scrape.resolver import RESOLVING_FOR
 from specdec_collector.store.tables import utcnow
 from specdec_collector.telemetry import SCRAPE_ERRORS, SCRAPE_SECONDS
@@ -121,7 +121,7 @@ def _transport_failure(target: Target, exc: Exception, timeout_s: float) -> Targ
 
 
 async def scrape_target(
-    client: httpx.AsyncClient, target: Target, config: ScrapeConfig
+    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, pinned: Pin | None = None
 ) -> TargetReading:
     """Scrape `target` once and extract its spec-decode series; never raises. Through the
     service's client, scrapes of one endpoint asked for while a request of it is in flight
@@ -129,21 +129,22 @@ async def scrape_target(
 
     Any fault of the collector's own is an `INTERNAL` failure with a fixed text (its type
     only: an exception's text may quote a header), so a stop always closes its window.
+    `pinned` is where a check just found the request should go (else it is found here).
     """
     if isinstance(client, ScrapeClient):
         # One configuration per service (its identity: it holds a dict, and a semaphore).
         key = (target.url, target.headers, id(config))
         return await client.sharing.scrape(
-            key, target, config.timeout_s, lambda: _scrape_once(client, target, config)
+            key, target, config.timeout_s, lambda: _scrape_once(client, target, config, pinned)
         )
-    return await _scrape_once(client, target, config)
+    return await _scrape_once(client, target, config, pinned)
 
 
 async def _scrape_once(
-    client: httpx.AsyncClient, target: Target, config: ScrapeConfig
+    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, pinned: Pin | None
 ) -> TargetReading:
     try:
-        return await _scrape(client, target, config)
+        return await _scrape(client, target, config, pinned)
     except Exception as exc:
         # The frames, not the message: an exception's text may quote a header value.
         frames = "".join(traceback.format_tb(exc.__traceback__))
@@ -155,16 +156,22 @@ async def _scrape_once(
         return failure(target, FailureKind.INTERNAL, detail)
 
 
-async def _scrape(client: httpx.AsyncClient, target: Target, config: ScrapeConfig) -> TargetReading:
+async def _scrape(
+    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, pinned: Pin | None
+) -> TargetReading:
     slot = _LargeAnswerSlot(config.large_answers)
     try:
-        return await _fetch_and_read(client, target, config, slot)
+        return await _fetch_and_read(client, target, config, slot, pinned)
     finally:
         slot.release()
 
 
 async def _fetch_and_read(
-    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, slot: _LargeAnswerSlot
+    client: httpx.AsyncClient,
+    target: Target,
+    config: ScrapeConfig,
+    slot: _LargeAnswerSlot,
+    pinned: Pin | None,
 ) -> TargetReading:
     Kind = FailureKind
     timeout_s, max_bytes = config.timeout_s, config.max_bytes
@@ -174,7 +181,7 @@ async def _fetch_and_read(
         # bound, begun earlier and as long, always ends first, and aiohttp set a timer anew
         # for every piece of the answer that arrived (~4 % of a scrape's CPU).
         async with asyncio.timeout(timeout_s):
-            url, headers, extensions = await pin(target, config)
+            url, headers, extensions = pinned or await pin(target, config)
             request = client.build_request(
                 "GET", _parsed_url(url), headers=headers, extensions=extensions,
                 timeout=_steps_timeout(timeout_s),
@@ -254,10 +261,10 @@ JSON_METRICS = (
 
 
 async def _measured(
-    client: httpx.AsyncClient, target: Target, config: ScrapeConfig
+    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, pinned: Pin | None
 ) -> TargetReading:
     began = time.perf_counter()
-    outcome = await scrape_target(client, target, config)
+    outcome = await scrape_target(client, target, config, pinned)
     SCRAPE_SECONDS.observe(time.perf_counter() - began)
     if outcome.kind is not None:
         SCRAPE_ERRORS.labels(outcome.kind.value).inc()
@@ -265,11 +272,21 @@ async def _measured(
 
 
 async def scrape_all(
-    client: httpx.AsyncClient, targets: Sequence[Target], config: ScrapeConfig, owner: str = ""
+    client: httpx.AsyncClient,
+    targets: Sequence[Target],
+    config: ScrapeConfig,
+    owner: str = "",
+    pinned: Sequence[Pin | None] | None = None,
 ) -> list[TargetReading]:
-    """Scrape every target at once; the outcomes come back in the targets' order.
+    """Scrape every target at once; the readings come back in the targets' order.
 
-    `owner` (the team) shares the name resolver's threads fairly with other owners.
+    `owner` (the team) shares the name resolver's threads fairly with other owners; `pinned`,
+    where a check just found each request should go (None: found by the scrape).
     """
     RESOLVING_FOR.set(owner)  # the tasks below copy this context
-    return list(await asyncio.gather(*(_measured(client, t, config) for t in targets)))
+    where = pinned if pinned is not None else [None] * len(targets)
+    return list(
+        await asyncio.gather(
+            *(_measured(client, t, config, p) for t, p in zip(targets, where, strict=True))
+        )
+    )

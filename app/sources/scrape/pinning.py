@@ -4,7 +4,7 @@ to, and the request pinned to the address checked (no DNS rebinding in between).
 import asyncio
 import urllib.request
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from specdec_collector.core.targets import Target, is_ip
@@ -30,7 +30,16 @@ def _proxy_route(target: Target, proxies: dict[str, str]) -> str:
     return "bypassed" if bypassed else "proxied"
 
 
-async def pin(target: Target, config: ScrapeConfig) -> tuple[str, dict[str, str], dict[str, Any]]:
+class Pin(NamedTuple):
+    """Where a scrape's request goes: the URL (the checked address in it), its headers and
+    request extensions (the TLS server name)."""
+
+    url: str
+    headers: dict[str, str]
+    extensions: dict[str, Any]
+
+
+async def pin(target: Target, config: ScrapeConfig) -> Pin:
     """The URL, headers and request extensions that reach the address the policy checked.
 
     The host name is resolved once and every address checked; the request then goes to the
@@ -51,7 +60,7 @@ async def pin(target: Target, config: ScrapeConfig) -> tuple[str, dict[str, str]
         reason = config.policy.name_refusal(target.host)
         if reason is not None:
             raise Refused(reason)
-        return target.url, headers, {}
+        return Pin(target.url, headers, {})
     else:
         try:
             addresses = await config.resolve(target.host, target.port)
@@ -64,7 +73,7 @@ async def pin(target: Target, config: ScrapeConfig) -> tuple[str, dict[str, str]
         if reason is not None:
             raise Refused(reason)
     if is_ip(target.host) or route == "bypassed":
-        return target.url, headers, {}
+        return Pin(target.url, headers, {})
     parts = urlsplit(target.url)
     address = addresses[0]
     netloc = f"[{address}]:{target.port}" if ":" in address else f"{address}:{target.port}"
@@ -72,32 +81,33 @@ async def pin(target: Target, config: ScrapeConfig) -> tuple[str, dict[str, str]
     extensions: dict[str, Any] = {}
     if parts.scheme == "https":
         extensions["sni_hostname"] = target.host
-    return urlunsplit(parts._replace(netloc=netloc)), headers, extensions
+    return Pin(urlunsplit(parts._replace(netloc=netloc)), headers, extensions)
 
 
 #: Told where the scrape of a target that is not refused will connect: its URL and extensions.
 Allowed = Callable[[str, dict[str, Any]], None]
 
 
-async def refusals(
+async def pins(
     targets: Sequence[Target], config: ScrapeConfig, allowed: Allowed | None = None
-) -> list[str | None]:
-    """Why each target may not be scraped, or None; a name that does not resolve is not refused.
+) -> list[Pin | Refused | None]:
+    """Where each target's scrape connects, or why it may not (`Refused`), or None for a name
+    that does not resolve (not refused: its scrape says why), checked once for all of them.
 
     `allowed` is told, as each is checked, where the scrape of a target not refused connects.
     """
 
-    async def check(target: Target) -> str | None:
+    async def check(target: Target) -> Pin | Refused | None:
         try:
             async with asyncio.timeout(config.timeout_s):
-                url, _, extensions = await pin(target, config)
+                pinned = await pin(target, config)
         except Refused as exc:
-            return str(exc)
+            return exc
         except Exception:
             # Unresolved, slow to resolve, or anything else: not refused; its scrape says why.
             return None
         if allowed is not None:
-            allowed(url, extensions)
-        return None
+            allowed(pinned.url, pinned.extensions)
+        return pinned
 
     return list(await asyncio.gather(*(check(target) for target in targets)))
