@@ -36,9 +36,13 @@ def anyio_backend() -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "slow: a test of several seconds or more (deselect with -m 'not slow')"
-    )
+    for marker in (
+        "slow: a test of several seconds or more (deselect with -m 'not slow')",
+        "postgres: needs PostgreSQL (the suite starts one of its own unless told of one)",
+        "chromium: drives a headless Chromium (Debian's or Playwright's)",
+        "prometheus: runs a real Prometheus (Debian's `prometheus`)",
+    ):
+        config.addinivalue_line("markers", marker)
 
 
 class SessionServices:
@@ -169,4 +173,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow tests first: with two workers, the long ones overlap and the short ones fill the end,
     instead of one worker finishing a long test alone."""
+    for item in items:  # a test on PostgreSQL says so, whichever way it asks for it
+        params = getattr(item, "callspec", None)
+        on_postgres = params is not None and "postgresql" in params.params.values()
+        if on_postgres or "postgres_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)

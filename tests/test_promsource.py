@@ -30,7 +30,12 @@ from specdec_collector.core.promql import (
     snapshots_of,
 )
 from specdec_collector.sources.prometheus import PrometheusAPI
-from tests.support.collector import CollectorProcess, run_collector, run_simulator, specdec_command
+from tests.support.collector import (
+    run_collector,
+    run_simulator,
+    serve_collector,
+    specdec_command,
+)
 from tests.support.metrics_server import free_port, serve_metrics
 from tests.support.payloads import drafts_payload
 from tests.support.prometheus_server import run_prometheus
@@ -176,6 +181,7 @@ def _has_sample_after(prometheus: str, instance: str, moment: float) -> bool | N
 
 
 @pytest.mark.slow
+@pytest.mark.prometheus
 def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape() -> None:
     """The simulator counts only requests; quiet seconds before and after the load let both
     ways see the same counts: the range query's raw samples, and the server's own /metrics."""
@@ -215,20 +221,20 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape() -> None
 @contextmanager
 def collector_reading_prometheus(
     instance: str, tmp_path: Path
-) -> Iterator[tuple[CollectorProcess, httpx.Client]]:
+) -> Iterator[tuple[str, httpx.Client]]:
     """A real Prometheus scraping `instance` every second (once it has), and a collector that
-    reads it; yields the collector and a client of it."""
+    reads it (in this process); yields the collector's URL and a client of it."""
     with run_prometheus([instance]) as prometheus:
         wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
-        env = {"SPECDEC_PROMETHEUS_URL": prometheus}
         with (
-            run_collector(f"sqlite:///{tmp_path}/p.db", tmp_path, **env) as collector,
-            httpx.Client(base_url=collector.base_url, timeout=120) as api,
+            serve_collector(f"sqlite:///{tmp_path}/p.db", prometheus_url=prometheus) as collector,
+            httpx.Client(base_url=collector, timeout=120) as api,
         ):
             yield collector, api
 
 
 @pytest.mark.slow
+@pytest.mark.prometheus
 def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) -> None:
     """A Prometheus-source window equals a scraped window over the same run; one created a
     while after the run, with the run's start and stop times, equals the live one."""
@@ -285,6 +291,7 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
 
 
 @pytest.mark.slow
+@pytest.mark.prometheus
 def test_prometheus_failures_are_na_with_their_reason(tmp_path: Path) -> None:
     """A target Prometheus does not scrape, and a Prometheus that does not answer."""
     with run_simulator("--drafts-per-s", "0") as simulator:
@@ -310,6 +317,7 @@ def test_prometheus_failures_are_na_with_their_reason(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.prometheus
 def test_engine_restarts_inside_a_window_read_from_prometheus_are_counted_in_full(
     tmp_path: Path,
 ) -> None:
@@ -349,6 +357,7 @@ def test_prometheus_credentials_never_appear_in_an_error() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.prometheus
 def test_a_stop_that_gets_no_later_sample_computes_with_what_is_there_and_says_so(
     tmp_path: Path,
 ) -> None:

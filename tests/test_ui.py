@@ -15,6 +15,8 @@ from tests.support.collector import Team
 from tests.support.metrics_server import MetricsServer, serve_metrics
 from tests.support.payloads import EngineCounters, vllm_payload
 
+pytestmark = pytest.mark.chromium
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 

@@ -315,6 +315,7 @@ def test_a_llamacpp_restart_inside_a_sampled_window(
     assert result["data"] == expected_data(both)
 
 
+@pytest.mark.prometheus
 def test_a_window_read_from_a_real_prometheus_scraping_the_real_engines(
     vllm_engine: servers.Engine, llama_engine: servers.Engine, logs: Path
 ) -> None:

@@ -16,7 +16,12 @@ from sqlalchemy.engine import Engine
 from specdec_collector.config import Settings
 from specdec_collector.service.auth import EnvKey, OpenMode
 from specdec_collector.service.main import create_app
-from tests.support.collector import CollectorProcess, run_collector, serve_in_thread
+from tests.support.collector import (
+    CollectorProcess,
+    run_collector,
+    serve_collector,
+    serve_in_thread,
+)
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import EngineCounters, drafts_payload, vllm_payload
 
@@ -47,14 +52,12 @@ def test_own_metrics_count_scrapes_errors_and_open_windows(collector: CollectorP
     assert api.get("/healthz").json() == {"status": "ok"}
 
 
-def test_latest_closed_windows_are_exported_within_the_cap(
-    database_url: str, tmp_path: Path
-) -> None:
+def test_latest_closed_windows_are_exported_within_the_cap(database_url: str) -> None:
     with (
-        run_collector(database_url, tmp_path, SPECDEC_METRICS_LATEST_WINDOWS="2") as collector,
+        serve_collector(database_url, metrics_latest_windows=2) as collector,
         serve_metrics() as server,
     ):
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = httpx.Client(base_url=collector, timeout=30)
         for index, accepted in enumerate(([5, 3, 1], [8, 6, 4], [9, 9, 9])):
             server.replace(drafts_payload(0))
             api.post(f"/windows/w{index}/start", json={"targets": [server.target]})

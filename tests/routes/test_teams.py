@@ -9,7 +9,12 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.support.collector import CollectorProcess, run_collector, specdec_command
+from tests.support.collector import (
+    CollectorProcess,
+    run_collector,
+    serve_collector,
+    specdec_command,
+)
 from tests.support.metrics_server import MetricsServer, free_port, serve_metrics
 from tests.support.payloads import EngineCounters, vllm_payload
 
@@ -25,8 +30,8 @@ def auth(key: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def shared(database_url: str, tmp_path: Path) -> Iterator[CollectorProcess]:
-    with run_collector(database_url, tmp_path, SPECDEC_API_KEYS=KEYS) as collector:
+def shared(database_url: str) -> Iterator[str]:
+    with serve_collector(database_url, api_keys=KEYS) as collector:
         yield collector
 
 
@@ -37,8 +42,8 @@ def server() -> Iterator[MetricsServer]:
         yield running
 
 
-def test_missing_wrong_and_read_only_keys(shared: CollectorProcess, server: MetricsServer) -> None:
-    api = httpx.Client(base_url=shared.base_url, timeout=30)
+def test_missing_wrong_and_read_only_keys(shared: str, server: MetricsServer) -> None:
+    api = httpx.Client(base_url=shared, timeout=30)
     body = {"targets": [server.target]}
     missing = api.post("/windows/w/start", json=body)
     assert missing.status_code == 401
@@ -58,8 +63,8 @@ def test_missing_wrong_and_read_only_keys(shared: CollectorProcess, server: Metr
     assert api.get("/healthz").status_code == 200  # health needs no key
 
 
-def test_teams_are_isolated_and_admins_name_the_team(shared: CollectorProcess) -> None:
-    api = httpx.Client(base_url=shared.base_url, timeout=30)
+def test_teams_are_isolated_and_admins_name_the_team(shared: str) -> None:
+    api = httpx.Client(base_url=shared, timeout=30)
     payload = vllm_payload([EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])])
     with serve_metrics(body=payload.encode()) as one, serve_metrics(body=payload.encode()) as two:
         # Both teams own a run-1, with different targets.

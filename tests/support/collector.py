@@ -11,12 +11,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
 from tests.support.metrics_server import free_port
+from tests.support.waiting import patience
 
 
 def specdec_command() -> list[str]:
@@ -26,7 +28,9 @@ def specdec_command() -> list[str]:
 
 
 def wait_answering(url: str, process: "subprocess.Popen[bytes]", timeout_s: float = 30) -> None:
-    """Return once `url` answers 200; `RuntimeError` if `process` exits first or time runs out."""
+    """Return once `url` answers 200; `RuntimeError` if `process` exits first or time runs out
+    (`timeout_s` on an idle machine, longer on a loaded one)."""
+    timeout_s = patience(timeout_s)
     deadline = time.monotonic() + timeout_s
     # One client for the whole wait: a new one costs ~40 ms of CPU (its TLS context).
     with httpx.Client(timeout=1) as poll:
@@ -219,6 +223,20 @@ def run_simulator(*args: str) -> Iterator[str]:
 
 
 @contextmanager
+def serve_collector(database_url: str, **settings: Any) -> Iterator[str]:
+    """A collector in this process (uvicorn in a thread) on a migrated `database_url`, with
+    these settings; yields its base URL. For tests that differ from the shared collector only
+    by settings: no process to start, no environment to pass."""
+    from specdec_collector.config import Settings
+    from specdec_collector.service.main import create_app
+    from specdec_collector.store.db import upgrade_database
+
+    upgrade_database(database_url)
+    with serve_in_thread(create_app(Settings(database_url=database_url, **settings))) as url:
+        yield url
+
+
+@contextmanager
 def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     """`app` served by uvicorn in a thread of this process (its lifespan run first); yields
     its base URL. For tests that must reach into the service's process."""
@@ -226,7 +244,7 @@ def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience(30)
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
