@@ -2,6 +2,7 @@
 
 import os
 from functools import lru_cache
+from typing import Annotated
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -17,7 +18,10 @@ def _usable_cores() -> int:
 class Settings(BaseSettings):
     """Every setting of the service; docs/deployment.md lists them with their defaults."""
 
-    model_config = SettingsConfigDict(env_prefix="SPECDEC_", extra="ignore")
+    # A field's description is its docstring where it has one.
+    model_config = SettingsConfigDict(
+        env_prefix="SPECDEC_", extra="ignore", use_attribute_docstrings=True
+    )
 
     database_url: str = Field(
         default="sqlite:///./data/specdec.db",
@@ -36,18 +40,10 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest /metrics answer read, counted after gzip decoding.",
     )
-    max_series_per_target: int = Field(
-        default=4096,
-        ge=1,
-        le=1_000_000,
-        description="Most spec-decode series read from one answer; more make the scrape `na`.",
-    )
-    max_series_label_chars: int = Field(
-        default=2048,
-        ge=64,
-        le=1_000_000,
-        description="Longest label set of one spec-decode series; longer make the scrape `na`.",
-    )
+    max_series_per_target: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
+    """Most spec-decode series read from one answer; more make the scrape `na`."""
+    max_series_label_chars: Annotated[int, Field(ge=64, le=1_000_000)] = 2048
+    """Longest label set of one spec-decode series; longer make the scrape `na`."""
     sample_retention_days: float = Field(
         default=30,
         gt=0,
@@ -117,17 +113,10 @@ class Settings(BaseSettings):
         description="Background scrapes a team's open sampled windows may make per second "
         "(targets / interval, summed); a start past it is a 429.",
     )
-    results_cache_windows: int = Field(
-        default=1024,
-        ge=0,
-        description="Closed windows whose results are kept in memory for reads (0: none).",
-    )
-    open_views_cache_windows: int = Field(
-        default=1024,
-        ge=0,
-        description="Open windows whose view (targets, baselines) is kept in memory for reads "
-        "(0: none).",
-    )
+    results_cache_windows: Annotated[int, Field(ge=0)] = 1024
+    """Closed windows whose results are kept in memory for reads (0: none)."""
+    open_views_cache_windows: Annotated[int, Field(ge=0)] = 1024
+    """Open windows whose view (targets, baselines) is kept in memory for reads (0: none)."""
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_labels_per_window: int = Field(default=32, ge=0, le=1000)
     max_label_chars: int = Field(

@@ -41,20 +41,12 @@ class Totals:
         # Most series of a payload count accepted tokens at a position: that test comes first.
         if role is Role.ACCEPTED_PER_POSITION:
             _add_at(self.accepted_per_pos, key, amount)
-        elif role is Role.DRAFTS:
-            self.num_drafts += amount
-        elif role is Role.DRAFT_TOKENS:
-            self.num_draft_tokens += amount
-        elif role is Role.ACCEPTED:
-            self.num_accepted_tokens += amount
         elif role is Role.DRAFTED_PER_POSITION:
             _add_at(self.drafted_per_pos, key, amount)
-        elif role is Role.VERIFY_CALLS:
-            self.verify_calls += amount
-        elif role is Role.GENERATION_TOKENS:
-            self.generation_tokens += amount
-        elif role is Role.REQUESTS:
-            self.requests += amount
+        else:
+            name = _SUMMED_FIELD.get(role)
+            if name is not None:  # the other roles (witnesses, gauges) are not summed here
+                setattr(self, name, getattr(self, name) + amount)
 
     def absorb(self, other: "Totals") -> None:
         """Add every counter of `other` to this one."""
@@ -108,6 +100,17 @@ def _position(labels: tuple[tuple[str, str], ...]) -> int | None:
 def as_number(value: float) -> int | float:
     """Counters are integers carried as floats; show them as integers when they are."""
     return int(value) if value.is_integer() else value
+
+
+#: The role of each counter summed as one number -> its field of `Totals`.
+_SUMMED_FIELD: dict[Role, str] = {
+    Role.DRAFTS: "num_drafts",
+    Role.DRAFT_TOKENS: "num_draft_tokens",
+    Role.ACCEPTED: "num_accepted_tokens",
+    Role.VERIFY_CALLS: "verify_calls",
+    Role.GENERATION_TOKENS: "generation_tokens",
+    Role.REQUESTS: "requests",
+}
 
 
 def absolute_totals(series: Series) -> Totals:

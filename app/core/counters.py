@@ -88,20 +88,39 @@ class CounterSchema:
             raise ValueError(f"{self.engine}: families without marker {self.marker!r}: {unmarked}")
 
 
+def _under(prefix: str, families: dict[str, Role]) -> dict[str, Role]:
+    """`families` named relative to `prefix`, by their full names."""
+    return {prefix + name: role for name, role in families.items()}
+
+
+#: The spec-decode families vLLM named, which llama.cpp took over under its own prefix.
+_VLLM_NAMES = {
+    "num_drafts": Role.DRAFTS,
+    "num_draft_tokens": Role.DRAFT_TOKENS,
+    "num_accepted_tokens": Role.ACCEPTED,
+    "num_accepted_tokens_per_pos": Role.ACCEPTED_PER_POSITION,
+}
+# Witnesses: counters every such server has, drafting or not (see `Role`).
+_VLLM_WITNESSES = {
+    "vllm:generation_tokens": Role.GENERATION_TOKENS,
+    "vllm:prompt_tokens": Role.PROMPT_TOKENS,
+}
+# llama.cpp's own counters (`tools/server/server-task.cpp`, `to_metrics`).
+_LLAMACPP_WITNESSES = {
+    "llamacpp:tokens_predicted": Role.GENERATION_TOKENS,
+    "llamacpp:prompt_tokens": Role.PROMPT_TOKENS,
+    "llamacpp:n_decode": Role.DECODE_CALLS,
+}
+
 VLLM_V1 = CounterSchema(
     engine=ServingEngine.VLLM,
     prefix="vllm:spec_decode_",
     families={
-        "vllm:spec_decode_num_drafts": Role.DRAFTS,
-        "vllm:spec_decode_num_draft_tokens": Role.DRAFT_TOKENS,
-        "vllm:spec_decode_num_accepted_tokens": Role.ACCEPTED,
-        "vllm:spec_decode_num_accepted_tokens_per_pos": Role.ACCEPTED_PER_POSITION,
-        "vllm:spec_decode_num_emitted_tokens": Role.EMITTED,
-        "vllm:generation_tokens": Role.GENERATION_TOKENS,
-        "vllm:prompt_tokens": Role.PROMPT_TOKENS,
+        **_under("vllm:spec_decode_", {**_VLLM_NAMES, "num_emitted_tokens": Role.EMITTED}),
+        **_VLLM_WITNESSES,
     },
     position_label="position",
-    companions=frozenset({"vllm:generation_tokens", "vllm:prompt_tokens"}),
+    companions=frozenset(_VLLM_WITNESSES),
     gauges={
         "vllm:spec_decode_draft_acceptance_rate": Role.LIFETIME_ACCEPTANCE_RATE,
         "vllm:spec_decode_efficiency": Role.LIFETIME_EFFICIENCY,
@@ -111,31 +130,23 @@ VLLM_V1 = CounterSchema(
 LLAMACPP = CounterSchema(
     engine=ServingEngine.LLAMACPP,
     prefix="llamacpp:spec_decode_",
-    families={
-        "llamacpp:spec_decode_num_drafts": Role.DRAFTS,
-        "llamacpp:spec_decode_num_draft_tokens": Role.DRAFT_TOKENS,
-        "llamacpp:spec_decode_num_accepted_tokens": Role.ACCEPTED,
-        "llamacpp:spec_decode_num_accepted_tokens_per_pos": Role.ACCEPTED_PER_POSITION,
-        # llama.cpp's own counters (`tools/server/server-task.cpp`, `to_metrics`).
-        "llamacpp:tokens_predicted": Role.GENERATION_TOKENS,
-        "llamacpp:prompt_tokens": Role.PROMPT_TOKENS,
-        "llamacpp:n_decode": Role.DECODE_CALLS,
-    },
+    families={**_under("llamacpp:spec_decode_", _VLLM_NAMES), **_LLAMACPP_WITNESSES},
     position_label="position",
-    companions=frozenset(
-        {"llamacpp:tokens_predicted", "llamacpp:prompt_tokens", "llamacpp:n_decode"}
-    ),
+    companions=frozenset(_LLAMACPP_WITNESSES),
 )
 
 TRTLLM = CounterSchema(
     engine=ServingEngine.TRTLLM,
     prefix="trtllm_spec_decode_",
-    families={
-        "trtllm_spec_decode_drafted_tokens": Role.DRAFTED_PER_POSITION,
-        "trtllm_spec_decode_num_draft_tokens": Role.DRAFT_TOKENS,
-        "trtllm_spec_decode_num_accepted_tokens": Role.ACCEPTED,
-        "trtllm_spec_decode_accepted_tokens": Role.ACCEPTED_PER_POSITION,
-    },
+    families=_under(
+        "trtllm_spec_decode_",
+        {
+            "drafted_tokens": Role.DRAFTED_PER_POSITION,
+            "num_draft_tokens": Role.DRAFT_TOKENS,
+            "num_accepted_tokens": Role.ACCEPTED,
+            "accepted_tokens": Role.ACCEPTED_PER_POSITION,
+        },
+    ),
     position_label="token_position",
 )
 

@@ -6,7 +6,6 @@ after the stop (`sources.prometheus`); the arithmetic computes from them as from
 window's snapshots. While the window is open its timeline is read live.
 """
 
-import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -15,9 +14,8 @@ from specdec_collector.core.promql import SourceError
 from specdec_collector.core.readings import Failure, FailureKind, SnapshotPhase, TargetReading
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput
-from specdec_collector.schemas import WindowCreate
 from specdec_collector.sources.prometheus import PrometheusAPI, PrometheusRead
-from specdec_collector.sources.protocol import Chain, StartRead, TimelinePoint
+from specdec_collector.sources.protocol import Chain, StartCheck, StartRead, TimelinePoint
 from specdec_collector.store.tables import utcnow
 
 # How far in the future a client's clock may put `at` (clocks drift).
@@ -59,13 +57,8 @@ class PrometheusSource:
     def targets(self, targets: Sequence[Target]) -> list[Target]:
         return [target.in_prometheus() for target in targets]  # `host:port`: its `instance`
 
-    async def check_start(
-        self,
-        body: WindowCreate,
-        targets: Sequence[Target],
-        team: str,
-        openings: "list[asyncio.Task[None]]",
-    ) -> StartRead:
+    async def check_start(self, start: StartCheck) -> StartRead:
+        body = start.body
         if self.api is None:
             raise InvalidInput(
                 ["body", "source"], "this collector reads no Prometheus (SPECDEC_PROMETHEUS_URL)"

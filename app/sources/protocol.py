@@ -9,7 +9,7 @@ its whole chain (baseline, samples, end) at its stop. Either way the arithmetic 
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -29,6 +29,17 @@ class Chain:
     notes: Sequence[str] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class StartCheck:
+    """A start being checked: its body, its targets as the source reads them, the team, and
+    the connections its source opens ahead (the start waits a moment for them)."""
+
+    body: WindowCreate
+    targets: Sequence[Target]
+    team: str
+    openings: "list[asyncio.Task[None]]" = field(default_factory=list)
+
+
 # A point of a target's timeline: when, which snapshot it is, and what it read.
 TimelinePoint = tuple[datetime, SnapshotPhase, Reading]
 
@@ -44,13 +55,7 @@ class CounterSource(Protocol):
     def targets(self, targets: Sequence[Target]) -> list[Target]:
         """The window's targets as this source reads them."""
 
-    async def check_start(
-        self,
-        body: WindowCreate,
-        targets: Sequence[Target],
-        team: str,
-        openings: "list[asyncio.Task[None]]",
-    ) -> StartRead:
+    async def check_start(self, start: "StartCheck") -> StartRead:
         """`InvalidInput` naming the field if this source cannot read the window; else how
         it reads the baselines, once the window is written (what the check found, such as
         where each target connects, is what that reading uses). It may start opening

@@ -15,8 +15,7 @@ import httpx
 from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput
-from specdec_collector.schemas import WindowCreate
-from specdec_collector.sources.protocol import Chain, StartRead, TimelinePoint
+from specdec_collector.sources.protocol import Chain, StartCheck, StartRead, TimelinePoint
 from specdec_collector.sources.scrape import (
     Allowed,
     Pin,
@@ -38,13 +37,8 @@ class ScrapeSource:
     def targets(self, targets: Sequence[Target]) -> list[Target]:
         return list(targets)
 
-    async def check_start(
-        self,
-        body: WindowCreate,
-        targets: Sequence[Target],
-        team: str,
-        openings: "list[asyncio.Task[None]]",
-    ) -> StartRead:
+    async def check_start(self, start: StartCheck) -> StartRead:
+        body, targets = start.body, start.targets
         if body.at is not None:
             raise InvalidInput(
                 ["body", "at"], "only a window read from Prometheus (source prometheus) may "
@@ -56,7 +50,7 @@ class ScrapeSource:
                     ["body", "targets", index], "a selector names a target of a window read "
                     "from Prometheus (source prometheus)"
                 )  # fmt: skip
-        found = await pins(targets, self.config, self._connecting_ahead(openings))
+        found = await pins(targets, self.config, self._connecting_ahead(start.openings))
         for index, pinned in enumerate(found):
             if isinstance(pinned, Refused):
                 raise InvalidInput(
@@ -67,7 +61,7 @@ class ScrapeSource:
         where = [p if isinstance(p, Pin) else None for p in found]
 
         async def read() -> list[TargetReading]:
-            return await scrape_all(self.client, targets, self.config, team, where)
+            return await scrape_all(self.client, targets, self.config, start.team, where)
 
         return read
 

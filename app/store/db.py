@@ -64,14 +64,15 @@ def create_db_engine(
     `./data/specdec.db` works on a fresh clone.
     """
     url = make_url(database_url)
+    # Every backend reads and writes JSON columns the same way.
+    as_json: dict[str, Any] = {"json_serializer": _compact_json, "json_deserializer": _read_json}
     if url.get_backend_name() == "postgresql":
         # Keep options the URL carries (a search_path, say) beside the statement timeout.
         options = str(url.query.get("options", ""))
         options = f"{options} -c statement_timeout={int(statement_timeout_s * 1000)}".strip()
         return create_engine(
             url,
-            json_serializer=_compact_json,
-            json_deserializer=_read_json,
+            **as_json,
             pool_pre_ping=True,
             pool_size=pool_size,
             max_overflow=pool_size,
@@ -82,16 +83,13 @@ def create_db_engine(
             },
         )
     if url.get_backend_name() != "sqlite":
-        return create_engine(
-            url, json_serializer=_compact_json, json_deserializer=_read_json, pool_pre_ping=True
-        )
+        return create_engine(url, **as_json, pool_pre_ping=True)
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     busy_ms = int(statement_timeout_s * 3000)
     engine = create_engine(
         url,
-        json_serializer=_compact_json,
-        json_deserializer=_read_json,
+        **as_json,
         connect_args={"check_same_thread": False, "timeout": busy_ms / 1000},
         # One connection per worker thread (anyio's pool has 40): no waits, no reconnects.
         pool_size=40,

@@ -19,7 +19,7 @@ from specdec_collector.core.safetext import has_control_characters, safe_error_t
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput, WindowConflict
 from specdec_collector.schemas import WindowCreate, WindowPublic, WindowState
-from specdec_collector.sources.protocol import Chain, CounterSource
+from specdec_collector.sources.protocol import Chain, CounterSource, StartCheck
 from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S
 from specdec_collector.store.tables import as_utc, utcnow
 from specdec_collector.windows.cache import ClosedResults
@@ -87,8 +87,9 @@ async def start_window(
     source = service.sources[body.source]
     targets = source.targets(body.parsed_targets())
     _check_body(service, body, targets)
-    openings: list[asyncio.Task[None]] = []
-    read_start = await source.check_start(body, targets, actor.team, openings)
+    check = StartCheck(body, targets, actor.team)
+    read_start = await source.check_start(check)
+    openings = check.openings
     if openings:
         # Their connections open before the window is written, not meanwhile: the write, in a
         # thread, would take turns with them for the interpreter's lock (slowing both).

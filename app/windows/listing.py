@@ -33,6 +33,21 @@ class WindowFilter:
     max_acceptance_rate: float | None = None
 
 
+# A target's summary, as `TargetSummary` names each field, from its columns.
+_SUMMARY_OF: dict[str, Any] = {
+    "target": WindowTarget.target,
+    "status": WindowTarget.status,
+    "acceptance_rate": WindowTarget.acceptance_rate,
+    "acceptance_length": WindowTarget.acceptance_length,
+    "num_drafts": WindowTarget.num_drafts,
+    "engine": WindowTarget.result_engine,
+    "exact": WindowTarget.exact,
+    "restarts": WindowTarget.restarts,
+}
+_SUMMARY_FIELDS = tuple(_SUMMARY_OF)
+_SUMMARY_COLUMNS = tuple(col(column) for column in _SUMMARY_OF.values())
+
+
 def _encode_cursor(started_at: datetime, pk: int) -> str:
     """An opaque cursor: the (start time, row id) of the last window of a page."""
     raw = json.dumps([as_utc(started_at).isoformat(), pk]).encode()
@@ -112,32 +127,17 @@ def list_windows(
         rows = session.execute(
             sa_select(
                 col(WindowTarget.window_pk),
-                col(WindowTarget.target),
-                col(WindowTarget.status),
-                col(WindowTarget.acceptance_rate),
-                col(WindowTarget.acceptance_length),
-                col(WindowTarget.num_drafts),
-                col(WindowTarget.result_engine),
-                col(WindowTarget.exact),
-                col(WindowTarget.restarts),
+                *_SUMMARY_COLUMNS,
             )
             .where(col(WindowTarget.window_pk).in_([w.id for w in windows]))
             .order_by(col(WindowTarget.window_pk), col(WindowTarget.ordinal))
         ).all()
     by_window: dict[int, list[TargetSummary]] = defaultdict(list)
-    for window_pk, target, status, rate, length, num_drafts, result_engine, exact, restarts in rows:
-        by_window[window_pk].append(
-            TargetSummary(
-                target=target,
-                status=status,
-                engine=result_engine,
-                exact=exact,
-                restarts=restarts,
-                acceptance_rate=rate,
-                acceptance_length=length,
-                num_drafts=as_number(num_drafts) if num_drafts is not None else None,
-            )
-        )
+    for window_pk, *columns in rows:
+        summary = dict(zip(_SUMMARY_FIELDS, columns, strict=True))
+        if summary["num_drafts"] is not None:
+            summary["num_drafts"] = as_number(summary["num_drafts"])
+        by_window[window_pk].append(TargetSummary(**summary))
     page = [WindowSummary(**window_fields(w), targets=by_window[w.id or 0]) for w in windows]
     next_cursor = _encode_cursor(windows[-1].started_at, windows[-1].id or 0) if more else None
     return page, next_cursor
