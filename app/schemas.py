@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, Field, field_validator, model_validator
 
+from specdec_collector.core.readings import SnapshotPhase
 from specdec_collector.core.results import Counts, TargetResult
 from specdec_collector.core.targets import WINDOW_ID_PATTERN, Target, parse_target
 
@@ -145,15 +146,96 @@ class TargetSummary(BaseModel):
     num_drafts: int | float | None = None
 
 
-class WindowSummary(WindowOptions):
+class WindowHeader(WindowOptions):
+    """A window as a list or a comparison names it: id, team, state, labels, times."""
+
     id: str
     team: str
     state: WindowState
     started_at: datetime
     stopped_at: datetime | None
+
+
+class WindowSummary(WindowHeader):
+    """A window as `GET /windows` lists it: each target summarised."""
+
     targets: list[TargetSummary]
 
 
 class WindowPage(BaseModel):
     windows: list[WindowSummary]
     next_cursor: str | None = None
+
+
+class ComparedResult(BaseModel):
+    """One window's result for a target, as `/compare` sets it beside the others'."""
+
+    window: str
+    status: str  # `ok`, `na`, or `open` while the window is
+    error: str | None
+    engine: str | None
+    exact: bool | None
+    restarts: int | None
+    notes: list[str] | None
+    acceptance_rate: float | None
+    acceptance_length: float | None
+    num_drafts: int | float | None
+    per_position_acceptance_rates: dict[str, float] | None
+
+
+class ResultDifference(BaseModel):
+    """How a window's result differs from the first window's with an `ok` result (`versus`):
+    acceptance rate in points, acceptance length, and the rate at each position both have."""
+
+    window: str
+    versus: str
+    acceptance_rate: float | None
+    acceptance_length: float | None
+    per_position_acceptance_rates: dict[str, float]
+
+
+class ComparedTarget(BaseModel):
+    """One target across the windows: a result per window (null where a window lacks the
+    target) and the differences from the first."""
+
+    target: str
+    results: list[ComparedResult | None]
+    differences: list[ResultDifference]
+
+
+class Comparison(BaseModel):
+    """`GET /compare`: the windows, and each target across them."""
+
+    windows: list[WindowHeader]
+    targets: list[ComparedTarget]
+
+
+class SamplePoint(BaseModel):
+    """One snapshot of a target in a window's timeline. Drafts and tokens are cumulative
+    since `before` (null when it failed); the rates, the length, `restarts` and
+    `series_resets` are the interval's since the previous good snapshot (null without drafts)."""
+
+    taken_at: datetime
+    phase: SnapshotPhase
+    status: str  # `ok` or `error`
+    error: str | None
+    num_drafts: int | float | None
+    draft_tokens: int | float | None
+    accepted_tokens: int | float | None
+    acceptance_rate: float | None
+    acceptance_length: float | None
+    per_position_acceptance_rates: dict[str, float] | None
+    restarts: int | None
+    series_resets: int | None
+
+
+class TargetSamples(BaseModel):
+    target: str
+    points: list[SamplePoint]
+
+
+class WindowSamples(BaseModel):
+    """`GET /windows/{id}/samples`: every target's snapshots over time."""
+
+    id: str
+    series: list[TargetSamples]

@@ -160,6 +160,26 @@ def longest_url_bytes(path: str, operation: dict[str, Any], components: dict[str
     return length
 
 
+def test_comparisons_and_samples_are_described_field_by_field(schema: dict[str, Any]) -> None:
+    models = schema["components"]["schemas"]
+    paths = schema["paths"]
+    answer = paths["/compare"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert answer["schema"] == {"$ref": "#/components/schemas/Comparison"}
+    samples = paths["/windows/{window_id}/samples"]["get"]["responses"]["200"]["content"]
+    assert samples["application/json"]["schema"] == {"$ref": "#/components/schemas/WindowSamples"}
+    assert list(models["Comparison"]["properties"]) == ["windows", "targets"]
+    assert list(models["ComparedTarget"]["properties"]) == ["target", "results", "differences"]
+    assert "per_position_acceptance_rates" in models["ResultDifference"]["properties"]
+    assert list(models["SamplePoint"]["properties"]) == [
+        "taken_at", "phase", "status", "error", "num_drafts", "draft_tokens", "accepted_tokens",
+        "acceptance_rate", "acceptance_length", "per_position_acceptance_rates", "restarts",
+        "series_resets",
+    ]  # fmt: skip
+    assert models["SamplePoint"]["properties"]["phase"] == {
+        "$ref": "#/components/schemas/SnapshotPhase"
+    }
+
+
 def test_every_url_the_schema_allows_reaches_the_service(schema: dict[str, Any]) -> None:
     longest = {
         f"{method.upper()} {path}": longest_url_bytes(

@@ -1,12 +1,12 @@
 """Windows side by side: the A/B view of two speculative configurations."""
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
-from fastapi.encoders import jsonable_encoder
 
 from specdec_collector.core.targets import WINDOW_ID_PATTERN
 from specdec_collector.exceptions import InvalidInput
+from specdec_collector.schemas import Comparison
 from specdec_collector.service.deps import ReadTeamDep, WindowsDep
 from specdec_collector.service.routes import error_responses
 
@@ -27,11 +27,9 @@ async def compare(
             description="2-20 window ids, comma-separated; the first is the baseline",
         ),
     ],
-) -> dict[str, Any]:
+) -> Comparison:
     """The windows per target, with the differences of each from the first."""
     ids = windows.split(",")
     if len(set(ids)) != len(ids):
         raise InvalidInput(["query", "windows"], "a window is named twice")
-    comparison = await service.compare(scope, ids)
-    result: dict[str, Any] = jsonable_encoder(comparison)
-    return result
+    return Comparison.model_validate(await service.compare(scope, ids))

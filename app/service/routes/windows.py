@@ -19,6 +19,7 @@ from specdec_collector.schemas import (
     WindowCreate,
     WindowPage,
     WindowPublic,
+    WindowSamples,
     WindowState,
     WindowStop,
 )
@@ -236,6 +237,7 @@ async def get_report(
 
 @router.get(
     "/{window_id}/samples",
+    response_model=WindowSamples,
     responses={
         200: {"content": {"text/csv": {}}, "description": "JSON, or CSV on request"},
         **error_responses(404),
@@ -258,5 +260,7 @@ async def get_samples(
     series = await windows.timelines(scope, window_id, key)
     if _wants_csv(request, format):
         return Response(timeline_csv(series), media_type="text/csv; charset=utf-8")
-    body = {"id": window_id, "series": [{"target": k, "points": rows} for k, rows in series]}
-    return JSONResponse(jsonable_encoder(body))
+    body = WindowSamples.model_validate(
+        {"id": window_id, "series": [{"target": k, "points": rows} for k, rows in series]}
+    )
+    return Response(body.model_dump_json(), media_type="application/json")
