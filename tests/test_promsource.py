@@ -26,10 +26,10 @@ from specdec_collector.core.promql import (
     range_query,
     sample_spacing,
     scrape_time_query,
+    scrapes_of,
     series_query,
-    snapshots_of,
 )
-from specdec_collector.sources.prometheus import PrometheusAPI
+from specdec_collector.sources.prometheus.api import PrometheusAPI
 from tests.support.collector import (
     run_collector,
     run_simulator,
@@ -84,8 +84,8 @@ def test_the_baseline_is_each_series_last_sample_at_its_own_time() -> None:
         {"metric": {"instance": LABELS["instance"]}, "value": [T0, str(T0 - 0.7)]}]}}  # fmt: skip
     assert baseline_of(values, times) == [{"metric": metric, "values": [[T0 - 0.7, "42"]]}]
     later = matrix(("vllm:spec_decode_num_drafts_total", LABELS, [(T0 + 0.3, 50.0)]))
-    snapshots = snapshots_of(later, baseline_of(values, times))
-    assert [at.timestamp() for at, _ in snapshots.points] == [T0 - 0.7, T0 + 0.3]
+    scrapes = scrapes_of(later, baseline_of(values, times))
+    assert [at.timestamp() for at, _ in scrapes.points] == [T0 - 0.7, T0 + 0.3]
 
 
 @pytest.mark.parametrize(
@@ -110,9 +110,9 @@ def test_the_answer_becomes_the_chain_with_every_reset_counted() -> None:
         ("vllm:spec_decode_num_accepted_tokens_total", LABELS, [(t, 2 * v) for t, v in drafts]),
         ("process_cpu_seconds_total", LABELS, [(T0, 1.0)]),  # not ours: never read
     )
-    snapshots = snapshots_of(answer)
-    assert sample_spacing(snapshots.points) == 10.0
-    before, middle, after, began, ended = snapshots.window(datetime.fromtimestamp(T0, UTC))
+    scrapes = scrapes_of(answer)
+    assert sample_spacing(scrapes.points) == 10.0
+    before, middle, after, began, ended = scrapes.window(datetime.fromtimestamp(T0, UTC))
     assert began == datetime.fromtimestamp(T0 - 5, UTC)  # the last sample at or before start
     assert ended == datetime.fromtimestamp(T0 + 25, UTC)
     result = build_result("http://10.0.0.1:8000/metrics", before, after, middle)
@@ -134,7 +134,7 @@ def test_names_a_prometheus_2_stored_with_underscores_are_asked_for_and_read() -
             for name in names
         )
     )
-    before, middle, after, _, _ = snapshots_of(answer).window(datetime.fromtimestamp(T0, UTC))
+    before, middle, after, _, _ = scrapes_of(answer).window(datetime.fromtimestamp(T0, UTC))
     result = build_result("http://10.0.0.1:8000/metrics", before, after, middle)
     assert result.engine == "sglang"
     assert result.data is not None and result.data.num_drafts == 20
@@ -150,15 +150,15 @@ def test_a_selector_that_matches_two_servers_is_refused_never_summed() -> None:
     with pytest.raises(
         SourceError, match=r"matches more than one server .*10\.0\.0\.1:8000, 10\.0\.0\.2:8000"
     ):
-        snapshots_of(answer)
+        scrapes_of(answer)
 
 
 def test_error_answers_and_windows_before_the_first_sample() -> None:
     with pytest.raises(SourceError, match="Prometheus answered an error: query timed out"):
-        snapshots_of({"status": "error", "errorType": "timeout", "error": "query timed out"})
+        scrapes_of({"status": "error", "errorType": "timeout", "error": "query timed out"})
     with pytest.raises(SourceError, match="'vector', not a matrix"):
-        snapshots_of({"status": "success", "data": {"resultType": "vector", "result": []}})
-    late = snapshots_of(matrix(("vllm:spec_decode_num_drafts_total", LABELS, [(T0 + 5, 1.0)])))
+        scrapes_of({"status": "success", "data": {"resultType": "vector", "result": []}})
+    late = scrapes_of(matrix(("vllm:spec_decode_num_drafts_total", LABELS, [(T0 + 5, 1.0)])))
     with pytest.raises(SourceError, match="no sample at or before the window's start"):
         late.window(datetime.fromtimestamp(T0, UTC))
 
@@ -208,8 +208,8 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape() -> None
                             datetime.fromtimestamp(end, UTC)),
                 end,
             )  # fmt: skip
-    snapshots = snapshots_of(answer, baseline_of(values, times))
-    before, middle, after, _, _ = snapshots.window(datetime.fromtimestamp(start, UTC))
+    scrapes = scrapes_of(answer, baseline_of(values, times))
+    before, middle, after, _, _ = scrapes.window(datetime.fromtimestamp(start, UTC))
     through_prometheus = build_result("u", before, after, middle)
     direct = build_result("u", direct_before, direct_after)
     assert through_prometheus.data is not None and direct.data is not None
@@ -379,7 +379,7 @@ def test_a_stop_that_gets_no_later_sample_computes_with_what_is_there_and_says_s
 
 def test_a_window_ends_at_its_first_scrape_at_or_after_the_stop() -> None:
     drafts = [(T0 - 1, 10.0), (T0 + 1, 20.0), (T0 + 2, 35.0), (T0 + 3, 50.0)]
-    snapshots = snapshots_of(matrix(("vllm:spec_decode_num_drafts_total", LABELS, drafts)))
-    ended = snapshots.until(datetime.fromtimestamp(T0 + 1.5, UTC))
+    scrapes = scrapes_of(matrix(("vllm:spec_decode_num_drafts_total", LABELS, drafts)))
+    ended = scrapes.until(datetime.fromtimestamp(T0 + 1.5, UTC))
     assert [at.timestamp() for at, _ in ended.points] == [T0 - 1, T0 + 1, T0 + 2]
-    assert snapshots.until(datetime.fromtimestamp(T0 + 9, UTC)) == snapshots  # none after
+    assert scrapes.until(datetime.fromtimestamp(T0 + 9, UTC)) == scrapes  # none after

@@ -120,18 +120,18 @@ def range_query(selector: str, start: datetime, end: datetime) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshots:
+class Scrapes:
     """The samples of one target grouped by scrape: (time, series) in time order."""
 
     points: list[tuple[datetime, Series]] = field(default_factory=list)
 
-    def until(self, stop: datetime) -> "Snapshots":
+    def until(self, stop: datetime) -> "Scrapes":
         """The points up to the first one at or after `stop`, which ends a window (its scrape
         holds the window's last seconds)."""
         after = next((i for i, (at, _) in enumerate(self.points) if at >= stop), None)
-        return self if after is None else Snapshots(self.points[: after + 1])
+        return self if after is None else Scrapes(self.points[: after + 1])
 
-    def since(self, start: datetime) -> "Snapshots":
+    def since(self, start: datetime) -> "Scrapes":
         """The points from the baseline (the last one at or before `start`) on; `SourceError`
         if Prometheus holds no sample that early."""
         before = [i for i, (at, _) in enumerate(self.points) if at <= start]
@@ -139,7 +139,7 @@ class Snapshots:
             raise SourceError(
                 "Prometheus holds no sample at or before the window's start for this target"
             )
-        return Snapshots(self.points[before[-1] :])
+        return Scrapes(self.points[before[-1] :])
 
     def window(self, start: datetime) -> tuple[Series, list[Series], Series, datetime, datetime]:
         """The baseline (`since`), the samples after it, the last one, and the times of the
@@ -198,7 +198,7 @@ def baseline_of(values: dict[str, Any], latest: dict[str, Any]) -> list[dict[str
     return entries
 
 
-def snapshots_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) -> Snapshots:
+def scrapes_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) -> Scrapes:
     """The range-vector answer of `range_query` (after the `baseline_of` entries), grouped by
     scrape; `SourceError` for an error answer, a non-matrix one, or series of more than one
     instance (never a sum of servers)."""
@@ -230,7 +230,7 @@ def snapshots_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()
         if slot is not None:
             slot.created = value
     points = [(datetime.fromtimestamp(stamp, UTC), by_time[stamp]) for stamp in sorted(by_time)]
-    return Snapshots(points)
+    return Scrapes(points)
 
 
 def sample_spacing(points: Sequence[tuple[datetime, Series]]) -> float | None:

@@ -26,11 +26,11 @@ from specdec_collector.service.middleware import BodySizeLimit, LoopbackHostOnly
 from specdec_collector.service.routes import compare, health, windows
 from specdec_collector.service.sampler import Sampler
 from specdec_collector.service.state import Services, State
-from specdec_collector.sources.from_prometheus import PrometheusSource
-from specdec_collector.sources.prometheus import PrometheusAPI
+from specdec_collector.sources.prometheus.api import PrometheusAPI
+from specdec_collector.sources.prometheus.source import PrometheusSource
 from specdec_collector.sources.scrape import Resolver, ScrapeConfig, new_client
 from specdec_collector.sources.scrape.resolver import SystemResolver
-from specdec_collector.sources.scraping import ScrapeSource
+from specdec_collector.sources.scrape.source import ScrapeSource
 from specdec_collector.store.db import (
     create_db_engine,
     database_unavailable,

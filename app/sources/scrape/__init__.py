@@ -1,5 +1,6 @@
-"""Scraping targets: configuration, where a scrape may connect, the HTTP client, one scrape
-and its outcome. Each job has its module; the names other modules use are here."""
+"""Scraping targets: configuration, where a scrape may connect, the HTTP client, one scrape,
+its failures, and the source over them (`source`). Each job has its module; the names other
+modules use are here."""
 
 from specdec_collector.sources.scrape.client import (
     ACCEPT,

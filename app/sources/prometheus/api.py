@@ -22,15 +22,15 @@ import httpx
 
 from specdec_collector.config import Settings
 from specdec_collector.core.promql import (
-    Snapshots,
+    Scrapes,
     SourceError,
     baseline_of,
     instances_selector,
     range_query,
     sample_spacing,
     scrape_time_query,
+    scrapes_of,
     series_query,
-    snapshots_of,
     split_by_instance,
 )
 from specdec_collector.core.readings import Failure, FailureKind
@@ -49,7 +49,7 @@ LOOKAHEAD_S = 30.0
 class PrometheusRead:
     """One target's samples over a window, and a note if the stop could not wait for them."""
 
-    snapshots: Snapshots
+    scrapes: Scrapes
     note: str | None = None
 
 
@@ -168,13 +168,13 @@ class PrometheusAPI:
         reads = {}
         for instance, answer in ranges.items():
             baseline = baseline_of(values.get(instance, empty), times.get(instance, empty))
-            snapshots = snapshots_of(answer, baseline).until(end)
-            if snapshots.points:
-                reads[instance] = PrometheusRead(snapshots, note)
+            scrapes = scrapes_of(answer, baseline).until(end)
+            if scrapes.points:
+                reads[instance] = PrometheusRead(scrapes, note)
         for instance in set(values) - set(ranges):  # no sample in the window: the baseline alone
             baseline = baseline_of(values[instance], times.get(instance, empty))
             matrix = {"status": "success", "data": {"resultType": "matrix", "result": []}}
-            reads[instance] = PrometheusRead(snapshots_of(matrix, baseline), note)
+            reads[instance] = PrometheusRead(scrapes_of(matrix, baseline), note)
         return reads
 
     async def _scraped_at_all(self, selector: str, now: datetime) -> bool:
@@ -202,7 +202,7 @@ class PrometheusAPI:
                 recent = split_by_instance(
                     await self.query(range_query(selector, since, now), now), "matrix"
                 )
-                spacings = [sample_spacing(snapshots_of(part).points) for part in recent.values()]
+                spacings = [sample_spacing(scrapes_of(part).points) for part in recent.values()]
                 spacing = max((s for s in spacings if s), default=None)
                 bound = min(self.wait_max_s, 2 * spacing if spacing else DEFAULT_WAIT_S)
             if time.monotonic() - began >= bound:

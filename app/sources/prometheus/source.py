@@ -2,7 +2,7 @@
 
 Nothing is read at the start. At the stop, every target's chain comes from Prometheus' own
 samples: the last scrape at or before the start, every scrape after it, and the first at or
-after the stop (`sources.prometheus`); the arithmetic computes from them as from a scraped
+after the stop (`sources.prometheus.api`); the arithmetic computes from them as from a scraped
 window's snapshots. While the window is open its timeline is read live.
 """
 
@@ -14,7 +14,7 @@ from specdec_collector.core.promql import SourceError
 from specdec_collector.core.readings import Failure, FailureKind, SnapshotPhase, TargetReading
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput
-from specdec_collector.sources.prometheus import PrometheusAPI, PrometheusRead
+from specdec_collector.sources.prometheus.api import PrometheusAPI, PrometheusRead
 from specdec_collector.sources.protocol import Chain, StartCheck, StartRead, TimelinePoint
 from specdec_collector.store.tables import utcnow
 
@@ -34,7 +34,7 @@ def _chain(
     if isinstance(read, Failure):
         return read
     try:
-        return read.snapshots.since(start).points
+        return read.scrapes.since(start).points
     except SourceError as exc:
         return Failure(FailureKind.PROMETHEUS, str(exc))
 
