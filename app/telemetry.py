@@ -39,12 +39,12 @@ class DatabaseMetrics(Collector):
       schedule (0 when every window was sampled within its interval).
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, database: Engine) -> None:
+        self.database = database
 
     def collect(self) -> Iterator[Metric]:
         now = datetime.now(UTC)
-        with Session(self.engine) as session:
+        with Session(self.database) as session:
             open_windows = session.exec(
                 select(Window.started_at, Window.last_sampled_at, Window.sample_interval_s).where(
                     Window.state == WindowState.OPEN
@@ -70,8 +70,8 @@ class WindowResults(Collector):
     results of `team` (every team's when None), labelled team, window and target; `latest`
     bounds the label cardinality. Only served to a caller with a key of that team, or admin."""
 
-    def __init__(self, engine: Engine, latest: int, team: str | None) -> None:
-        self.engine = engine
+    def __init__(self, database: Engine, latest: int, team: str | None) -> None:
+        self.database = database
         self.latest = latest
         self.team = team
 
@@ -79,7 +79,7 @@ class WindowResults(Collector):
         closed_query = select(Window.id).where(Window.state == WindowState.CLOSED)
         if self.team is not None:
             closed_query = closed_query.where(Window.team == self.team)
-        with Session(self.engine) as session:
+        with Session(self.database) as session:
             closed = session.exec(
                 closed_query.order_by(col(Window.stopped_at).desc()).limit(self.latest)
             ).all()
@@ -120,21 +120,21 @@ class WindowResults(Collector):
 MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def aggregates_text(engine: Engine) -> bytes:
+def aggregates_text(database: Engine) -> bytes:
     """The aggregate metrics: this process's, or with several workers, all of theirs summed."""
     directory = os.environ.get(MULTIPROCESS_DIR_ENV)
     if not directory:
         return generate_latest(REGISTRY)
     registry = CollectorRegistry(auto_describe=False)
     MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
-    registry.register(DatabaseMetrics(engine))
+    registry.register(DatabaseMetrics(database))
     return generate_latest(registry)
 
 
-def window_results_text(engine: Engine, latest: int, team: str | None) -> bytes:
+def window_results_text(database: Engine, latest: int, team: str | None) -> bytes:
     """The exposition of `WindowResults` alone, to append to the aggregates."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(WindowResults(engine, latest, team))
+    registry.register(WindowResults(database, latest, team))
     return generate_latest(registry)
 
 

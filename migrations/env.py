@@ -5,7 +5,7 @@ from sqlalchemy.engine import Connection
 
 import specdec_collector.store.tables  # noqa: F401  (registers the tables on the metadata)
 from specdec_collector.config import get_settings
-from specdec_collector.store.db import create_db_engine
+from specdec_collector.store.db import open_database
 from specdec_collector.store.tables import metadata
 
 config = context.config
@@ -30,12 +30,12 @@ def run_migrations_online() -> None:
         _run(connection)
         return
     url = config.get_main_option("sqlalchemy.url") or get_settings().database_url
-    engine = create_db_engine(url)
+    database = open_database(url)
     try:
-        with engine.connect() as connection:
+        with database.connect() as connection:
             _run(connection)
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 if context.is_offline_mode():

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import Engine
 
 from specdec_collector.service.auth import create_key
-from specdec_collector.store.db import create_db_engine, upgrade_database
+from specdec_collector.store.db import open_database, upgrade_database
 from tests.support.collector import CollectorProcess, NewTeam, Team, run_collector
 from tests.support.postgres import fresh_schema, postgres_server
 
@@ -78,9 +78,9 @@ class SessionServices:
             collector = self._stack.enter_context(
                 run_collector(database_url, folder, SPECDEC_API_KEYS=f"suite:admin:{ADMIN_KEY}")
             )
-            engine = create_db_engine(database_url)
-            self._stack.callback(engine.dispose)
-            self._collectors[kind] = (collector, engine)
+            database = open_database(database_url)
+            self._stack.callback(database.dispose)
+            self._collectors[kind] = (collector, database)
         return self._collectors[kind]
 
 
@@ -101,12 +101,12 @@ def database_url(
 
 
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
+def database(database_url: str) -> Iterator[Engine]:
     """An engine on `database_url`, migrated."""
     upgrade_database(database_url)
-    engine = create_db_engine(database_url)
-    yield engine
-    engine.dispose()
+    database = open_database(database_url)
+    yield database
+    database.dispose()
 
 
 @pytest.fixture
@@ -119,12 +119,12 @@ def postgres_url(services: SessionServices) -> Iterator[str]:
 @pytest.fixture(params=DATABASE_KINDS)
 def new_team(request: pytest.FixtureRequest, services: SessionServices) -> Iterator[NewTeam]:
     """Makes fresh teams, each with a write key, on the shared collector of one database kind."""
-    collector, engine = services.shared_collector(request.param)
+    collector, database = services.shared_collector(request.param)
     made: list[Team] = []
 
     def make() -> Team:
         name = f"t-{uuid.uuid4().hex[:12]}"
-        _, key = create_key(engine, name, "write")
+        _, key = create_key(database, name, "write")
         made.append(Team(collector, name, key))
         return made[-1]
 

@@ -27,7 +27,7 @@ from specdec_collector.service.auth import (
     revoke_key,
     team_scope,
 )
-from specdec_collector.store.db import create_db_engine, upgrade_database
+from specdec_collector.store.db import open_database, upgrade_database
 
 KEY_A = "team-a-write-key-0123456789"
 KEY_R = "team-a-read-key-0123456789"
@@ -57,63 +57,63 @@ def test_bad_env_keys_name_the_entry_never_the_key(text: str, message: str) -> N
     assert "0123456789abcdef0" not in str(error.value)
 
 
-def test_authenticate_env_and_database_keys(engine: Engine) -> None:
+def test_authenticate_env_and_database_keys(database: Engine) -> None:
     env = parse_env_keys(f"a:write:{KEY_A}")
-    assert authenticate(f"Bearer {KEY_A}", env, engine, OpenMode.NEVER) == Principal(
+    assert authenticate(f"Bearer {KEY_A}", env, database, OpenMode.NEVER) == Principal(
         "a", "write", "env:1"
     )
-    row, key = create_key(engine, "b", "read")
-    assert authenticate(f"bearer {key}", env, engine, OpenMode.NEVER) == Principal(
+    row, key = create_key(database, "b", "read")
+    assert authenticate(f"bearer {key}", env, database, OpenMode.NEVER) == Principal(
         "b", "read", f"key:{row.id}"
     )
     for header in (None, "Bearer nope-nope-nope-nope", f"Basic {KEY_A}", f"Bearer {KEY_A}x"):
         with pytest.raises(NotAuthenticated):
-            authenticate(header, env, engine, OpenMode.UNTIL_FIRST_KEY)
-    assert revoke_key(engine, row.id or 0)
-    assert not revoke_key(engine, row.id or 0)
+            authenticate(header, env, database, OpenMode.UNTIL_FIRST_KEY)
+    assert revoke_key(database, row.id or 0)
+    assert not revoke_key(database, row.id or 0)
     with pytest.raises(NotAuthenticated, match="unknown or revoked API key"):
-        authenticate(f"Bearer {key}", env, engine, OpenMode.NEVER)
+        authenticate(f"Bearer {key}", env, database, OpenMode.NEVER)
 
 
-def test_keys_are_stored_hashed_and_listed_without_the_key(engine: Engine) -> None:
-    _, key = create_key(engine, "team-x", "admin")
-    with engine.connect() as connection:
+def test_keys_are_stored_hashed_and_listed_without_the_key(database: Engine) -> None:
+    _, key = create_key(database, "team-x", "admin")
+    with database.connect() as connection:
         stored = connection.execute(text("SELECT key_hash, prefix FROM api_key")).one()
     assert stored[0] == hash_key(key) != key
     assert key.startswith(stored[1]) and len(stored[1]) == 8
-    assert [(k.team, k.role, k.revoked_at) for k in list_keys(engine)] == [
+    assert [(k.team, k.role, k.revoked_at) for k in list_keys(database)] == [
         ("team-x", "admin", None)
     ]
 
 
-def test_open_mode_only_without_any_key(engine: Engine) -> None:
-    assert authenticate(None, [], engine, OpenMode.UNTIL_FIRST_KEY) == Principal(
+def test_open_mode_only_without_any_key(database: Engine) -> None:
+    assert authenticate(None, [], database, OpenMode.UNTIL_FIRST_KEY) == Principal(
         "default", "write", "anonymous"
     )
     with pytest.raises(NotAuthenticated):
-        authenticate(None, [], engine, OpenMode.NEVER)  # bound beyond loopback without permission
-    row, _ = create_key(engine, "t", "read")
+        authenticate(None, [], database, OpenMode.NEVER)  # bound beyond loopback without permission
+    row, _ = create_key(database, "t", "read")
     with pytest.raises(NotAuthenticated):
-        authenticate(None, [], engine, OpenMode.UNTIL_FIRST_KEY)  # a key exists: auth is on
+        authenticate(None, [], database, OpenMode.UNTIL_FIRST_KEY)  # a key exists: auth is on
     # Revoking the last key does not reopen the service (it was fail-open)...
-    assert revoke_key(engine, row.id or 0)
+    assert revoke_key(database, row.id or 0)
     with pytest.raises(NotAuthenticated):
-        authenticate(None, [], engine, OpenMode.UNTIL_FIRST_KEY)
+        authenticate(None, [], database, OpenMode.UNTIL_FIRST_KEY)
     # ...unless SPECDEC_ALLOW_ANONYMOUS says so explicitly.
-    assert authenticate(None, [], engine, OpenMode.WHILE_NO_ACTIVE_KEY).key == "anonymous"
+    assert authenticate(None, [], database, OpenMode.WHILE_NO_ACTIVE_KEY).key == "anonymous"
     env = parse_env_keys(f"a:write:{KEY_A}")
     with pytest.raises(NotAuthenticated):
-        authenticate(None, env, engine, OpenMode.WHILE_NO_ACTIVE_KEY)
+        authenticate(None, env, database, OpenMode.WHILE_NO_ACTIVE_KEY)
 
 
 @pytest.mark.anyio
 async def test_open_mode_closes_at_the_first_key_another_process_creates(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
+    database: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Asked anew on every request (a key made by `specdec keys create` closes it at once),
     then never again once a key exists; on SQLite from the event loop, not a thread."""
-    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], engine)
-    on_sqlite = engine.dialect.name == "sqlite"
+    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], database)
+    on_sqlite = database.dialect.name == "sqlite"
     hops: list[Callable[..., object]] = []
 
     async def counted_hop(call: Callable[..., object], *args: object) -> object:
@@ -123,23 +123,23 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(
     monkeypatch.setattr(auth, "run_in_threadpool", counted_hop)
     try:
         assert await access.is_open() and await access.is_open()
-        other = create_db_engine(str(engine.url.render_as_string(hide_password=False)))
+        other = open_database(str(database.url.render_as_string(hide_password=False)))
         row, _ = create_key(other, "t", "read")
         assert not await access.is_open()
         assert revoke_key(other, row.id or 0)
         other.dispose()
         statements: list[str] = []
-        event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+        event.listen(database, "before_cursor_execute", lambda *a: statements.append(a[2]))
         assert not await access.is_open()  # closed for good: nothing read
         assert statements == []
     finally:
         access.close()
     assert len(hops) == (0 if on_sqlite else 3)
-    reopening = AnonymousAccess(OpenMode.WHILE_NO_ACTIVE_KEY, [], engine)
+    reopening = AnonymousAccess(OpenMode.WHILE_NO_ACTIVE_KEY, [], database)
     assert await reopening.is_open() and await reopening.is_open()  # every key revoked
     reopening.close()
     closed = AnonymousAccess(
-        OpenMode.WHILE_NO_ACTIVE_KEY, parse_env_keys(f"a:write:{KEY_A}"), engine
+        OpenMode.WHILE_NO_ACTIVE_KEY, parse_env_keys(f"a:write:{KEY_A}"), database
     )
     assert not await closed.is_open()
 
@@ -150,8 +150,8 @@ async def test_a_locked_sqlite_file_is_waited_for_in_a_thread_never_on_the_loop(
 ) -> None:
     url = f"sqlite:///{tmp_path}/locked.db"
     upgrade_database(url)
-    engine = create_db_engine(url)
-    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], engine)
+    database = open_database(url)
+    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], database)
     # A connection in exclusive locking mode keeps even WAL readers out until it closes.
     holder = sqlite3.connect(f"{tmp_path}/locked.db", check_same_thread=False)
     holder.execute("PRAGMA locking_mode=EXCLUSIVE")
@@ -173,7 +173,7 @@ async def test_a_locked_sqlite_file_is_waited_for_in_a_thread_never_on_the_loop(
     finally:
         ticker.cancel()
         access.close()
-        engine.dispose()
+        database.dispose()
     assert time.monotonic() - began >= 0.4  # it waited for the lock...
     assert len([t for t in ticks if t - began < 0.4]) >= 10  # ...and the loop ran meanwhile
 

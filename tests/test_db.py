@@ -14,16 +14,16 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import JSON, TableClause, column, inspect, select, table, text
 
-from specdec_collector.store.db import alembic_config, create_db_engine, upgrade_database
+from specdec_collector.store.db import alembic_config, open_database, upgrade_database
 from specdec_collector.store.tables import metadata
 
 
 def test_upgrade_of_an_empty_database_matches_the_models(database_url: str) -> None:
     url = database_url
     upgrade_database(url)
-    engine = create_db_engine(url)
+    database = open_database(url)
     try:
-        with engine.connect() as connection:
+        with database.connect() as connection:
             diff = compare_metadata(
                 MigrationContext.configure(connection, opts={"compare_type": True}), metadata
             )
@@ -32,32 +32,32 @@ def test_upgrade_of_an_empty_database_matches_the_models(database_url: str) -> N
                 "alembic_version", "window", "window_target", "endpoint_series", "snapshot", "api_key", "heartbeat",
             }  # fmt: skip
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def test_upgrade_is_idempotent_and_creates_the_folder(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'nested' / 'dir' / 'db.sqlite'}"
     upgrade_database(url)
     upgrade_database(url)
-    engine = create_db_engine(url)
+    database = open_database(url)
     try:
-        with engine.connect() as connection:
+        with database.connect() as connection:
             assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             assert connection.execute(text("PRAGMA foreign_keys")).scalar() == 1
             head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
             version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
             assert version == head
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def test_windows_of_0001_keep_their_data_through_0002(database_url: str) -> None:
     """SQLite rebuilds the window table in batch mode; the rows must come through."""
     url = database_url
     command.upgrade(alembic_config(url), "0001")
-    engine = create_db_engine(url)
+    database = open_database(url)
     try:
-        with engine.begin() as connection:
+        with database.begin() as connection:
             old_window = table(
                 "window", column("id"), column("window_id"), column("state"), column("labels"),
                 column("started_at"),
@@ -72,11 +72,11 @@ def test_windows_of_0001_keep_their_data_through_0002(database_url: str) -> None
                 )
             )
         upgrade_database(url)
-        with engine.connect() as connection:
+        with database.connect() as connection:
             row = connection.execute(text('SELECT window_id, team, started_by FROM "window"')).one()
         assert tuple(row) == ("run-1", "default", "anonymous")
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def _window_tables() -> tuple[TableClause, TableClause]:
@@ -90,21 +90,21 @@ def _window_tables() -> tuple[TableClause, TableClause]:
 
 def test_0005_fills_the_summary_columns_from_stored_results(database_url: str) -> None:
     command.upgrade(alembic_config(database_url), "0004")
-    engine = create_db_engine(database_url)
+    database = open_database(database_url)
     try:
         window, target = _window_tables()
         result = {
             "status": "ok",
             "data": {"acceptance_rate": 61.5, "acceptance_length": 2.8, "num_drafts": 42},
         }
-        with engine.begin() as connection:
+        with database.begin() as connection:
             connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
                                                       started_at=datetime(2026, 11, 30, tzinfo=UTC),
                                                       team="default", started_by="anonymous"))  # fmt: skip
             connection.execute(target.insert().values(id=1, window_pk=1, ordinal=0, target="h:1",
                                                       url="http://h:1/metrics", result=result))  # fmt: skip
         upgrade_database(database_url)
-        with engine.connect() as connection:
+        with database.connect() as connection:
             row = connection.execute(
                 text(
                     "SELECT status, acceptance_rate, acceptance_length, num_drafts FROM window_target"
@@ -112,16 +112,16 @@ def test_0005_fills_the_summary_columns_from_stored_results(database_url: str) -
             ).one()
         assert tuple(row) == ("ok", 61.5, 2.8, 42)
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def test_0013_copies_each_stored_results_restarts_into_its_column(database_url: str) -> None:
     command.upgrade(alembic_config(database_url), "0012")
-    engine = create_db_engine(database_url)
+    database = open_database(database_url)
     try:
         window, target = _window_tables()
         results = [{"status": "ok", "restarts": 2}, {"status": "na", "error": "x"}, None]
-        with engine.begin() as connection:
+        with database.begin() as connection:
             connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
                                                       started_at=datetime(2026, 12, 1, tzinfo=UTC),
                                                       team="default", started_by="anonymous"))  # fmt: skip
@@ -131,11 +131,11 @@ def test_0013_copies_each_stored_results_restarts_into_its_column(database_url: 
                     url=f"http://h:{ordinal + 1}/metrics", result=result,
                 ))  # fmt: skip
         upgrade_database(database_url)
-        with engine.connect() as connection:
+        with database.connect() as connection:
             rows = connection.execute(text("SELECT restarts FROM window_target ORDER BY id")).all()
         assert [row[0] for row in rows] == [2, None, None]
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def test_0007_gives_stored_results_full_floats(database_url: str) -> None:
@@ -148,14 +148,14 @@ def test_0007_gives_stored_results_full_floats(database_url: str) -> None:
     stored = {"status": "ok", "url": "http://h:1/metrics", "error": None, "data": data,
               "raw": {"before": None, "after": None}, "counter_resets": 0}  # fmt: skip
     failed = {"status": "na", "url": "http://h:2/metrics", "error": "[before] x", "data": None}
-    engine = create_db_engine(database_url)
+    database = open_database(database_url)
     try:
         window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
                        column("started_at"), column("team"), column("started_by"))  # fmt: skip
         target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
                        column("target"), column("url"), column("result", JSON()),
                        column("acceptance_rate"), column("acceptance_length"))  # fmt: skip
-        with engine.begin() as connection:
+        with database.begin() as connection:
             connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
                                                       started_at=datetime(2026, 11, 30, tzinfo=UTC),
                                                       team="default", started_by="anonymous"))  # fmt: skip
@@ -166,10 +166,10 @@ def test_0007_gives_stored_results_full_floats(database_url: str) -> None:
                     acceptance_length=data["acceptance_length"] if row_id == 1 else None))  # fmt: skip
         upgrade_database(database_url)
         read = select(target.c.result, target.c.acceptance_rate, target.c.acceptance_length)
-        with engine.connect() as connection:
+        with database.connect() as connection:
             ok, na = connection.execute(read.order_by(target.c.id)).all()
     finally:
-        engine.dispose()
+        database.dispose()
     # AISBench's own numbers for these counts (the design's example).
     assert ok.result["data"]["acceptance_rate"] == ok.acceptance_rate == 99.2638036809816
     assert ok.result["data"]["acceptance_length"] == ok.acceptance_length == 5.96319018404908
@@ -186,7 +186,7 @@ def test_0008_and_0009_carry_stored_series_and_results_over(database_url: str) -
     stored before engines were told apart as vLLM's, exact."""
     command.upgrade(alembic_config(database_url), "0007")
     labels = '[["engine","0"],["model_name","m"]]'
-    engine = create_db_engine(database_url)
+    database = open_database(database_url)
     window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
                    column("started_at"), column("team"), column("started_by"))  # fmt: skip
     target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
@@ -194,7 +194,7 @@ def test_0008_and_0009_carry_stored_series_and_results_over(database_url: str) -
     series = table("target_series", column("id"), column("target_id"), column("family"),
                    column("labels"))  # fmt: skip
     try:
-        with engine.begin() as connection:
+        with database.begin() as connection:
             connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
                                                       started_at=datetime(2026, 11, 30, tzinfo=UTC),
                                                       team="default", started_by="anonymous"))  # fmt: skip
@@ -204,7 +204,7 @@ def test_0008_and_0009_carry_stored_series_and_results_over(database_url: str) -
             connection.execute(series.insert().values(id=7, target_id=1, family="num_drafts",
                                                       labels=labels))  # fmt: skip
         command.upgrade(alembic_config(database_url), "0010")
-        with engine.connect() as connection:
+        with database.connect() as connection:
             stored = connection.execute(
                 text("SELECT id, family, labels, labels_digest FROM target_series")
             ).all()
@@ -212,7 +212,7 @@ def test_0008_and_0009_carry_stored_series_and_results_over(database_url: str) -
                 text("SELECT id, result_engine, exact FROM window_target ORDER BY id")
             ).all()
     finally:
-        engine.dispose()
+        database.dispose()
     assert [tuple(row) for row in stored] == [
         (7, "num_drafts", labels, hashlib.sha256(labels.encode()).hexdigest())
     ]
@@ -227,7 +227,7 @@ def test_0011_keys_the_catalogue_by_endpoint_and_every_window_reads_as_before(
     """Three windows, two of them on one endpoint: after 0011 every stored snapshot reads the
     same series and values through the shared catalogue, and the downgrade gives them back."""
     command.upgrade(alembic_config(database_url), "0010")
-    engine = create_db_engine(database_url)
+    database = open_database(database_url)
     window = table("window", column("id"), column("window_id"), column("state"), column("labels"),
                    column("started_at"), column("team"), column("started_by"))  # fmt: skip
     target = table("window_target", column("id"), column("window_pk"), column("ordinal"),
@@ -283,7 +283,7 @@ def test_0011_keys_the_catalogue_by_endpoint_and_every_window_reads_as_before(
         return found
 
     try:
-        with engine.begin() as connection:
+        with database.begin() as connection:
             for window_pk in (1, 2, 3):
                 connection.execute(window.insert().values(
                     id=window_pk, window_id=f"w{window_pk}", state="closed", labels="{}",
@@ -301,7 +301,7 @@ def test_0011_keys_the_catalogue_by_endpoint_and_every_window_reads_as_before(
                     id=snapshot_id, target_id=target_id, phase=phase, taken_at=moment,
                     error=error, counters=counters))  # fmt: skip
         upgrade_database(database_url)
-        with engine.connect() as connection:
+        with database.connect() as connection:
             after_upgrade = readings(
                 connection, "SELECT id, endpoint, family, labels FROM endpoint_series"
             )
@@ -310,12 +310,12 @@ def test_0011_keys_the_catalogue_by_endpoint_and_every_window_reads_as_before(
             ).all()
             errors = connection.execute(text("SELECT id, error FROM snapshot ORDER BY id")).all()
         command.downgrade(alembic_config(database_url), "0010")
-        with engine.connect() as connection:
+        with database.connect() as connection:
             after_downgrade = readings(
                 connection, "SELECT id, target_id, family, labels FROM target_series"
             )
     finally:
-        engine.dispose()
+        database.dispose()
     assert after_upgrade == expected
     # Series 20 is series 10 of the same endpoint (one row); 21 differs by its labels.
     assert sorted(tuple(row) for row in endpoints) == sorted([
@@ -339,12 +339,12 @@ def test_sqlite_writers_of_every_process_take_turns_on_a_file_lock(tmp_path: Pat
 
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     upgrade_database(url)
-    engine = create_db_engine(url)
+    database = open_database(url)
     lock_file = tmp_path / "db.sqlite.writer-lock"
     try:
         # Another open file stands for another process.
         with (
-            write_session(engine),
+            write_session(database),
             lock_file.open("a") as other,
             pytest.raises(BlockingIOError),
         ):
@@ -352,13 +352,13 @@ def test_sqlite_writers_of_every_process_take_turns_on_a_file_lock(tmp_path: Pat
         with lock_file.open("a") as other:
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the write is done
         for _ in range(3):
-            with write_session(engine):
+            with write_session(database):
                 pass
         # Opened once per engine, not for every write.
         opened = [fd for fd in Path("/proc/self/fd").iterdir() if _target(fd) == str(lock_file)]
         assert len(opened) == 1
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def _target(fd: Path) -> str:
@@ -370,7 +370,7 @@ def _target(fd: Path) -> str:
 
 def test_0014_keeps_each_stored_failures_kind_as_its_text_says(database_url: str) -> None:
     command.upgrade(alembic_config(database_url), "0013")
-    engine = create_db_engine(database_url)
+    database = open_database(database_url)
     errors = [
         "Metrics endpoint returned HTTP 503",
         "Failed to fetch metrics from http://h:1/metrics: timed out after 5 s",
@@ -384,7 +384,7 @@ def test_0014_keeps_each_stored_failures_kind_as_its_text_says(database_url: str
         window, target = _window_tables()
         snapshot = table("snapshot", column("id"), column("target_id"), column("phase"),
                          column("taken_at"), column("error"), column("counters", JSON()))  # fmt: skip
-        with engine.begin() as connection:
+        with database.begin() as connection:
             connection.execute(window.insert().values(id=1, window_id="w", state="closed", labels="{}",
                                                       started_at=datetime(2026, 12, 1, tzinfo=UTC),
                                                       team="default", started_by="anonymous"))  # fmt: skip
@@ -396,7 +396,7 @@ def test_0014_keeps_each_stored_failures_kind_as_its_text_says(database_url: str
                     error=error, counters=None if error else [[1, 2, None]],
                 ))  # fmt: skip
         upgrade_database(database_url)
-        with engine.connect() as connection:
+        with database.connect() as connection:
             rows = connection.execute(text("SELECT error_kind FROM snapshot ORDER BY id")).all()
         assert [row[0] for row in rows] == [
             "http_status",
@@ -408,4 +408,4 @@ def test_0014_keeps_each_stored_failures_kind_as_its_text_says(database_url: str
             None,
         ]
     finally:
-        engine.dispose()
+        database.dispose()

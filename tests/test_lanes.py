@@ -12,30 +12,30 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from specdec_collector.exceptions import TooManyWindows
-from specdec_collector.store.db import create_db_engine, takes_turns, upgrade_database
+from specdec_collector.store.db import open_database, takes_turns, upgrade_database
 from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S, Lane
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
+def database(tmp_path: Path) -> Iterator[Engine]:
     url = f"sqlite:///{tmp_path / 'lanes.db'}"
     upgrade_database(url)
-    engine = create_db_engine(url)
-    with engine.begin() as connection:
+    database = open_database(url)
+    with database.begin() as connection:
         connection.execute(text("CREATE TABLE note (id INTEGER PRIMARY KEY, body TEXT UNIQUE)"))
-    yield engine
-    engine.dispose()
+    yield database
+    database.dispose()
 
 
-def _commits(engine: Engine) -> list[int]:
+def _commits(database: Engine) -> list[int]:
     """A list that grows by one at each commit on `engine`."""
     seen: list[int] = []
-    event.listen(engine, "commit", lambda connection: seen.append(1))
+    event.listen(database, "commit", lambda connection: seen.append(1))
     return seen
 
 
-def _notes(engine: Engine) -> list[str]:
-    with engine.connect() as connection:
+def _notes(database: Engine) -> list[str]:
+    with database.connect() as connection:
         return list(connection.execute(text("SELECT body FROM note ORDER BY id")).scalars())
 
 
@@ -73,12 +73,12 @@ async def _while_held(lane: Lane, queue_jobs: Any) -> list[Any]:
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def test_a_sqlite_engine_takes_turns_and_gets_serial_lanes(engine: Engine) -> None:
-    assert takes_turns(engine)
-    assert not takes_turns(create_db_engine("postgresql+psycopg://u@127.0.0.1:1/db"))
+def test_a_sqlite_engine_takes_turns_and_gets_serial_lanes(database: Engine) -> None:
+    assert takes_turns(database)
+    assert not takes_turns(open_database("postgresql+psycopg://u@127.0.0.1:1/db"))
 
 
-def test_jobs_run_earliest_deadline_first(engine: Engine) -> None:
+def test_jobs_run_earliest_deadline_first(database: Engine) -> None:
     lane = Lane("test", serial=True)
     order: list[str] = []
 
@@ -104,9 +104,9 @@ def test_jobs_run_earliest_deadline_first(engine: Engine) -> None:
     assert order == ["start-1", "start-2", "stop-1", "stop-2"]
 
 
-def test_writes_that_wait_together_commit_together(engine: Engine) -> None:
-    lane = Lane("test", serial=True, engine=engine)
-    commits = _commits(engine)
+def test_writes_that_wait_together_commit_together(database: Engine) -> None:
+    lane = Lane("test", serial=True, database=database)
+    commits = _commits(database)
 
     async def main() -> list[Any]:
         return await _while_held(
@@ -116,13 +116,13 @@ def test_writes_that_wait_together_commit_together(engine: Engine) -> None:
     assert asyncio.run(main()) == [f"n{i}" for i in range(5)]
     lane.close()
     assert len(commits) == 1
-    assert _notes(engine) == [f"n{i}" for i in range(5)]
+    assert _notes(database) == [f"n{i}" for i in range(5)]
 
 
-def test_a_domain_error_fails_its_own_write_only(engine: Engine) -> None:
+def test_a_domain_error_fails_its_own_write_only(database: Engine) -> None:
     """A write raises a domain error before it writes: the others keep their transaction."""
-    lane = Lane("test", serial=True, engine=engine)
-    commits = _commits(engine)
+    lane = Lane("test", serial=True, database=database)
+    commits = _commits(database)
 
     def refused(session: Session) -> None:
         raise TooManyWindows("team t has 2 open windows")
@@ -142,13 +142,13 @@ def test_a_domain_error_fails_its_own_write_only(engine: Engine) -> None:
     assert (first, last) == ("a", "b")
     assert isinstance(error, TooManyWindows) and str(error) == "team t has 2 open windows"
     assert len(commits) == 1
-    assert _notes(engine) == ["a", "b"]
+    assert _notes(database) == ["a", "b"]
 
 
-def test_a_failing_write_is_never_another_writes_failure(engine: Engine) -> None:
+def test_a_failing_write_is_never_another_writes_failure(database: Engine) -> None:
     """A write that fails after writing (here a unique constraint) rolls its transaction back:
     every write of it runs again alone, and only the failing one fails."""
-    lane = Lane("test", serial=True, engine=engine)
+    lane = Lane("test", serial=True, database=database)
 
     async def main() -> list[Any]:
         return await _while_held(
@@ -164,11 +164,11 @@ def test_a_failing_write_is_never_another_writes_failure(engine: Engine) -> None
     lane.close()
     assert (first, last) == ("a", "b")
     assert "UNIQUE constraint failed: note.body" in str(error)
-    assert _notes(engine) == ["a", "b"]
+    assert _notes(database) == ["a", "b"]
 
 
-def test_a_write_whose_caller_went_away_before_it_started_is_not_run(engine: Engine) -> None:
-    lane = Lane("test", serial=True, engine=engine)
+def test_a_write_whose_caller_went_away_before_it_started_is_not_run(database: Engine) -> None:
+    lane = Lane("test", serial=True, database=database)
 
     async def main() -> None:
         held, holding = await _hold(lane)
@@ -186,11 +186,11 @@ def test_a_write_whose_caller_went_away_before_it_started_is_not_run(engine: Eng
 
     asyncio.run(main())
     lane.close()
-    assert _notes(engine) == ["kept"]
+    assert _notes(database) == ["kept"]
 
 
-def test_close_runs_the_jobs_already_queued(engine: Engine) -> None:
-    lane = Lane("test", serial=True, engine=engine)
+def test_close_runs_the_jobs_already_queued(database: Engine) -> None:
+    lane = Lane("test", serial=True, database=database)
 
     async def main() -> None:
         held, holding = await _hold(lane)
@@ -202,13 +202,13 @@ def test_close_runs_the_jobs_already_queued(engine: Engine) -> None:
         await asyncio.gather(holding, closing, *writes)
 
     asyncio.run(main())
-    assert _notes(engine) == ["last"]
+    assert _notes(database) == ["last"]
 
 
-def test_a_lane_that_is_not_serial_runs_each_write_alone_at_once(engine: Engine) -> None:
+def test_a_lane_that_is_not_serial_runs_each_write_alone_at_once(database: Engine) -> None:
     """PostgreSQL's lanes: no thread of their own, a transaction per write."""
-    lane = Lane("test", serial=False, engine=engine)
-    commits = _commits(engine)
+    lane = Lane("test", serial=False, database=database)
+    commits = _commits(database)
 
     async def main() -> list[str]:
         return await asyncio.gather(

@@ -20,15 +20,15 @@ from tests.support.payloads import fixture
 from tests.support.windows import close_window
 
 
-def _rows(engine: Engine) -> dict[str, int]:
-    with engine.connect() as connection:
+def _rows(database: Engine) -> dict[str, int]:
+    with database.connect() as connection:
         return {
             name: connection.execute(select(func.count()).select_from(table)).scalar_one()
             for name, table in TABLES.items()
         }
 
 
-def _start_sample_stop(engine: Engine) -> None:
+def _start_sample_stop(database: Engine) -> None:
     """A window of three targets (the rehearsal has two), started, sampled and stopped."""
     actor = Actor(team="t", key="k")
     body = WindowCreate(targets=["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"],
@@ -36,31 +36,31 @@ def _start_sample_stop(engine: Engine) -> None:
     targets = body.parsed_targets()
     series = extract_spec_decode(fixture("vllm_v1_dp8_k5.txt"))
     outcomes = [TargetReading(target, utcnow(), series) for target in targets]
-    stored = write_alone(engine, add_window, actor, "w", body, targets, 10, "r", 30.0)
+    stored = write_alone(database, add_window, actor, "w", body, targets, 10, "r", 30.0)
     assert stored is not None
-    write_alone(engine, add_baseline, stored, outcomes)
+    write_alone(database, add_baseline, stored, outcomes)
     ids = {t.key: t.id for t in stored.targets}
-    write_alone(engine, store_snapshots, ids, SnapshotPhase.SAMPLE, outcomes)
-    stored = load_window(engine, actor.team, "w")
-    assert close_window(engine, stored, actor, outcomes) is not None
+    write_alone(database, store_snapshots, ids, SnapshotPhase.SAMPLE, outcomes)
+    stored = load_window(database, actor.team, "w")
+    assert close_window(database, stored, actor, outcomes) is not None
 
 
-def test_the_rehearsal_stores_nothing_and_remembers_no_series(engine: Engine) -> None:
-    before = _rows(engine)
-    rehearse_window(engine)
-    assert _rows(engine) == before
-    with Session(engine) as session:
+def test_the_rehearsal_stores_nothing_and_remembers_no_series(database: Engine) -> None:
+    before = _rows(database)
+    rehearse_window(database)
+    assert _rows(database) == before
+    with Session(database) as session:
         known = _KNOWN.of(session)
     assert known.ids == {} and known.keys == {}
 
 
-def test_after_the_rehearsal_a_start_and_a_stop_compile_nothing(engine: Engine) -> None:
+def test_after_the_rehearsal_a_start_and_a_stop_compile_nothing(database: Engine) -> None:
     """Every statement of a window's start, samples and stop was compiled by the rehearsal
     (SQLAlchemy's cache of compiled statements, per engine): none is compiled again."""
-    rehearse_window(engine)
+    rehearse_window(database)
     misses: list[str] = []
 
-    @event.listens_for(engine, "before_cursor_execute")
+    @event.listens_for(database, "before_cursor_execute")
     def seen(
         conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
     ) -> None:
@@ -68,5 +68,5 @@ def test_after_the_rehearsal_a_start_and_a_stop_compile_nothing(engine: Engine) 
         if context.compiled is not None and context.cache_hit is not CACHE_HIT:
             misses.append(statement.split("\n")[0][:80])
 
-    _start_sample_stop(engine)
+    _start_sample_stop(database)
     assert misses == []

@@ -16,7 +16,7 @@ from sqlmodel import Session, col
 
 from specdec_collector.service.sampler import Sampler, claim_windows, purge_samples
 from specdec_collector.sources.scrape import ScrapeConfig, new_client
-from specdec_collector.store.db import create_db_engine, upgrade_database, write_session
+from specdec_collector.store.db import open_database, upgrade_database, write_session
 from specdec_collector.store.tables import Window
 from tests.bench.bench_storage import bytes_per_sample
 from tests.support.collector import Team, run_collector
@@ -220,37 +220,37 @@ def test_retention_deletes_old_samples_and_keeps_results(team: Team, api: httpx.
     results = {
         w: api.get(f"/windows/{w}/results/{server.target}").json() for w in ("old", "recent")
     }
-    engine = create_db_engine(team.collector.database_url)
-    with Session(engine) as session:
+    database = open_database(team.collector.database_url)
+    with Session(database) as session:
         session.execute(
             update(Window)
             .where(col(Window.team) == team.name, col(Window.window_id) == "old")
             .values(stopped_at=datetime.now(UTC) - timedelta(days=31))
         )
         session.commit()
-    deleted = purge_samples(engine, datetime.now(UTC) - timedelta(days=30))
+    deleted = purge_samples(database, datetime.now(UTC) - timedelta(days=30))
     assert deleted == results["old"]["samples"]["taken"] >= 2
     phases = {w: [p["phase"] for p in samples_of(api, w)] for w in ("old", "recent")}
     assert phases["old"] == ["before", "after"]
     assert "sample" in phases["recent"]
     for window_id, result in results.items():
         assert api.get(f"/windows/{window_id}/results/{server.target}").json() == result
-    engine.dispose()
+    database.dispose()
 
 
 @pytest.mark.anyio
 async def test_sampler_schedules_the_daily_retention_job(database_url: str) -> None:
     url = database_url
     upgrade_database(url)
-    engine = create_db_engine(url)
+    database = open_database(url)
     async with new_client(1.0) as client:
-        sampler = Sampler(engine, client, ScrapeConfig(1.0, 1 << 20), retention_days=7)
+        sampler = Sampler(database, client, ScrapeConfig(1.0, 1 << 20), retention_days=7)
         await sampler.start()
         job = sampler.scheduler.get_job("purge-samples")
         sampler.shutdown()
     assert job is not None
     assert job.trigger.interval == timedelta(days=1)
-    engine.dispose()
+    database.dispose()
 
 
 def test_a_one_engine_k5_sample_costs_under_1_kb(database_url: str) -> None:
@@ -265,16 +265,16 @@ def test_an_idle_lease_scan_never_waits_for_the_writers_turn(tmp_path: Path) -> 
     of the collector shares (with two workers, each scan held up the other's writes)."""
     url = f"sqlite:///{tmp_path / 'scan.db'}"
     upgrade_database(url)
-    engine = create_db_engine(url)
+    database = open_database(url)
     scanned = threading.Event()
 
     def scan() -> None:
-        assert claim_windows(engine, "replica", set()) == []
+        assert claim_windows(database, "replica", set()) == []
         scanned.set()
 
-    with write_session(engine):  # a long write of another call holds the turn
+    with write_session(database):  # a long write of another call holds the turn
         thread = threading.Thread(target=scan)
         thread.start()
         assert scanned.wait(timeout=10)
     thread.join()
-    engine.dispose()
+    database.dispose()

@@ -22,7 +22,7 @@ from specdec_collector.core.readings import Failure, FailureKind, SnapshotPhase,
 from specdec_collector.core.results import UNREADABLE_RESULT, TargetResult
 from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.schemas import WindowCreate
-from specdec_collector.store.db import create_db_engine, upgrade_database, write_alone
+from specdec_collector.store.db import open_database, upgrade_database, write_alone
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot
 from specdec_collector.windows.cache import OpenViews, ResultsCache
 from specdec_collector.windows.lifecycle import window_json
@@ -43,7 +43,7 @@ from tests.support.windows import close_window, store_baseline
 def engines(database_url: str) -> Iterator[tuple[Engine, Engine]]:
     """Two engines on one database: a reader, and a writer that commits in between."""
     upgrade_database(database_url)
-    reader, writer = create_db_engine(database_url), create_db_engine(database_url)
+    reader, writer = open_database(database_url), open_database(database_url)
     yield reader, writer
     reader.dispose()
     writer.dispose()
@@ -111,11 +111,11 @@ def test_results_cache_of_size_zero_keeps_nothing() -> None:
     assert cache.get("t", "w") is None
 
 
-def _service_for_reads(engine: Engine) -> WindowService:
+def _service_for_reads(database: Engine) -> WindowService:
     """A window service with what reads use (the engine, the kept results and views)."""
     unused: Any = None  # sources, sampler, settings, lanes: a read uses none
     return WindowService(
-        engine=engine,
+        database=database,
         sources=unused,
         sampler=unused,
         settings=unused,
@@ -132,13 +132,13 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
 ) -> None:
     """A read of an open window it keeps reads only the window's state (one statement) until
     the window is closed, here through another engine (another replica's stop)."""
-    engine, other = engines
-    target = _window_of_one_target(engine)
-    stored = load_window(engine, "default", "w")
+    database, other = engines
+    target = _window_of_one_target(database)
+    stored = load_window(database, "default", "w")
     counters = EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])
     series = extract_spec_decode(vllm_payload([counters]))
-    store_baseline(engine, stored, [TargetReading(target, datetime.now(UTC), series)])
-    service = _service_for_reads(engine)
+    store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), series)])
+    service = _service_for_reads(database)
     first = await window_json(service, "default", "w")
     before = json.loads(first)["targets"][0]["before"]
     assert before == {
@@ -150,9 +150,9 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
-    event.listen(engine, "after_cursor_execute", record)
+    event.listen(database, "after_cursor_execute", record)
     again = await window_json(service, "default", "w")
-    event.remove(engine, "after_cursor_execute", record)
+    event.remove(database, "after_cursor_execute", record)
     assert again is first  # kept
     assert len(statements) == 1 and statements[0].replace('"', "").startswith("SELECT window.state")
     later = EngineCounters(drafts=9, draft_tokens=27, accepted_per_pos=[6, 4, 1])
@@ -204,10 +204,10 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     """Another writer can add a series this process does not know just before our insert:
     the insert keeps its row, returns nothing for it, and its id comes from a read."""
     upgrade_database(postgres_url)
-    engine, other = create_db_engine(postgres_url), create_db_engine(postgres_url)
+    database, other = open_database(postgres_url), open_database(postgres_url)
     target = parse_target("127.0.0.1:9100")
     inserted = write_alone(
-        engine,
+        database,
         add_window,
         Actor("default", "t"),
         "w",
@@ -241,31 +241,31 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
                     ).scalar_one()
                 )  # fmt: skip
 
-    event.listen(engine, "before_cursor_execute", add_one_first)
+    event.listen(database, "before_cursor_execute", add_one_first)
     try:
-        with Session(engine) as session:
+        with Session(database) as session:
             store_snapshots(
                 session, {target.key: target_id}, SnapshotPhase.BEFORE,
                 [TargetReading(target, datetime.now(UTC), series)],
             )  # fmt: skip
             session.commit()
     finally:
-        event.remove(engine, "before_cursor_execute", add_one_first)
+        event.remove(database, "before_cursor_execute", add_one_first)
     assert raced  # the race happened
-    window = read_window(engine, "default", "w")
+    window = read_window(database, "default", "w")
     before = window.targets[0].before
     assert before is not None and before.num_drafts == 5 and before.num_accepted_tokens == 6
-    with Session(engine) as session:
+    with Session(database) as session:
         counters = session.exec(select(Snapshot)).one().counters
     assert counters is not None and raced[0] in {int(row[0]) for row in counters if row[0]}
-    engine.dispose()
+    database.dispose()
     other.dispose()
 
 
-def _window_of_one_target(engine: Engine) -> Target:
+def _window_of_one_target(database: Engine) -> Target:
     """Window `w` of team `default`, open, on one target (returned)."""
     target = parse_target("127.0.0.1:9100")
-    assert write_alone(engine, add_window, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
+    assert write_alone(database, add_window, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
                          [target], 10, "r", 0)  # fmt: skip
     return target
 
@@ -274,38 +274,38 @@ def test_label_sets_of_any_length_are_stored_and_read_back(
     engines: tuple[Engine, Engine],
 ) -> None:
     """PostgreSQL held label text in VARCHAR(4096) under a B-tree unique index (~2700 bytes)."""
-    engine, _ = engines
-    target = _window_of_one_target(engine)
-    stored = load_window(engine, "default", "w")
+    database, _ = engines
+    target = _window_of_one_target(database)
+    stored = load_window(database, "default", "w")
     long = {"pod": "p" * 20_000, "note": "é\x00" * 3000}
     payload = vllm_payload([EngineCounters(5, 15, [3, 2, 1], extra_labels=long)])
     limits = ExtractionLimits(max_label_chars=100_000)
     outcome = TargetReading(target, datetime.now(UTC), extract_spec_decode(payload, limits))
-    store_baseline(engine, stored, [outcome])
-    store_baseline(engine, stored, [outcome])  # the same series again: found, not added twice
-    with Session(engine) as session:
+    store_baseline(database, stored, [outcome])
+    store_baseline(database, stored, [outcome])  # the same series again: found, not added twice
+    with Session(database) as session:
         catalogue = session.exec(select(EndpointSeries)).all()
     assert len(catalogue) == len(outcome.series or {}) == 6 + 2  # with the two witnesses
     assert {labels_from_text(row.labels) for row in catalogue} == {
         key.labels for key in outcome.series or {}
     }
-    assert read_window(engine, "default", "w").targets[0].before is not None
+    assert read_window(database, "default", "w").targets[0].before is not None
 
 
 def test_a_stored_result_that_does_not_read_is_na_and_never_breaks_a_read(
     engines: tuple[Engine, Engine],
 ) -> None:
     """Older versions stored `ok` results whose figures were inf: null once written as JSON."""
-    engine, _ = engines
-    target = _window_of_one_target(engine)
+    database, _ = engines
+    target = _window_of_one_target(database)
     broken: dict[str, Any] = {"status": "ok", "url": target.url, "error": None, "raw": {},
               "data": {"num_drafts": 5, "draft_tokens": None, "accepted_tokens": 3,
                        "acceptance_rate": None, "acceptance_length": None,
                        "per_position_acceptance_rates": {}}}  # fmt: skip
-    with engine.begin() as connection:
+    with database.begin() as connection:
         connection.execute(TABLES["window_target"].update().values(result=broken, status="ok"))
         connection.execute(TABLES["window"].update().values(state="closed"))
-    (shown,) = read_window(engine, "default", "w").targets
+    (shown,) = read_window(database, "default", "w").targets
     assert shown.result is not None
     assert (shown.result.status, shown.result.error, shown.result.data) == (
         "na", UNREADABLE_RESULT, None
@@ -316,16 +316,16 @@ def test_reading_an_open_window_never_looks_for_overlaps(engines: tuple[Engine, 
     """An open window has no results to attach overlaps to: the query for the windows open
     beside it was made for every start and read, then thrown away (18 % of a loaded
     collector's CPU)."""
-    engine, _ = engines
-    _window_of_one_target(engine)
+    database, _ = engines
+    _window_of_one_target(database)
     statements: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
-    event.listen(engine, "after_cursor_execute", record)
-    shown = read_window(engine, "default", "w")
-    event.remove(engine, "after_cursor_execute", record)
+    event.listen(database, "after_cursor_execute", record)
+    shown = read_window(database, "default", "w")
+    event.remove(database, "after_cursor_execute", record)
     assert shown.state == "open" and shown.targets[0].result is None
     # The overlaps query is the only one that reads windows by their start time.
     assert statements and not [s for s in statements if "window.started_at <" in s]
@@ -336,27 +336,27 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
 ) -> None:
     """The catalogue is keyed by endpoint: a second window on the same server adds no series,
     and once they are known a scrape stores its snapshot in one statement."""
-    engine, _ = engines
-    target = _window_of_one_target(engine)
+    database, _ = engines
+    target = _window_of_one_target(database)
     series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
     outcome = TargetReading(target, datetime.now(UTC), series)
-    store_baseline(engine, load_window(engine, "default", "w"), [outcome])
-    assert write_alone(engine, add_window, Actor("default", "t"), "w2", WindowCreate(targets=[target.key]),
+    store_baseline(database, load_window(database, "default", "w"), [outcome])
+    assert write_alone(database, add_window, Actor("default", "t"), "w2", WindowCreate(targets=[target.key]),
                          [target], 10, "r", 0)  # fmt: skip
     statements: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
-    event.listen(engine, "after_cursor_execute", record)
-    store_baseline(engine, load_window(engine, "default", "w2"), [outcome])
-    event.remove(engine, "after_cursor_execute", record)
+    event.listen(database, "after_cursor_execute", record)
+    store_baseline(database, load_window(database, "default", "w2"), [outcome])
+    event.remove(database, "after_cursor_execute", record)
     assert [s for s in statements if "endpoint_series" in s] == []
     assert len([s for s in statements if s.startswith("INSERT INTO snapshot")]) == 1
-    with Session(engine) as session:
+    with Session(database) as session:
         assert len(session.exec(select(EndpointSeries)).all()) == len(series) == 6 + 2
     for window_id in ("w", "w2"):
-        before = read_window(engine, "default", window_id).targets[0].before
+        before = read_window(database, "default", window_id).targets[0].before
         assert before is not None and (before.num_drafts, before.num_accepted_tokens) == (5, 6)
 
 
@@ -365,21 +365,21 @@ def test_series_added_by_a_rolled_back_write_are_not_remembered(
 ) -> None:
     """A write that rolls back takes its new series with it (SQLite may give their ids to
     other rows): the next write adds them again rather than naming ids that do not exist."""
-    engine, _ = engines
-    target = _window_of_one_target(engine)
-    stored = load_window(engine, "default", "w")
+    database, _ = engines
+    target = _window_of_one_target(database)
+    stored = load_window(database, "default", "w")
     ids = {target.key: stored.targets[0].id}
     series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
     outcome = TargetReading(target, datetime.now(UTC), series)
-    with Session(engine) as session:
+    with Session(database) as session:
         store_snapshots(session, ids, SnapshotPhase.BEFORE, [outcome])
         session.rollback()
-    with Session(engine) as session:
+    with Session(database) as session:
         assert session.exec(select(EndpointSeries)).all() == []
-    store_baseline(engine, stored, [outcome])
-    with Session(engine) as session:
+    store_baseline(database, stored, [outcome])
+    with Session(database) as session:
         assert len(session.exec(select(EndpointSeries)).all()) == len(series)
-    before = read_window(engine, "default", "w").targets[0].before
+    before = read_window(database, "default", "w").targets[0].before
     assert before is not None and (before.num_drafts, before.num_draft_tokens) == (5, 15)
 
 
@@ -408,13 +408,13 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     between (another worker's sampler) makes it compute them again under the lock."""
     from tests.support.windows import close_window
 
-    engine, writer = engines
-    target = _window_of_one_target(engine)
-    stored = load_window(engine, "default", "w")
+    database, writer = engines
+    target = _window_of_one_target(database)
+    stored = load_window(database, "default", "w")
     ids = {target.key: stored.targets[0].id}
     reading = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
     later = extract_spec_decode(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]))
-    store_baseline(engine, stored, [TargetReading(target, datetime.now(UTC), reading)])
+    store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), reading)])
     sample = TargetReading(target, datetime.now(UTC), later)
     final = TargetReading(target, datetime.now(UTC), later)
     landed: list[bool] = []
@@ -426,11 +426,11 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
                 store_snapshots(session, ids, SnapshotPhase.SAMPLE, [sample])
                 session.commit()
 
-    event.listen(engine, "after_cursor_execute", land_a_sample)
+    event.listen(database, "after_cursor_execute", land_a_sample)
     try:
-        closed = close_window(engine, stored, Actor("default", "t"), [final])
+        closed = close_window(database, stored, Actor("default", "t"), [final])
     finally:
-        event.remove(engine, "after_cursor_execute", land_a_sample)
+        event.remove(database, "after_cursor_execute", land_a_sample)
     assert landed and closed is not None
     result = closed.results[stored.targets[0].id]
     assert result is not None and result.samples.taken == 1
@@ -443,7 +443,7 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
     """Windows sharing some of a window's targets: each target lists the same team's windows
     that used it (in the order they started), and counts the other teams' ones, with the
     seconds each was open during the window; a window on none of them is not there."""
-    engine, _ = engines
+    database, _ = engines
     a, b, c, d = (parse_target(f"127.0.0.1:{port}") for port in (9101, 9102, 9103, 9104))
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     # (team, id, targets, started, stopped) in seconds after t0; "main" runs 100-200.
@@ -460,9 +460,9 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
     for team, window_id, targets, started, stopped in plan:
         body = WindowCreate(targets=[t.key for t in targets])
         assert write_alone(
-            engine, add_window, Actor(team, "k"), window_id, body, targets, 10, "r", 0
+            database, add_window, Actor(team, "k"), window_id, body, targets, 10, "r", 0
         )
-        with engine.begin() as connection:
+        with database.begin() as connection:
             connection.execute(
                 table.update()
                 .where(table.c.window_id == window_id)
@@ -472,8 +472,8 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
                     state="open" if stopped is None else "closed",
                 )
             )
-    stored = load_window(engine, "x", "main")
-    with Session(engine) as session:
+    stored = load_window(database, "x", "main")
+    with Session(database) as session:
         found = overlaps_of(session, stored)
     shown = {key: overlaps.model_dump() for key, overlaps in found.items()}
     none = {"windows": 0, "seconds": 0.0}
@@ -488,8 +488,8 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
     # A window's targets never change: each process reads them once (a loaded collector's
     # stops read those of the same ~400 windows again and again).
     statements: list[str] = []
-    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
-    with Session(engine) as session:
+    event.listen(database, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    with Session(database) as session:
         again = overlaps_of(session, stored)
     assert {key: overlaps.model_dump() for key, overlaps in again.items()} == shown
     assert len(statements) == 1 and "window_target" not in statements[0]
@@ -502,10 +502,12 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
     back; the snapshots of a window's targets go in as one multi-row statement instead."""
     url = f"sqlite:///{tmp_path / 'one.db'}"
     upgrade_database(url)
-    engine = create_db_engine(url)
+    database = open_database(url)
     targets = [parse_target(f"127.0.0.1:{9100 + i}") for i in range(5)]
     body = WindowCreate(targets=[t.key for t in targets])
-    stored = write_alone(engine, add_window, Actor("default", "t"), "w", body, targets, 10, "r", 0)
+    stored = write_alone(
+        database, add_window, Actor("default", "t"), "w", body, targets, 10, "r", 0
+    )
     assert stored is not None
     # Each target its own counters: a target id given to the wrong target would show.
     outcomes = [
@@ -520,9 +522,9 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
         if statement.startswith("INSERT INTO snapshot"):
             inserts.append(statement)
 
-    event.listen(engine, "before_cursor_execute", seen)
-    store_baseline(engine, stored, outcomes)
+    event.listen(database, "before_cursor_execute", seen)
+    store_baseline(database, stored, outcomes)
     assert len(inserts) == 1 and inserts[0].count("(?, ?, ?, ?, ?, ?)") == 5  # one statement
-    befores = [t.before for t in read_window(engine, "default", "w").targets]
+    befores = [t.before for t in read_window(database, "default", "w").targets]
     assert [before.num_drafts if before else None for before in befores] == [5, 6, 7, 8, 9]
-    engine.dispose()
+    database.dispose()

@@ -19,7 +19,7 @@ def serve(args: argparse.Namespace) -> int:
     from specdec_collector.config import get_settings
     from specdec_collector.service.auth import active_db_keys, is_loopback, parse_env_keys
     from specdec_collector.service.main import ANONYMOUS_ALLOWED_ENV, configure_logging, create_app
-    from specdec_collector.store.db import create_db_engine, upgrade_database
+    from specdec_collector.store.db import open_database, upgrade_database
 
     settings = get_settings()
     workers = settings.workers if args.workers is None else args.workers
@@ -33,9 +33,9 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     # Once, before any worker starts: N workers would otherwise race to migrate.
     upgrade_database(settings.database_url)
-    engine = create_db_engine(settings.database_url)
-    has_keys = bool(env_keys) or active_db_keys(engine) > 0
-    engine.dispose()
+    database = open_database(settings.database_url)
+    has_keys = bool(env_keys) or active_db_keys(database) > 0
+    database.dispose()
     anonymous_allowed = is_loopback(args.host) or settings.allow_anonymous
     if not has_keys and not anonymous_allowed:
         print(
@@ -110,13 +110,13 @@ def simulate(args: argparse.Namespace) -> int:
 # --- the client commands -------------------------------------------------------------------
 
 
-def keys_engine() -> "Engine":
+def keys_database() -> "Engine":
     from specdec_collector.config import get_settings
-    from specdec_collector.store.db import create_db_engine, upgrade_database
+    from specdec_collector.store.db import open_database, upgrade_database
 
     settings = get_settings()
     upgrade_database(settings.database_url)
-    return create_db_engine(settings.database_url)
+    return open_database(settings.database_url)
 
 
 def keys_create(args: argparse.Namespace) -> int:
@@ -128,9 +128,9 @@ def keys_create(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"specdec keys create: {exc}", file=sys.stderr)
         return 2
-    engine = keys_engine()
-    row, key = create_key(engine, args.team, args.role)
-    engine.dispose()
+    database = keys_database()
+    row, key = create_key(database, args.team, args.role)
+    database.dispose()
     print(f"key {row.id} for team {row.team}, role {row.role}. It is shown only this once:")
     print(key)
     return 0
@@ -139,9 +139,9 @@ def keys_create(args: argparse.Namespace) -> int:
 def keys_list(args: argparse.Namespace) -> int:
     from specdec_collector.service.auth import list_keys
 
-    engine = keys_engine()
-    rows = list_keys(engine)
-    engine.dispose()
+    database = keys_database()
+    rows = list_keys(database)
+    database.dispose()
     print(f"{'id':>5}  {'team':<24} {'role':<6} {'prefix':<9} {'created':<20} revoked")
     for row in rows:
         revoked = row.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if row.revoked_at else "-"
@@ -153,9 +153,9 @@ def keys_list(args: argparse.Namespace) -> int:
 def keys_revoke(args: argparse.Namespace) -> int:
     from specdec_collector.service.auth import revoke_key
 
-    engine = keys_engine()
-    revoked = revoke_key(engine, args.id)
-    engine.dispose()
+    database = keys_database()
+    revoked = revoke_key(database, args.id)
+    database.dispose()
     if not revoked:
         print(f"specdec keys revoke: no active key {args.id}", file=sys.stderr)
         return 1

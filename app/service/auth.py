@@ -120,15 +120,15 @@ _KEY_BY_HASH = sa_select(_KEYS.c.id, _KEYS.c.team, _KEYS.c.role).where(
 )
 
 
-def active_db_keys(engine: Engine) -> int:
+def active_db_keys(database: Engine) -> int:
     """How many keys in the database are not revoked."""
-    with engine.connect() as connection:
+    with database.connect() as connection:
         return int(connection.execute(_ACTIVE_KEYS).scalar_one())
 
 
-def any_db_key(engine: Engine) -> bool:
+def any_db_key(database: Engine) -> bool:
     """Whether a key was ever stored in the database (a revoked one counts)."""
-    with engine.connect() as connection:
+    with database.connect() as connection:
         return connection.execute(_ANY_KEY).first() is not None
 
 
@@ -146,13 +146,13 @@ class OpenMode(StrEnum):
             return cls.WHILE_NO_ACTIVE_KEY
         return cls.UNTIL_FIRST_KEY if loopback_or_allowed else cls.NEVER
 
-    def is_open(self, env_keys: list["EnvKey"], engine: Engine) -> bool:
+    def is_open(self, env_keys: list["EnvKey"], database: Engine) -> bool:
         """Whether a request without a key is served now."""
         if env_keys or self is OpenMode.NEVER:
             return False
         if self is OpenMode.UNTIL_FIRST_KEY:
-            return not any_db_key(engine)
-        return active_db_keys(engine) == 0
+            return not any_db_key(database)
+        return active_db_keys(database) == 0
 
 
 class AnonymousAccess:
@@ -165,11 +165,11 @@ class AnonymousAccess:
     `UNTIL_FIRST_KEY` mode the service is closed for good, and nothing more is read.
     """
 
-    def __init__(self, mode: OpenMode, env_keys: list[EnvKey], engine: Engine) -> None:
+    def __init__(self, mode: OpenMode, env_keys: list[EnvKey], database: Engine) -> None:
         self.mode = mode
-        self._env_keys, self._engine = env_keys, engine
+        self._env_keys, self._database = env_keys, database
         self._closed_for_good = bool(env_keys) or mode is OpenMode.NEVER
-        self._on_loop = None if self._closed_for_good else _reader_on_the_loop(engine)
+        self._on_loop = None if self._closed_for_good else _reader_on_the_loop(database)
 
     async def is_open(self) -> bool:
         if self._closed_for_good:
@@ -181,7 +181,7 @@ class AnonymousAccess:
             except OperationalError:  # locked: a thread may wait for it
                 found = None
         if found is None:
-            found = await run_in_threadpool(self.mode.is_open, self._env_keys, self._engine)
+            found = await run_in_threadpool(self.mode.is_open, self._env_keys, self._database)
         if not found and self.mode is OpenMode.UNTIL_FIRST_KEY:
             self._closed_for_good = True
         return found
@@ -191,10 +191,10 @@ class AnonymousAccess:
             self._on_loop.dispose()
 
 
-def _reader_on_the_loop(engine: Engine) -> Engine | None:
+def _reader_on_the_loop(database: Engine) -> Engine | None:
     """One connection to the same SQLite file that fails at once rather than wait for a lock
     (WAL readers take none but in recovery); None for other databases and for one in memory."""
-    url = engine.url
+    url = database.url
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return None
     return create_engine(
@@ -202,28 +202,28 @@ def _reader_on_the_loop(engine: Engine) -> Engine | None:
     )
 
 
-def create_key(engine: Engine, team: str, role: str) -> tuple[ApiKey, str]:
+def create_key(database: Engine, team: str, role: str) -> tuple[ApiKey, str]:
     """Store a new key of `team` with `role`; the key itself is returned once, never stored."""
     key = new_key()
     row = ApiKey(
         team=check_team(team), role=check_role(role), key_hash=hash_key(key), prefix=key[:8]
     )
-    with Session(engine) as session:
+    with Session(database) as session:
         session.add(row)
         session.commit()
         session.refresh(row)
     return row, key
 
 
-def list_keys(engine: Engine) -> list[ApiKey]:
+def list_keys(database: Engine) -> list[ApiKey]:
     """Every key, revoked ones included, oldest first."""
-    with Session(engine) as session:
+    with Session(database) as session:
         return list(session.exec(select(ApiKey).order_by(col(ApiKey.id))).all())
 
 
-def revoke_key(engine: Engine, key_id: int, now: datetime | None = None) -> bool:
+def revoke_key(database: Engine, key_id: int, now: datetime | None = None) -> bool:
     """Revoke a key; `False` if there is no such key or it was revoked already."""
-    with Session(engine) as session:
+    with Session(database) as session:
         row = session.get(ApiKey, key_id)
         if row is None or row.revoked_at is not None:
             return False
@@ -233,8 +233,8 @@ def revoke_key(engine: Engine, key_id: int, now: datetime | None = None) -> bool
         return True
 
 
-def _lookup(engine: Engine, key: str) -> Principal | None:
-    with engine.connect() as connection:
+def _lookup(database: Engine, key: str) -> Principal | None:
+    with database.connect() as connection:
         row = connection.execute(_KEY_BY_HASH, {"key_hash": hash_key(key)}).first()
     return None if row is None else Principal(row.team, row.role, f"key:{row.id}")
 
@@ -263,13 +263,13 @@ def anonymous(is_open: bool) -> Principal:
 
 
 def authenticate(
-    authorization: str | None, env_keys: list[EnvKey], engine: Engine, open_mode: OpenMode
+    authorization: str | None, env_keys: list[EnvKey], database: Engine, open_mode: OpenMode
 ) -> Principal:
     """The caller of a request with this `Authorization` header, or 401."""
     if authorization is None:
-        return anonymous(open_mode.is_open(env_keys, engine))
+        return anonymous(open_mode.is_open(env_keys, database))
     key = _bearer(authorization)
-    found = _env_principal(key, env_keys) or _lookup(engine, key)
+    found = _env_principal(key, env_keys) or _lookup(database, key)
     if found is None:
         raise NotAuthenticated("unknown or revoked API key")
     return found

@@ -33,16 +33,16 @@ def _services(request: Request) -> Services:
     return services
 
 
-async def get_engine(request: Request) -> Engine:
-    """The engine the lifespan created."""
-    return _services(request).engine
+async def get_database(request: Request) -> Engine:
+    """The database the lifespan opened."""
+    return _services(request).database
 
 
-EngineDep = Annotated[Engine, Depends(get_engine)]
+DatabaseDep = Annotated[Engine, Depends(get_database)]
 
 
 async def get_windows(request: Request) -> WindowService:
-    """The engine, client, scrape config, sampler and limits the window calls need."""
+    """The windows facade (`windows.service`): every window call."""
     return _services(request).windows
 
 
@@ -80,7 +80,7 @@ async def get_principal(request: Request) -> Principal:
             authenticate,
             authorization,
             services.env_keys,
-            services.engine,
+            services.database,
             services.anonymous.mode,
         )
     request.scope[_PRINCIPAL] = found

@@ -1,4 +1,4 @@
-"""The FastAPI application and its lifespan, which owns the engine, client and scheduler."""
+"""The FastAPI application and its lifespan, which owns the database, client and scheduler."""
 
 import gc
 import logging
@@ -32,8 +32,8 @@ from specdec_collector.sources.scrape import Resolver, ScrapeConfig, new_client
 from specdec_collector.sources.scrape.resolver import SystemResolver
 from specdec_collector.sources.scrape.source import ScrapeSource
 from specdec_collector.store.db import (
-    create_db_engine,
     database_unavailable,
+    open_database,
     takes_turns,
     upgrade_database,
 )
@@ -80,7 +80,7 @@ def create_app(
         tune_allocator()  # each worker process: large answers reuse heap blocks
         # Migrations run before the first request is accepted.
         await run_in_threadpool(upgrade_database, settings.database_url)
-        engine = create_db_engine(
+        database = open_database(
             settings.database_url,
             pool_size=settings.db_pool_size,
             statement_timeout_s=settings.db_statement_timeout_s,
@@ -88,12 +88,12 @@ def create_app(
         )
         # Before the first request: its start would otherwise compile every statement it runs.
         try:
-            await run_in_threadpool(rehearse_window, engine)
+            await run_in_threadpool(rehearse_window, database)
         except Exception:  # only the first start's speed depends on it
             logger.exception("the rehearsal of a window failed; the first start compiles it")
         client = new_client(settings.scrape_timeout_s)
         sampler = Sampler(
-            engine,
+            database,
             client,
             scrape,
             settings.sample_retention_days,
@@ -103,11 +103,11 @@ def create_app(
         prometheus = PrometheusAPI(settings, client) if settings.prometheus_url else None
         # SQLite writes one at a time, and a process computes one stop at a time (see
         # `store.lanes`); PostgreSQL does both at once.
-        serial = takes_turns(engine)
-        writes = Lane("specdec-writes", serial=serial, engine=engine)
+        serial = takes_turns(database)
+        writes = Lane("specdec-writes", serial=serial, database=database)
         computations = Lane("specdec-computations", serial=serial)
         windows = WindowService(
-            engine=engine,
+            database=database,
             sources={
                 Source.SCRAPE: ScrapeSource(client, scrape),
                 Source.PROMETHEUS: PrometheusSource(prometheus),
@@ -120,12 +120,12 @@ def create_app(
             open_views=OpenViews(settings.open_views_cache_windows, MAX_KEPT_VIEW_BYTES),
         )
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
-        anonymous = AnonymousAccess(open_mode, env_keys, engine)
-        services = Services(engine, env_keys, anonymous, windows)
+        anonymous = AnonymousAccess(open_mode, env_keys, database)
+        services = Services(database, env_keys, anonymous, windows)
         # Asked once now: its connection opened and its query compiled before the first call
         # without a key (~2 ms of it), and a database that has a key closes it from the start.
         await anonymous.is_open()
-        database_metrics = DatabaseMetrics(engine)
+        database_metrics = DatabaseMetrics(database)
         REGISTRY.register(database_metrics)
         await sampler.start()
         await _build_routes(app)
@@ -145,7 +145,7 @@ def create_app(
             anonymous.close()
             if isinstance(scrape.resolve, SystemResolver):
                 scrape.resolve.close()
-            engine.dispose()
+            database.dispose()
 
     app = FastAPI(
         title="specdec-collector",

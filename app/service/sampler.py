@@ -57,9 +57,9 @@ def _owned(window_pk: int, owner: str) -> Any:
     )
 
 
-def renew_lease(engine: Engine, window_pk: int, owner: str, interval_s: float) -> bool:
+def renew_lease(database: Engine, window_pk: int, owner: str, interval_s: float) -> bool:
     """Extend `owner`'s lease of an open window; `False` if it is closed or owned by another."""
-    with write_session(engine) as session:
+    with write_session(database) as session:
         renewed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Window)
             .where(_owned(window_pk, owner))
@@ -70,7 +70,7 @@ def renew_lease(engine: Engine, window_pk: int, owner: str, interval_s: float) -
 
 
 def store_samples(
-    engine: Engine,
+    database: Engine,
     window_pk: int,
     outcomes: Sequence[TargetReading],
     ids: dict[str, int],
@@ -82,7 +82,7 @@ def store_samples(
     Returns whether the samples were stored. The window row is written first: that
     serialises with a stop, so once the window is closed a late sample is dropped.
     """
-    with write_session(engine) as session:
+    with write_session(database) as session:
         condition = (col(Window.id) == window_pk) & (col(Window.state) == WindowState.OPEN)
         values: dict[str, Any] = {"last_sampled_at": utcnow()}
         if owner is not None:
@@ -126,7 +126,7 @@ _CLAIMABLE_WINDOWS = {
 
 
 def claim_windows(
-    engine: Engine, owner: str, watched: set[int], include_own: bool = False
+    database: Engine, owner: str, watched: set[int], include_own: bool = False
 ) -> list[tuple[int, str, float, list[StoredTarget]]]:
     """Take the lease of every sampled open window that is free or expired.
 
@@ -139,11 +139,11 @@ def claim_windows(
     claimed: list[tuple[int, str, float, list[StoredTarget]]] = []
     # Looked for first without the writers' turn: the scan runs four times a second in every
     # replica and almost always finds nothing, and on SQLite the turn is every process's.
-    with engine.connect() as connection:
+    with database.connect() as connection:
         candidates = connection.execute(_CLAIMABLE_WINDOWS[include_own], params).all()
     if not candidates:
         return claimed
-    with write_session(engine) as session:
+    with write_session(database) as session:
         for window_pk, team, interval_s in candidates:
             if window_pk in watched:
                 continue
@@ -161,9 +161,9 @@ def claim_windows(
     return claimed
 
 
-def purge_samples(engine: Engine, closed_before: datetime) -> int:
+def purge_samples(database: Engine, closed_before: datetime) -> int:
     """Delete the samples of windows closed before `closed_before`; results stay. Returns count."""
-    with write_session(engine) as session:
+    with write_session(database) as session:
         old_targets = (
             select(WindowTarget.id)
             .join(Window, col(Window.id) == col(WindowTarget.window_pk))
@@ -184,14 +184,14 @@ class Sampler:
 
     def __init__(
         self,
-        engine: Engine,
+        database: Engine,
         client: httpx.AsyncClient,
         scrape: ScrapeConfig,
         retention_days: float,
         replica_id: str = "local",
         scan_interval_s: float = 0.25,
     ) -> None:
-        self.engine = engine
+        self.database = database
         self.client = client
         self.scrape = scrape
         self.retention_days = retention_days
@@ -267,7 +267,7 @@ class Sampler:
         """Take over the windows whose lease ran out (and at start-up this replica's own)."""
         try:
             claimed = await run_in_threadpool(
-                claim_windows, self.engine, self.replica_id, set(self.watched), include_own
+                claim_windows, self.database, self.replica_id, set(self.watched), include_own
             )
         except SQLAlchemyError as exc:
             logger.warning("lease scan failed: %s", type(exc).__name__)
@@ -282,7 +282,7 @@ class Sampler:
         """One sampling run: confirm the lease, scrape every target at once, store it all."""
         try:
             owned = await run_in_threadpool(
-                renew_lease, self.engine, window_pk, self.replica_id, interval_s
+                renew_lease, self.database, window_pk, self.replica_id, interval_s
             )
             if not owned:
                 self.unwatch(window_pk)
@@ -291,7 +291,7 @@ class Sampler:
             outcomes = await scrape_all(self.client, parsed, self.scrape, team)
             ids = {t.key: t.id for t in targets}
             stored = await run_in_threadpool(
-                store_samples, self.engine, window_pk, outcomes, ids, self.replica_id, interval_s
+                store_samples, self.database, window_pk, outcomes, ids, self.replica_id, interval_s
             )
         except SQLAlchemyError as exc:
             # The database is away: keep the job; the lease decides who samples once it is back.
@@ -307,6 +307,6 @@ class Sampler:
     async def purge(self) -> None:
         """The daily retention run."""
         cutoff = utcnow() - timedelta(days=self.retention_days)
-        deleted = await run_in_threadpool(purge_samples, self.engine, cutoff)
+        deleted = await run_in_threadpool(purge_samples, self.database, cutoff)
         if deleted:
             logger.info("deleted %d samples of windows closed before %s", deleted, cutoff)

@@ -25,9 +25,9 @@ class Health:
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """The engine, the keys and the window calls' service, as the lifespan built them."""
+    """The database, the keys and the window calls' service, as the lifespan built them."""
 
-    engine: Engine
+    database: Engine
     env_keys: list[EnvKey]
     # Whether a request without a key is served as team `default` (`specdec serve` decides).
     anonymous: AnonymousAccess

@@ -1,4 +1,4 @@
-"""Database engine, write sessions, migrations, and the engine dependency.
+"""The database: its connection pool (SQLAlchemy's `Engine`), write sessions, migrations.
 
 SQLite is the default store (one process); PostgreSQL through psycopg 3 is the store of a
 shared deployment with several replicas. Migrations take a lock first (an advisory lock on
@@ -49,14 +49,14 @@ def _read_json(text: str | bytes) -> Any:
     return pydantic_core.from_json(text)
 
 
-def create_db_engine(
+def open_database(
     database_url: str,
     *,
     pool_size: int = 10,
     statement_timeout_s: float = 10,
     connect_timeout_s: float = 5,
 ) -> Engine:
-    """An engine for `database_url`.
+    """The database at `database_url`: SQLAlchemy's `Engine`, a pool of connections.
 
     PostgreSQL gets a bounded pool, a statement timeout and a connect timeout, and checks
     connections before use, so the service recovers by itself when the database returns.
@@ -87,7 +87,7 @@ def create_db_engine(
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     busy_ms = int(statement_timeout_s * 3000)
-    engine = create_engine(
+    database = create_engine(
         url,
         **as_json,
         connect_args={"check_same_thread": False, "timeout": busy_ms / 1000},
@@ -98,12 +98,12 @@ def create_db_engine(
     # An executemany of an INSERT as one multi-row statement (per 1000 rows), not one step per
     # row: sqlite3 gives the GIL away around each step, and under load each one took long to
     # win back (a stop's or start's rows were a quarter of the writes lane's time).
-    engine.dialect.use_insertmanyvalues_wo_returning = True
-    _WRITE_LOCKS[engine] = threading.Lock()
+    database.dialect.use_insertmanyvalues_wo_returning = True
+    _WRITE_LOCKS[database] = threading.Lock()
     if url.database and url.database != ":memory:":
-        _WRITER_FILES[engine] = _WriterFile(Path(f"{url.database}.writer-lock"))
+        _WRITER_FILES[database] = _WriterFile(Path(f"{url.database}.writer-lock"))
 
-    @event.listens_for(engine, "connect")
+    @event.listens_for(database, "connect")
     def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         # WAL lets readers proceed while one writer commits; busy_timeout makes a second
@@ -114,7 +114,7 @@ def create_db_engine(
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.close()
 
-    @event.listens_for(engine, "handle_error")
+    @event.listens_for(database, "handle_error")
     def _read_only_connection_is_lost(context: Any) -> None:
         # SQLite opens the file read-only when it cannot open it for writing (a read-only or
         # full disk, an immutable file) and the connection stays so after the file is writable
@@ -128,12 +128,12 @@ def create_db_engine(
         def writable() -> bool:
             return all(os.access(path, os.W_OK) for path in files if os.path.exists(path))
 
-        @event.listens_for(engine, "connect")
+        @event.listens_for(database, "connect")
         def _note_read_only(dbapi_connection: Any, record: Any) -> None:
             if not writable():
                 record.info["opened_read_only"] = True
 
-        @event.listens_for(engine, "checkout")
+        @event.listens_for(database, "checkout")
         def _reopen_once_writable(dbapi_connection: Any, record: Any, proxy: Any) -> None:
             # Such a connection fails its first write after the files are writable again (the
             # first request after a disk comes back answered 503): the pool opens a fresh one
@@ -141,7 +141,7 @@ def create_db_engine(
             if record.info.get("opened_read_only") and writable():
                 raise DisconnectionError("the database files are writable again")
 
-    return engine
+    return database
 
 
 _WRITE_LOCKS: "WeakKeyDictionary[Engine, threading.Lock]" = WeakKeyDictionary()
@@ -151,8 +151,8 @@ _WRITER_FILES: "WeakKeyDictionary[Engine, _WriterFile]" = WeakKeyDictionary()
 
 
 class _WriterFile:
-    """The lock file of one engine, opened once (opening it for every write was ~2 % of a
-    window's CPU) and closed with the engine's last reference. The threads of a process share
+    """The lock file of one database, opened once (opening it for every write was ~2 % of a
+    window's CPU) and closed with the database's last reference. The threads of a process share
     it: they take `_WRITE_LOCKS` first, so one of them at a time holds its lock."""
 
     def __init__(self, path: Path) -> None:
@@ -171,16 +171,16 @@ class _WriterFile:
         return self._handle
 
 
-def takes_turns(engine: Engine) -> bool:
-    """Whether the writers of `engine` take turns (SQLite: one write at a time)."""
-    return engine in _WRITE_LOCKS
+def takes_turns(database: Engine) -> bool:
+    """Whether the writers of `database` take turns (SQLite: one write at a time)."""
+    return database in _WRITE_LOCKS
 
 
 @contextmanager
-def _every_process_turn(engine: Engine) -> Iterator[None]:
+def _every_process_turn(database: Engine) -> Iterator[None]:
     """Every process's turn: a file lock, where the file can be made (a read-only folder only
     loses the fairness, not the write)."""
-    file = _WRITER_FILES.get(engine)
+    file = _WRITER_FILES.get(database)
     handle = file.handle() if file is not None else None
     if handle is None:
         yield
@@ -193,7 +193,7 @@ def _every_process_turn(engine: Engine) -> Iterator[None]:
 
 
 @contextmanager
-def write_session(engine: Engine) -> Iterator[Session]:
+def write_session(database: Engine) -> Iterator[Session]:
     """A session for one write transaction.
 
     On SQLite the writers take turns on a lock, of this process and then of every process on
@@ -201,12 +201,12 @@ def write_session(engine: Engine) -> Iterator[Session]:
     up to 100 ms between tries, which under load costs more than the writes (with two
     workers, most of the second core).
     """
-    lock = _WRITE_LOCKS.get(engine)
+    lock = _WRITE_LOCKS.get(database)
     if lock is None:
-        with Session(engine) as session:
+        with Session(database) as session:
             yield session
         return
-    with lock, _every_process_turn(engine), Session(engine) as session:
+    with lock, _every_process_turn(database), Session(database) as session:
         yield session
 
 
@@ -219,17 +219,17 @@ MAX_IN_LIST = 500
 
 
 def write_alone(
-    engine: Engine, write: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
+    database: Engine, write: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
 ) -> T:
     """`write(session, *args, **kwargs)` in a write transaction of its own, committed."""
-    with write_session(engine) as session:
+    with write_session(database) as session:
         result = write(session, *args, **kwargs)
         session.commit()
         return result
 
 
 class PerEngine(Generic[M]):
-    """One `M` per database engine, made on first use: what a process remembers of the rows
+    """One `M` per database, made on first use: what a process remembers of the rows
     of a database that never change (the engines of a test process are many databases)."""
 
     def __init__(self, make: Callable[[], M]) -> None:
@@ -239,11 +239,11 @@ class PerEngine(Generic[M]):
 
     def of(self, session: Session) -> M:
         bind = session.get_bind()
-        engine = bind.engine if isinstance(bind, Connection) else bind
+        database = bind.engine if isinstance(bind, Connection) else bind
         with self._lock:
-            made = self._made.get(engine)
+            made = self._made.get(database)
             if made is None:
-                made = self._made[engine] = self._make()
+                made = self._made[database] = self._make()
             return made
 
 
@@ -252,7 +252,7 @@ class DatabaseBusy(Exception):
 
 
 @contextmanager
-def short_write(engine: Engine, wait_s: float) -> Iterator[Connection]:
+def short_write(database: Engine, wait_s: float) -> Iterator[Connection]:
     """A write transaction that waits at most `wait_s` for SQLite's write lock, else
     `DatabaseBusy` (a health check must answer while a long write runs).
 
@@ -260,15 +260,15 @@ def short_write(engine: Engine, wait_s: float) -> Iterator[Connection]:
     busy timeout is lowered for the transaction and restored before it goes back to the pool,
     for other processes' writes. PostgreSQL writers do not share one lock: nothing to bound.
     """
-    lock = _WRITE_LOCKS.get(engine)
+    lock = _WRITE_LOCKS.get(database)
     if lock is None:
-        with engine.begin() as connection:
+        with database.begin() as connection:
             yield connection
         return
     if not lock.acquire(timeout=wait_s):
         raise DatabaseBusy(f"a write of this service held the database over {wait_s:g} s")
     try:
-        with engine.connect() as connection:
+        with database.connect() as connection:
             busy_ms = connection.exec_driver_sql("PRAGMA busy_timeout").scalar_one()
             connection.exec_driver_sql(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
             connection.commit()
@@ -341,9 +341,9 @@ def upgrade_database(database_url: str) -> None:
 
     url = make_url(database_url)
     if url.get_backend_name() == "postgresql":
-        engine = create_db_engine(database_url, pool_size=1)
+        database = open_database(database_url, pool_size=1)
         try:
-            with engine.connect() as connection:
+            with database.connect() as connection:
                 # A session-level lock: held across the migration's own transactions.
                 connection.execute(text("SELECT pg_advisory_lock(:id)"), {"id": MIGRATION_LOCK_ID})
                 connection.commit()
@@ -356,7 +356,7 @@ def upgrade_database(database_url: str) -> None:
                     )
                     connection.commit()
         finally:
-            engine.dispose()
+            database.dispose()
         return
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
         with _file_lock(Path(url.database + ".migrate.lock")):

@@ -70,10 +70,10 @@ _STOP = _Job(float("inf"), 0, lambda: None, Future())
 
 class Lane:
     """Runs jobs one at a time, earliest deadline first, in a thread named `name` (`serial`);
-    else each in the request pool, at once. Its writes go to `engine`."""
+    else each in the request pool, at once. Its writes go to `database`."""
 
-    def __init__(self, name: str, *, serial: bool, engine: Engine | None = None) -> None:
-        self._engine = engine
+    def __init__(self, name: str, *, serial: bool, database: Engine | None = None) -> None:
+        self._database = database
         self._queue: queue.PriorityQueue[_Job] | None = None
         self._thread: threading.Thread | None = None
         self._sequence = itertools.count(1)
@@ -101,10 +101,10 @@ class Lane:
     ) -> T:
         """`function(session, *args, **kwargs)`'s result once its transaction is committed:
         with the other writes waiting beside it (serial), else in one of its own."""
-        engine = self._engine
-        assert engine is not None, "a lane that writes has an engine"
+        database = self._database
+        assert database is not None, "a lane that writes has a database"
         if self._queue is None:
-            return await run_in_threadpool(lambda: write_alone(engine, function, *args, **kwargs))
+            return await run_in_threadpool(lambda: write_alone(database, function, *args, **kwargs))
         return await self._queued(
             may_yield_s, lambda session: function(session, *args, **kwargs), write=True
         )
@@ -138,14 +138,14 @@ class Lane:
             self._write_together(writes)
 
     def _write_together(self, jobs: list[_Job]) -> None:
-        engine = self._engine
-        assert engine is not None, "a lane that writes has an engine"
+        database = self._database
+        assert database is not None, "a lane that writes has a database"
         jobs = [job for job in jobs if job.done.set_running_or_notify_cancel()]
         if not jobs:
             return
         settled: list[tuple[_Job, Any, SpecdecError | None]] = []
         try:
-            with write_session(engine) as session:
+            with write_session(database) as session:
                 for job in jobs:
                     try:
                         settled.append((job, job.run(session), None))
@@ -155,7 +155,7 @@ class Lane:
         except Exception:
             # Each alone, so that one write's failure (or the commit's) is its own only.
             for job in jobs:
-                _settle(job, partial(write_alone, engine, job.run))
+                _settle(job, partial(write_alone, database, job.run))
             return
         for job, result, error in settled:
             if error is None:

@@ -4,7 +4,7 @@ A snapshot stores its counters as `[series id, value, created]` rows; the id nam
 series' family and label set in `endpoint_series`, one row per (endpoint, family, labels)
 shared by every window that reads the endpoint. Rows are only ever added, never changed or
 deleted, so each process remembers the ones it has read or written (`KnownSeries`, one per
-database engine): a scrape of a server seen before costs no catalogue query at all, and a
+database): a scrape of a server seen before costs no catalogue query at all, and a
 stop reads back only the series it does not know yet.
 """
 
@@ -47,8 +47,8 @@ def family_of(key: SeriesKey) -> str:
 
 def series_key(family: str, labels: tuple[tuple[str, str], ...]) -> SeriesKey:
     """The inverse of `family_of`, with the series' labels."""
-    engine, sep, role = family.rpartition(":")
-    return SeriesKey(Role(role), labels, ServingEngine(engine) if sep else ServingEngine.VLLM)
+    database, sep, role = family.rpartition(":")
+    return SeriesKey(Role(role), labels, ServingEngine(database) if sep else ServingEngine.VLLM)
 
 
 class KnownSeries:

@@ -128,14 +128,14 @@ class PreparedClose:
 
 
 def prepare_close(
-    engine: Engine, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
+    database: Engine, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
 ) -> PreparedClose:
     """Every target's result, computed before the database is written to. `chains` are what
     the source read at the stop, in the targets' order; `stopped_at` is when the window
     stopped (a window read from Prometheus may stop in the past)."""
     # Outside the write (a stop's arithmetic inside it kept every writer of every worker
     # waiting); the service runs one at a time on SQLite (see `store.lanes`).
-    with Session(engine) as session:
+    with Session(database) as session:
         return prepare_close_in(session, stored, chains, stopped_at)
 
 

@@ -83,7 +83,7 @@ async def start_window(
     A start of an existing open window with the same targets is a retry: it returns the
     window unchanged and scrapes nothing.
     """
-    engine = service.engine
+    database = service.database
     source = service.sources[body.source]
     targets = source.targets(body.parsed_targets())
     _check_body(service, body, targets)
@@ -110,7 +110,7 @@ async def start_window(
         body.at,
     )
     if inserted is None:
-        stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
+        stored = await run_in_threadpool(load_window, database, actor.team, window_id)
         if stored.window.state != WindowState.OPEN:
             raise WindowConflict(f"window {window_id} is already stopped")
         if not _same_targets(stored, targets):
@@ -150,19 +150,21 @@ async def window_json(service: "WindowService", team: str, window_id: str) -> by
     kept = service.open_views.get(team, window_id)
     if kept is not None:
         if (
-            await run_in_threadpool(window_state, service.engine, team, window_id)
+            await run_in_threadpool(window_state, service.database, team, window_id)
             == WindowState.OPEN
         ):
             return kept
         service.open_views.drop(team, window_id)
-    return _encoded(service, await run_in_threadpool(read_window, service.engine, team, window_id))
+    return _encoded(
+        service, await run_in_threadpool(read_window, service.database, team, window_id)
+    )
 
 
 async def closed_results(service: "WindowService", team: str, window_id: str) -> ClosedResults:
     """The results of a closed window; `WindowOpen` while it is open, `WindowNotFound`."""
     cached = service.kept_results.get(team, window_id)
     if cached is None:
-        results = await run_in_threadpool(read_results, service.engine, team, window_id)
+        results = await run_in_threadpool(read_results, service.database, team, window_id)
         cached = service.kept_results.put(team, window_id, results)
     return cached
 
@@ -202,10 +204,10 @@ async def stop_window(
     A stop of a closed window returns the stored results and scrapes nothing. `force` (an
     admin's force-close) closes without scraping: every target's result is `na`, saying so.
     """
-    engine = service.engine
-    stored = await run_in_threadpool(load_window, engine, actor.team, window_id)
+    database = service.database
+    stored = await run_in_threadpool(load_window, database, actor.team, window_id)
     if stored.window.state == WindowState.CLOSED:
-        return await run_in_threadpool(read_window, engine, actor.team, window_id)
+        return await run_in_threadpool(read_window, database, actor.team, window_id)
     # Memory only: every use of a kept view first reads whether the window is still open.
     service.open_views.drop(actor.team, window_id)
     source = service.sources[stored.window.source]
@@ -219,11 +221,11 @@ async def stop_window(
         start = as_utc(stored.window.started_at)
         chains = await source.read_stop(targets, start, stopped_at, actor.team, at is not None)
     prepared = await service.computations.run(
-        NO_YIELD_S, prepare_close, engine, stored, chains, stopped_at
+        NO_YIELD_S, prepare_close, database, stored, chains, stopped_at
     )
     closed = await service.writes.write(STOP_MAY_YIELD_S, add_close, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
-        return await run_in_threadpool(read_window, engine, actor.team, window_id)
+        return await run_in_threadpool(read_window, database, actor.team, window_id)
     _remember_results(service, actor.team, stored, closed.results)
     window = view_from(stored, closed.baselines, closed.results)
     ok = sum(t.result is not None and t.result.ok for t in window.targets)
@@ -240,7 +242,7 @@ async def timelines(
 ) -> list[tuple[str, list[dict[str, Any]]]]:
     """Each target's timeline (of `target_key`, or all): read live from its source while the
     window is open where the source says so (Prometheus), else from the store."""
-    stored = await run_in_threadpool(load_window, service.engine, team, window_id)
+    stored = await run_in_threadpool(load_window, service.database, team, window_id)
     if stored.window.state == WindowState.OPEN:
         chosen = stored.targets_named(target_key)
         source: CounterSource = service.sources[stored.window.source]
@@ -250,4 +252,4 @@ async def timelines(
             return [
                 (target.key, timeline(points)) for target, points in zip(chosen, live, strict=True)
             ]
-    return await run_in_threadpool(read_timeline, service.engine, stored, target_key)
+    return await run_in_threadpool(read_timeline, service.database, stored, target_key)

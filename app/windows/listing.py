@@ -94,7 +94,7 @@ def _filtered(query: Any, team: str, where: WindowFilter) -> Any:
 
 
 def list_windows(
-    engine: Engine,
+    database: Engine,
     team: str,
     limit: int,
     where: WindowFilter | None = None,
@@ -119,7 +119,7 @@ def list_windows(
                 (started < after_started) | ((started == after_started) & (pk < after_pk))
             )
     order = (started.asc(), pk.asc()) if oldest_first else (started.desc(), pk.desc())
-    with Session(engine) as session:
+    with Session(database) as session:
         windows = list(session.exec(query.order_by(*order).limit(limit + 1)).all())
         more = len(windows) > limit
         windows = windows[:limit]

@@ -21,9 +21,9 @@ from specdec_collector.windows.stored import StoredTarget, StoredWindow
 from specdec_collector.windows.views import window_fields
 
 
-def read_comparison(engine: Engine, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
+def read_comparison(database: Engine, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
     """The windows named, side by side per target (see `compare_results`)."""
-    with Session(engine) as session:
+    with Session(database) as session:
         stored = [find_window(session, team, window_id) for window_id in window_ids]
     missing = [wid for wid, found in zip(window_ids, stored, strict=True) if found is None]
     if missing:
@@ -37,9 +37,9 @@ def read_comparison(engine: Engine, team: str, window_ids: Sequence[str]) -> dic
     }
 
 
-def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, TargetResult]]:
+def read_results(database: Engine, team: str, window_id: str) -> list[tuple[str, TargetResult]]:
     """(`host:port`, result with overlaps) of every target of a closed window, in order."""
-    with Session(engine) as session:
+    with Session(database) as session:
         stored = find_window(session, team, window_id)
         if stored is None:
             raise WindowNotFound(window_id)
@@ -54,11 +54,11 @@ def read_results(engine: Engine, team: str, window_id: str) -> list[tuple[str, T
 
 
 def _points_of(
-    engine: Engine, targets: list[StoredTarget]
+    database: Engine, targets: list[StoredTarget]
 ) -> list[tuple[StoredTarget, list[tuple[datetime, str, Reading]]]]:
     """Each target's snapshots, in chain order, as (time, phase, reading)."""
     ids = [t.id for t in targets]
-    with Session(engine) as session:
+    with Session(database) as session:
         chains = snapshots_of(session, ids)
         catalog = keys_of(session, chains)
     return [
@@ -74,24 +74,24 @@ def _points_of(
 
 
 def read_timeline(
-    engine: Engine, stored: StoredWindow, target_key: str | None
+    database: Engine, stored: StoredWindow, target_key: str | None
 ) -> list[tuple[str, list[dict[str, Any]]]]:
     """(`host:port`, timeline rows) of the stored window's targets, or of the one named."""
     return [
         (target.key, timeline(points))
-        for target, points in _points_of(engine, stored.targets_named(target_key))
+        for target, points in _points_of(database, stored.targets_named(target_key))
     ]
 
 
 def read_bounded_results(
-    engine: Engine, team: str, window_id: str, start: datetime, end: datetime
+    database: Engine, team: str, window_id: str, start: datetime, end: datetime
 ) -> list[tuple[str, TargetResult]]:
     """(`host:port`, result) of every target of a closed window over the snapshots that
     enclose `start`..`end` (see `bounded_result`)."""
-    stored = load_window(engine, team, window_id)
+    stored = load_window(database, team, window_id)
     if stored.window.state != WindowState.CLOSED:
         raise WindowOpen(window_id)
     return [
         (target.key, bounded_result(target.url, points, start, end, target.hints))
-        for target, points in _points_of(engine, stored.targets)
+        for target, points in _points_of(database, stored.targets)
     ]

@@ -1,9 +1,9 @@
 """A window's start and stop rehearsed at start-up, in a transaction that is rolled back.
 
-SQLAlchemy compiles a statement the first time an engine runs it, and keeps it: the first
+SQLAlchemy compiles a statement the first time a database runs it, and keeps it: the first
 64-target start of a fresh collector spent ~10 ms more than later ones writing its window and
 its baselines, most of it compiling. Each process rehearses once, before it takes requests,
-on its own database: nothing is kept but what each engine keeps of the statements.
+on its own database: nothing is kept but what each database keeps of the statements.
 """
 
 import uuid
@@ -31,8 +31,8 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",pos
 """
 
 
-def rehearse_window(engine: Engine) -> None:
-    """Start, sample, read and stop a window of two targets on `engine`, and roll it all back."""
+def rehearse_window(database: Engine) -> None:
+    """Start, sample, read and stop a window of two targets on `database`, and roll it all back."""
     # A team no key names, and a window and endpoints of this process alone: a replica that
     # rehearses at the same moment takes no lock this one waits on.
     actor = Actor(team=" rehearsal", key="rehearsal")
@@ -43,7 +43,7 @@ def rehearse_window(engine: Engine) -> None:
     targets = body.parsed_targets()
     series = extract_spec_decode(_ANSWER)
     outcomes = [TargetReading(target, utcnow(), series) for target in targets]
-    with write_session(engine) as session:
+    with write_session(database) as session:
         try:
             stored = add_window(session, actor, own, body, targets, 1, "", 0.0)
             assert stored is not None, "a window of a fresh id is added"

@@ -30,7 +30,7 @@ from specdec_collector.windows.stored import Actor, SamplerHandle
 class WindowService:
     """What the window calls need, owned by the app's lifespan, and the calls themselves."""
 
-    engine: Engine
+    database: Engine
     # Where each window's counters come from, by its `source`.
     sources: Mapping[Source, CounterSource]
     sampler: SamplerHandle
@@ -67,7 +67,7 @@ class WindowService:
     ) -> list[tuple[str, TargetResult]]:
         """Every target's result over the part of a closed window that encloses start..end."""
         return await run_in_threadpool(
-            read_bounded_results, self.engine, team, window_id, start, end
+            read_bounded_results, self.database, team, window_id, start, end
         )
 
     async def timelines(
@@ -88,11 +88,11 @@ class WindowService:
         """One page of the team's windows, and the cursor of the next."""
         return await run_in_threadpool(
             partial(
-                list_windows, self.engine, team, limit, where,
+                list_windows, self.database, team, limit, where,
                 oldest_first=oldest_first, cursor=cursor,
             )
         )  # fmt: skip
 
     async def compare(self, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
         """The windows side by side per target."""
-        return await run_in_threadpool(read_comparison, self.engine, team, window_ids)
+        return await run_in_threadpool(read_comparison, self.database, team, window_ids)

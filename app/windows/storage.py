@@ -66,9 +66,9 @@ _STATE_OF = sa_select(_WINDOWS.c.state).where(
 )
 
 
-def window_state(engine: Engine, team: str, window_id: str) -> str | None:
+def window_state(database: Engine, team: str, window_id: str) -> str | None:
     """The window's state (`open`, `closed`), None if there is no such window."""
-    with engine.connect() as connection:
+    with database.connect() as connection:
         state: str | None = connection.execute(
             _STATE_OF, {"team": team, "window_id": window_id}
         ).scalar()
@@ -88,14 +88,14 @@ def targets_of(session: Session, window_pk: int) -> list[StoredTarget]:
     rows = session.execute(_TARGETS_OF, {"window_pk": window_pk})
     return [
         StoredTarget(row_id, key, url, result, tuple((headers or {}).items()),
-                     EngineHints(engine, per_step))
-        for row_id, key, url, result, headers, engine, per_step in rows
+                     EngineHints(database, per_step))
+        for row_id, key, url, result, headers, database, per_step in rows
     ]  # fmt: skip
 
 
-def load_window(engine: Engine, team: str, window_id: str) -> StoredWindow:
+def load_window(database: Engine, team: str, window_id: str) -> StoredWindow:
     """The team's window and its targets; `WindowNotFound` when there is none."""
-    with Session(engine) as session:
+    with Session(database) as session:
         stored = find_window(session, team, window_id)
     if stored is None:
         raise WindowNotFound(window_id)

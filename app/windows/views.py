@@ -91,9 +91,9 @@ def window_fields(window: Window) -> dict[str, Any]:
     }
 
 
-def read_window(engine: Engine, team: str, window_id: str) -> WindowPublic:
+def read_window(database: Engine, team: str, window_id: str) -> WindowPublic:
     """The window with its targets' baselines and, once closed, their results."""
-    with Session(engine) as session:
+    with Session(database) as session:
         stored = find_window(session, team, window_id)
         if stored is None:
             raise WindowNotFound(window_id)

@@ -39,8 +39,8 @@ COMMAND = "python -m tests.bench.bench_growth"
 COPIED = ("window", "window_target", "snapshot")
 
 
-def database_bytes(engine: Engine) -> int:
-    with engine.connect() as connection:
+def database_bytes(database: Engine) -> int:
+    with database.connect() as connection:
         connection.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
         pages = connection.execute(text("PRAGMA page_count")).scalar_one()
         page_size = connection.execute(text("PRAGMA page_size")).scalar_one()
@@ -63,11 +63,11 @@ def _next_id(connection: Connection, table: str) -> int:
     return int(connection.execute(select(func.max(TABLES[table].c.id))).scalar_one() or 0) + 1
 
 
-def seed_windows(engine: Engine, template_id: str, count: int, first: int) -> None:
+def seed_windows(database: Engine, template_id: str, count: int, first: int) -> None:
     """Add `count` closed copies of window `template_id` (ids `seeded-<first>`...), in the past."""
     window_t, target_t = TABLES["window"], TABLES["window_target"]
     snapshot_t = TABLES["snapshot"]
-    with engine.begin() as connection:
+    with database.begin() as connection:
         window = (
             connection.execute(select(window_t).where(window_t.c.window_id == template_id))
             .one()
@@ -88,7 +88,7 @@ def seed_windows(engine: Engine, template_id: str, count: int, first: int) -> No
         ]
     oldest = datetime.now(UTC) - timedelta(days=30)
     for chunk in range(0, count, 10_000):
-        with engine.begin() as connection:
+        with database.begin() as connection:
             ids = {name: _next_id(connection, name) for name in COPIED}
             rows: dict[str, list[dict[str, Any]]] = {name: [] for name in ids}
             for index in range(chunk, min(count, chunk + 10_000)):
@@ -147,15 +147,15 @@ def by_targets() -> list[Figure]:
     ):
         url = f"sqlite:///{Path(folder) / 'growth.db'}"
         with run_collector(url, Path(folder)) as collector:
-            engine = create_engine(url)
+            database = create_engine(url)
             for count in TARGET_COUNTS:
-                before = database_bytes(engine)
+                before = database_bytes(database)
                 rounds = run_windows(collector, targets[:count], ROUNDS, f"t{count}")
                 start, cost = statistics.median(rounds.starts), rounds.per_scrape
                 starts.append((count, start))
                 costs.append((count, cost))
-                sizes.append((count, (database_bytes(engine) - before) / (ROUNDS + 1)))
-            engine.dispose()
+                sizes.append((count, (database_bytes(database) - before) / (ROUNDS + 1)))
+            database.dispose()
     return [
         Figure(f"growth with targets per window: {name}",
                f"{_series(points, unit)}: **{_trend(points)}**", "", None, COMMAND)
@@ -174,25 +174,25 @@ def by_windows() -> list[Figure]:
         run_farm(4, "vllm_v1_dp1_k5.txt") as targets,
     ):
         url = f"sqlite:///{Path(folder) / 'growth.db'}"
-        engine = create_engine(url)
+        database = create_engine(url)
         with run_collector(url, Path(folder)) as collector:
             with httpx.Client(base_url=collector.base_url, timeout=60) as api:
                 api.post("/windows/template/start", json={"targets": targets[:1]})
                 api.post("/windows/template/stop")
             stored = 1
             for count in WINDOW_COUNTS:
-                seed_windows(engine, "template", count - stored, stored)
+                seed_windows(database, "template", count - stored, stored)
                 stored = count
                 rounds = run_windows(collector, targets, ROUNDS, f"w{count}")
                 start, cost = statistics.median(rounds.starts), rounds.per_scrape
                 starts.append((count, start))
                 costs.append((count, cost))
-                sizes.append((count, database_bytes(engine) / count))
+                sizes.append((count, database_bytes(database) / count))
                 lists.append((count, median_get(collector.base_url, "/windows")))
                 filtered.append(
                     (count, median_get(collector.base_url, f"/windows?target={targets[0]}"))
                 )
-        engine.dispose()
+        database.dispose()
     listing = lists[-1][1]
     return [
         Figure(

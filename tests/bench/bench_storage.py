@@ -14,7 +14,7 @@ from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import parse_target
 from specdec_collector.service.sampler import store_samples
-from specdec_collector.store.db import create_db_engine, upgrade_database
+from specdec_collector.store.db import open_database, upgrade_database
 from specdec_collector.store.tables import Window, WindowTarget
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
@@ -23,9 +23,9 @@ from tests.support.payloads import fixture
 from tests.support.postgres import fresh_schema, postgres_server
 
 
-def _size(engine: Engine) -> int:
-    with engine.connect() as connection:
-        if engine.dialect.name == "postgresql":
+def _size(database: Engine) -> int:
+    with database.connect() as connection:
+        if database.dialect.name == "postgresql":
             return int(
                 connection.execute(
                     text(
@@ -44,9 +44,9 @@ def _size(engine: Engine) -> int:
 def bytes_per_sample(payload: str, count: int, database_url: str) -> float:
     """Store `count` samples of `payload` for one target; the storage's growth per sample."""
     upgrade_database(database_url)
-    engine = create_db_engine(database_url)
+    database = open_database(database_url)
     target = parse_target("h:1")
-    with Session(engine) as session:
+    with Session(database) as session:
         window = Window(window_id="size", sample_interval_s=1)
         session.add(window)
         session.flush()
@@ -58,14 +58,14 @@ def bytes_per_sample(payload: str, count: int, database_url: str) -> float:
 
     def store() -> None:
         outcome = TargetReading(target, datetime.now(UTC), series)
-        assert store_samples(engine, window_pk, [outcome], ids)
+        assert store_samples(database, window_pk, [outcome], ids)
 
     store()  # the first sample also adds the target's series catalogue
-    before = _size(engine)
+    before = _size(database)
     for _ in range(count):
         store()
-    grown = _size(engine) - before
-    engine.dispose()
+    grown = _size(database) - before
+    database.dispose()
     return grown / count
 
 
@@ -78,18 +78,18 @@ def bytes_per_window(count: int) -> float:
         run_farm(1, "vllm_v1_dp1_k5.txt") as targets,
         httpx.Client(base_url=collector.base_url, timeout=60) as api,
     ):
-        engine = create_db_engine(collector.database_url)
+        database = open_database(collector.database_url)
 
         def window(window_id: str) -> None:
             assert api.post(f"/windows/{window_id}/start", json={"targets": targets}).is_success
             assert api.post(f"/windows/{window_id}/stop").is_success
 
         window("first")
-        before = _size(engine)
+        before = _size(database)
         for index in range(count):
             window(f"run-{index:05d}")
-        grown = _size(engine) - before
-        engine.dispose()
+        grown = _size(database) - before
+        database.dispose()
     return grown / count
 
 

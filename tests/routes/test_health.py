@@ -155,9 +155,9 @@ def test_open_mode_is_asked_once_before_the_first_request(
     asked: list[Engine] = []
     original = OpenMode.is_open
 
-    def counted(mode: OpenMode, env_keys: list[EnvKey], engine: Engine) -> bool:
-        asked.append(engine)
-        return original(mode, env_keys, engine)
+    def counted(mode: OpenMode, env_keys: list[EnvKey], database: Engine) -> bool:
+        asked.append(database)
+        return original(mode, env_keys, database)
 
     monkeypatch.setattr(OpenMode, "is_open", counted)
     app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'db'}"))

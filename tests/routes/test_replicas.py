@@ -14,7 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import make_url, text
 
-from specdec_collector.store.db import create_db_engine
+from specdec_collector.store.db import open_database
 from tests.support.collector import CollectorProcess, run_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import drafts_payload
@@ -34,10 +34,10 @@ def test_replicas_booting_together_migrate_once(database_url: str) -> None:
     ]
     errors = [process.communicate(timeout=120)[1] for process in processes]
     assert [process.returncode for process in processes] == [0, 0, 0, 0], errors
-    engine = create_db_engine(database_url)
-    with engine.connect() as connection:
+    database = open_database(database_url)
+    with database.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
-    engine.dispose()
+    database.dispose()
 
 
 @pytest.mark.slow
@@ -103,10 +103,10 @@ def test_one_replica_samples_each_window_and_another_takes_over(
                     timeout=30,
                 )
                 assert started.status_code == 201
-            engine = create_db_engine(postgres_url)
+            database = open_database(postgres_url)
 
             def owners() -> list[str]:
-                with engine.connect() as connection:
+                with database.connect() as connection:
                     query = text('SELECT DISTINCT sampler_owner FROM "window"')
                     return list(connection.execute(query).scalars().all())
 
@@ -126,7 +126,7 @@ def test_one_replica_samples_each_window_and_another_takes_over(
             killed_at = time.time()
             wait_for(lambda: samples_since(killed_at, 1), "b's first sample of each window")
             assert owners() == ["b"]
-            engine.dispose()
+            database.dispose()
             results = [
                 httpx.post(f"{b.base_url}/windows/{w}/stop", timeout=30).json() for w in windows
             ]
@@ -211,12 +211,12 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
         run_collector(database_url, tmp_path, SPECDEC_WORKERS="2") as collector,
         serve_metrics(body=drafts_payload(100)) as server,
     ):
-        engine = create_db_engine(database_url)
+        database = open_database(database_url)
 
         def replicas() -> set[str] | None:
             # Each /healthz, on a new connection, lands the heartbeat of the worker it reached.
             httpx.get(f"{collector.base_url}/healthz", timeout=30).raise_for_status()
-            with engine.connect() as connection:
+            with database.connect() as connection:
                 found = set(connection.execute(text("SELECT replica_id FROM heartbeat")).scalars())
             return found if len(found) == 2 else None
 
@@ -244,7 +244,7 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
         server.replace(drafts_payload(400))
         stopped = asyncio.run(call_all("stop", None))
         time.sleep(4 * interval)
-        with engine.connect() as connection:
+        with database.connect() as connection:
             owner = connection.execute(
                 text("SELECT sampler_owner FROM \"window\" WHERE window_id = 'sampled'")
             ).scalar_one()
@@ -265,7 +265,7 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
             )
             for _ in range(8)
         }
-        engine.dispose()
+        database.dispose()
     assert (started, stopped, sampled.status_code) == ([201] * 40, [200] * 40, 201)
     assert results == [300] * 40
     assert len(counts) == 1 and counts.pop() >= 2 * 40 + 2

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from specdec_collector.store.db import create_db_engine, upgrade_database
+from specdec_collector.store.db import open_database, upgrade_database
 from tests.support.collector import run_collector
 from tests.support.metrics_server import MetricsServer, serve_metrics
 from tests.support.payloads import EngineCounters, vllm_payload
@@ -126,14 +126,14 @@ def test_a_connection_opened_while_the_files_were_read_only_is_never_handed_out_
     after a disk came back failed, and its request answered 503)."""
     url = f"sqlite:///{small_disk / 'pool.db'}"
     upgrade_database(url)
-    engine = create_db_engine(url)
+    database = open_database(url)
     files = [str(path) for path in small_disk.glob("pool.db*") if not path.name.endswith("-shm")]
     subprocess.run(["chattr", "+i", *files], check=True)
     try:
-        with engine.connect() as connection:  # the pool's only connection, opened read-only
+        with database.connect() as connection:  # the pool's only connection, opened read-only
             assert connection.execute(text("SELECT count(*) FROM window")).scalar_one() == 0
     finally:
         subprocess.run(["chattr", "-i", *files], check=True)
-    with engine.begin() as connection:
+    with database.begin() as connection:
         connection.execute(text("CREATE TABLE written (id INTEGER)"))
-    engine.dispose()
+    database.dispose()

@@ -13,16 +13,18 @@ from specdec_collector.windows.storage import add_baseline
 from specdec_collector.windows.stored import Actor, StoredWindow
 
 
-def store_baseline(engine: Engine, stored: StoredWindow, readings: Sequence[TargetReading]) -> None:
+def store_baseline(
+    database: Engine, stored: StoredWindow, readings: Sequence[TargetReading]
+) -> None:
     """The window's `before` snapshots, stored."""
-    write_alone(engine, add_baseline, stored, readings)
+    write_alone(database, add_baseline, stored, readings)
 
 
 def close_window(
-    engine: Engine, stored: StoredWindow, actor: Actor, finals: Sequence[TargetReading]
+    database: Engine, stored: StoredWindow, actor: Actor, finals: Sequence[TargetReading]
 ) -> ClosedWindow | None:
     """Close the window with these final readings (in the targets' order), as a scraped
     window's stop does; None if another stop came first."""
     chains = [Chain(final) for final in finals]
-    prepared = prepare_close(engine, stored, chains, utcnow())
-    return write_alone(engine, add_close, stored, actor, prepared)
+    prepared = prepare_close(database, stored, chains, utcnow())
+    return write_alone(database, add_close, stored, actor, prepared)

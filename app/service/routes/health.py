@@ -7,7 +7,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
-from specdec_collector.service.deps import EngineDep, HealthDep, OptionalReaderDep, WindowsDep
+from specdec_collector.service.deps import DatabaseDep, HealthDep, OptionalReaderDep, WindowsDep
 from specdec_collector.store.db import (
     DatabaseBusy,
     database_unavailable,
@@ -26,14 +26,14 @@ BEAT_WAIT_S = 1.0
 BUSY_GRACE_S = 30.0
 
 
-def beat(engine: Engine, replica_id: str) -> None:
+def beat(database: Engine, replica_id: str) -> None:
     """Write this replica's heartbeat: proves the database answers and takes writes.
 
     A read alone would pass on a read-only file or a full disk. `DatabaseBusy` when another
     write holds the database for more than `BEAT_WAIT_S`.
     """
-    with short_write(engine, BEAT_WAIT_S) as connection:
-        insert = upsert_insert(engine.dialect.name)
+    with short_write(database, BEAT_WAIT_S) as connection:
+        insert = upsert_insert(database.dialect.name)
         now = utcnow()
         connection.execute(
             insert(Heartbeat)
@@ -47,11 +47,11 @@ async def metrics(principal: OptionalReaderDep, windows: WindowsDep) -> Response
     """The collector's own Prometheus metrics: aggregates without a key; with one, also the
     latest closed windows' results of the key's team (of every team for an admin key)."""
     # Some gauges read the database: off the event loop.
-    body = await run_in_threadpool(aggregates_text, windows.engine)
+    body = await run_in_threadpool(aggregates_text, windows.database)
     if principal is not None:
         team = None if principal.role == "admin" else principal.team
         latest = windows.settings.metrics_latest_windows
-        body += await run_in_threadpool(window_results_text, windows.engine, latest, team)
+        body += await run_in_threadpool(window_results_text, windows.database, latest, team)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
@@ -59,14 +59,14 @@ async def metrics(principal: OptionalReaderDep, windows: WindowsDep) -> Response
     "/healthz",
     responses={503: {"description": "the database does not answer or takes no writes"}},
 )
-async def healthz(engine: EngineDep, windows: WindowsDep, health: HealthDep) -> JSONResponse:
+async def healthz(database: DatabaseDep, windows: WindowsDep, health: HealthDep) -> JSONResponse:
     """200 while the service can serve (its database answers and takes writes), else 503.
 
     Under a long write (SQLite has one writer at a time) it answers within about a second:
     200 with `"database": "busy"` while a heartbeat landed in the last 30 s, else 503.
     """
     try:
-        await run_in_threadpool(beat, engine, windows.sampler.replica_id)
+        await run_in_threadpool(beat, database, windows.sampler.replica_id)
     except DatabaseBusy as exc:
         since = health.seconds_since_beat()
         if since is not None and since <= BUSY_GRACE_S:
