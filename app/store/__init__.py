@@ -1,1 +1,1 @@
-"""The database: its connection pool, sessions, tables, migrations run, and the SQLite write lane."""
+"""The database: its connection pool, sessions, tables, migrations, and the SQLite write lane."""
