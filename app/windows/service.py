@@ -19,6 +19,7 @@ from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import Source, WindowCreate, WindowPublic, WindowSummary
 from specdec_collector.sources.protocol import CounterSource
 from specdec_collector.store.lanes import Lane
+from specdec_collector.telemetry import aggregates_text, window_results_text
 from specdec_collector.windows import lifecycle
 from specdec_collector.windows.cache import ClosedResults, OpenViews, ResultsCache
 from specdec_collector.windows.listing import WindowFilter, list_windows
@@ -93,6 +94,19 @@ class WindowService:
             )
         )  # fmt: skip
 
+    async def metrics_text(self, *, with_results: bool, team: str | None = None) -> bytes:
+        """The collector's own metrics as Prometheus text; `with_results`, also the latest
+        closed windows' results of `team` (None: of every team)."""
+        # Some gauges read the database: off the event loop.
+        body = await run_in_threadpool(aggregates_text, self.database)
+        if with_results:
+            latest = self.settings.metrics_latest_windows
+            body += await run_in_threadpool(window_results_text, self.database, latest, team)
+        return body
+
     async def compare(self, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
         """The windows side by side per target."""
         return await run_in_threadpool(read_comparison, self.database, team, window_ids)
+
+
+__all__ = ["WindowFilter", "WindowService"]

@@ -15,7 +15,6 @@ from specdec_collector.store.db import (
     upsert_insert,
 )
 from specdec_collector.store.tables import Heartbeat, utcnow
-from specdec_collector.telemetry import aggregates_text, window_results_text
 
 router = APIRouter(tags=["health"])
 
@@ -46,12 +45,8 @@ def beat(database: Engine, replica_id: str) -> None:
 async def metrics(principal: OptionalReaderDep, windows: WindowsDep) -> Response:
     """The collector's own Prometheus metrics: aggregates without a key; with one, also the
     latest closed windows' results of the key's team (of every team for an admin key)."""
-    # Some gauges read the database: off the event loop.
-    body = await run_in_threadpool(aggregates_text, windows.database)
-    if principal is not None:
-        team = None if principal.role == "admin" else principal.team
-        latest = windows.settings.metrics_latest_windows
-        body += await run_in_threadpool(window_results_text, windows.database, latest, team)
+    team = None if principal is None or principal.role == "admin" else principal.team
+    body = await windows.metrics_text(with_results=principal is not None, team=team)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

@@ -25,7 +25,7 @@ from specdec_collector.schemas import (
 )
 from specdec_collector.service.deps import ActorDep, AdminActorDep, ReadTeamDep, WindowsDep
 from specdec_collector.service.routes import error_responses
-from specdec_collector.windows.listing import WindowFilter
+from specdec_collector.windows.service import WindowFilter
 
 router = APIRouter(
     prefix="/windows", tags=["windows"], responses=error_responses(400, 401, 403, 422)

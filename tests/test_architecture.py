@@ -1,0 +1,71 @@
+"""The plan of the package, checked on its source: who may import whom, who may ask which
+source a window has, where the thread hops are."""
+
+import ast
+from pathlib import Path
+
+APP = Path(__file__).parents[1] / "app"
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def _modules(folder: str) -> list[Path]:
+    return sorted((APP / folder).rglob("*.py"))
+
+
+def test_routes_call_the_windows_facade_only() -> None:
+    for route in _modules("service/routes"):
+        windows = {m for m in _imports(route) if m.startswith("specdec_collector.windows")}
+        assert windows <= {"specdec_collector.windows.service"}, (route.name, windows)
+
+
+def test_the_core_does_no_io_and_imports_nothing_above_it() -> None:
+    allowed = ("specdec_collector.core", "specdec_collector.exceptions")
+    for module in _modules("core"):
+        ours = {m for m in _imports(module) if m.startswith("specdec_collector")}
+        assert all(m.startswith(allowed) for m in ours), (module.name, ours)
+        assert not _imports(module) & {"httpx", "sqlalchemy", "sqlmodel", "fastapi", "asyncio"}
+
+
+def test_sources_only_read() -> None:
+    for module in _modules("sources"):
+        ours = {m for m in _imports(module) if m.startswith("specdec_collector")}
+        writes = {
+            m
+            for m in ours
+            if m.startswith(("specdec_collector.store.db", "specdec_collector.windows"))
+        }
+        assert not writes, (module.name, writes)
+
+
+def test_windows_routes_and_models_never_ask_which_source_a_window_has() -> None:
+    places = [
+        *_modules("windows"),
+        *_modules("service/routes"),
+        *_modules("store"),
+        APP / "schemas.py",
+    ]
+    for module in places:
+        tree = ast.parse(module.read_text())
+        compares = [
+            node for node in ast.walk(tree)
+            if isinstance(node, ast.Compare)
+            and any("Source." in ast.unparse(side) for side in [node.left, *node.comparators])
+        ]  # fmt: skip
+        assert compares == [], (module.name, [ast.unparse(c) for c in compares])
+
+
+def test_window_routes_hop_to_threads_only_through_the_facade() -> None:
+    for route in _modules("service/routes"):
+        if route.name == "health.py":  # the heartbeat write is the health check itself
+            continue
+        assert "run_in_threadpool" not in route.read_text(), route.name
