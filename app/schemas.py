@@ -22,6 +22,14 @@ class WindowState(StrEnum):
     CLOSED = "closed"
 
 
+class KeyRole(StrEnum):
+    """What a key may do: read; read, start and stop; or all that for any team."""
+
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+
+
 class Source(StrEnum):
     """Where a window's counters come from: the collector scrapes each target, or reads the
     deployment's Prometheus (SPECDEC_PROMETHEUS_URL) at the stop."""

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import NotAllowed, NotAuthenticated
+from specdec_collector.schemas import KeyRole
 from specdec_collector.service import auth
 from specdec_collector.service.auth import (
     AnonymousAccess,
@@ -36,9 +37,9 @@ KEY_R = "team-a-read-key-0123456789"
 def test_env_keys_parse_with_colons_in_the_key() -> None:
     keys = parse_env_keys(f"a:write:{KEY_A}, a:read:{KEY_R},ops:admin:x:y:z-0123456789abcdef")
     assert [k.principal for k in keys] == [
-        Principal("a", "write", "env:1"),
-        Principal("a", "read", "env:2"),
-        Principal("ops", "admin", "env:3"),
+        Principal("a", KeyRole.WRITE, "env:1"),
+        Principal("a", KeyRole.READ, "env:2"),
+        Principal("ops", KeyRole.ADMIN, "env:3"),
     ]
 
 
@@ -60,11 +61,11 @@ def test_bad_env_keys_name_the_entry_never_the_key(text: str, message: str) -> N
 def test_authenticate_env_and_database_keys(database: Engine) -> None:
     env = parse_env_keys(f"a:write:{KEY_A}")
     assert authenticate(f"Bearer {KEY_A}", env, database, OpenMode.NEVER) == Principal(
-        "a", "write", "env:1"
+        "a", KeyRole.WRITE, "env:1"
     )
     row, key = create_key(database, "b", "read")
     assert authenticate(f"bearer {key}", env, database, OpenMode.NEVER) == Principal(
-        "b", "read", f"key:{row.id}"
+        "b", KeyRole.READ, f"key:{row.id}"
     )
     for header in (None, "Bearer nope-nope-nope-nope", f"Basic {KEY_A}", f"Bearer {KEY_A}x"):
         with pytest.raises(NotAuthenticated):
@@ -88,7 +89,7 @@ def test_keys_are_stored_hashed_and_listed_without_the_key(database: Engine) -> 
 
 def test_open_mode_only_without_any_key(database: Engine) -> None:
     assert authenticate(None, [], database, OpenMode.UNTIL_FIRST_KEY) == Principal(
-        "default", "write", "anonymous"
+        "default", KeyRole.WRITE, "anonymous"
     )
     with pytest.raises(NotAuthenticated):
         authenticate(None, [], database, OpenMode.NEVER)  # bound beyond loopback without permission
@@ -185,7 +186,7 @@ def test_open_mode_of_the_bind_and_the_setting() -> None:
 
 
 def test_team_scope() -> None:
-    writer, admin = Principal("a", "write", "env:1"), Principal("ops", "admin", "env:2")
+    writer, admin = Principal("a", KeyRole.WRITE, "env:1"), Principal("ops", KeyRole.ADMIN, "env:2")
     assert team_scope(writer, None) == "a"
     assert team_scope(writer, "a") == "a"
     assert team_scope(admin, "a") == "a"

@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 
 from specdec_collector.cli import remote, service
-from specdec_collector.schemas import Source
+from specdec_collector.schemas import KeyRole, Source
 
 
 def _rates(text: str) -> list[float]:
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = key_commands.add_parser("create", help="create a key; it is printed once")
     create.add_argument("--team", required=True)
-    create.add_argument("--role", required=True, choices=["read", "write", "admin"])
+    create.add_argument("--role", required=True, choices=[role.value for role in KeyRole])
     create.set_defaults(handler=service.keys_create)
     key_commands.add_parser("list", help="list keys (never the keys themselves)").set_defaults(
         handler=service.keys_list

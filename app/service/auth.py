@@ -29,9 +29,9 @@ from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import NotAllowed, NotAuthenticated
+from specdec_collector.schemas import KeyRole
 from specdec_collector.store.tables import TABLES, ApiKey, utcnow
 
-ROLES = ("read", "write", "admin")
 DEFAULT_TEAM = "default"
 TEAM_MAX_CHARS = 64
 TEAM_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{TEAM_MAX_CHARS - 1}}}$"
@@ -56,11 +56,13 @@ def check_team(team: str) -> str:
     return team
 
 
-def check_role(role: str) -> str:
-    """`role` if it is a known role, else `ValueError`."""
-    if role not in ROLES:
-        raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
-    return role
+def check_role(role: str) -> KeyRole:
+    """`role` as a `KeyRole`, else `ValueError`."""
+    try:
+        return KeyRole(role)
+    except ValueError:
+        roles = ", ".join(KeyRole)
+        raise ValueError(f"role {role!r} is not one of {roles}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +70,7 @@ class Principal:
     """Who is calling: team, role, and a label of the key (`env:N`, `key:ID`, `anonymous`)."""
 
     team: str
-    role: str
+    role: KeyRole
     key: str
 
 
@@ -236,7 +238,7 @@ def revoke_key(database: Engine, key_id: int, now: datetime | None = None) -> bo
 def _lookup(database: Engine, key: str) -> Principal | None:
     with database.connect() as connection:
         row = connection.execute(_KEY_BY_HASH, {"key_hash": hash_key(key)}).first()
-    return None if row is None else Principal(row.team, row.role, f"key:{row.id}")
+    return None if row is None else Principal(row.team, KeyRole(row.role), f"key:{row.id}")
 
 
 def _env_principal(key: str, env_keys: list[EnvKey]) -> Principal | None:
@@ -258,7 +260,7 @@ def _bearer(authorization: str) -> str:
 def anonymous(is_open: bool) -> Principal:
     """The caller of a request without a key: team `default` in open mode, else 401."""
     if is_open:
-        return Principal(DEFAULT_TEAM, "write", "anonymous")
+        return Principal(DEFAULT_TEAM, KeyRole.WRITE, "anonymous")
     raise NotAuthenticated("an API key is required: Authorization: Bearer <key>")
 
 
@@ -282,7 +284,7 @@ def principal_from_env_keys(authorization: str, env_keys: list[EnvKey]) -> Princ
 
 def writer(principal: Principal) -> Principal:
     """`principal` if it may start and stop windows (a write or admin key), else 403."""
-    if principal.role == "read":
+    if principal.role is KeyRole.READ:
         raise NotAllowed("a read key cannot start or stop windows")
     return principal
 
@@ -291,6 +293,6 @@ def team_scope(principal: Principal, team: str | None) -> str:
     """The team a call acts in: the key's, or for an admin key the one `?team=` names."""
     if team is None or team == principal.team:
         return principal.team
-    if principal.role != "admin":
+    if principal.role is not KeyRole.ADMIN:
         raise NotAllowed("only admin keys may name another team")
     return team

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import NotAllowed, NotAuthenticated
+from specdec_collector.schemas import KeyRole
 from specdec_collector.service.auth import (
     TEAM_MAX_CHARS,
     TEAM_PATTERN,
@@ -135,7 +136,7 @@ ActorDep = Annotated[Actor, Depends(get_actor)]
 async def get_admin_actor(request: Request, team: TeamQuery = None) -> Actor:
     """An admin acting in a team (see `get_actor`); 403 for any other key."""
     principal = await get_writer(request)
-    if principal.role != "admin":
+    if principal.role is not KeyRole.ADMIN:
         raise NotAllowed("only admin keys may do this")
     return Actor(team_scope(principal, team), principal.key)
 

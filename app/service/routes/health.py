@@ -7,6 +7,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
+from specdec_collector.schemas import KeyRole
 from specdec_collector.service.deps import DatabaseDep, HealthDep, OptionalReaderDep, WindowsDep
 from specdec_collector.store.db import (
     DatabaseBusy,
@@ -45,7 +46,7 @@ def beat(database: Engine, replica_id: str) -> None:
 async def metrics(principal: OptionalReaderDep, windows: WindowsDep) -> Response:
     """The collector's own Prometheus metrics: aggregates without a key; with one, also the
     latest closed windows' results of the key's team (of every team for an admin key)."""
-    team = None if principal is None or principal.role == "admin" else principal.team
+    team = None if principal is None or principal.role is KeyRole.ADMIN else principal.team
     body = await windows.metrics_text(with_results=principal is not None, team=team)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
