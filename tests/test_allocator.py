@@ -9,7 +9,7 @@ COPIES = """
 import resource, sys
 from specdec_collector.service.allocator import tune_allocator
 print(tune_allocator() if sys.argv[1] == "tune" else None)
-body = bytes(350_000)  # an eight-engine answer
+body = bytes(350_000)  # an eight-instance answer
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(100):
     copy = bytes(bytearray(body))

@@ -111,13 +111,13 @@ def test_a_window_of_a_real_specdec_serve_over_captured_payloads(
 
 
 def test_vllm_rust_frontend_payloads() -> None:
-    from tests.support.payloads import EngineCounters, vllm_rust_payload
+    from tests.support.payloads import InstanceCounters, vllm_rust_payload
 
     start = extract_spec_decode(  # served, nothing speculated yet: no per-position family
-        vllm_rust_payload([EngineCounters(0, 0, [0, 0, 0], engine=e) for e in "01"], False)
+        vllm_rust_payload([InstanceCounters(0, 0, [0, 0, 0], engine=e) for e in "01"], False)
     )
     later = vllm_rust_payload(
-        [EngineCounters(40, 120, [36, 30, 20], engine="0"), EngineCounters(10, 30, [9, 5, 1], engine="1")],
+        [InstanceCounters(40, 120, [36, 30, 20], engine="0"), InstanceCounters(10, 30, [9, 5, 1], engine="1")],
         generated=400,
     )  # fmt: skip
     assert later.endswith("# EOF\n")
@@ -129,7 +129,7 @@ def test_vllm_rust_frontend_payloads() -> None:
     )  # fmt: skip
     assert result.data.per_position_acceptance_rates == {"0": 45 / 50, "1": 35 / 50, "2": 21 / 50}
     assert result.notes is not None and UNSEEN_RESTART.format(engine="vllm") in result.notes
-    off = [EngineCounters(0, 0, [], engine="0")]  # spec decode off: the counters, at 0
+    off = [InstanceCounters(0, 0, [], engine="0")]  # spec decode off: the counters, at 0
     idle = build_result(
         URL, extract_spec_decode(vllm_rust_payload(off, False)),
         extract_spec_decode(vllm_rust_payload(off, False, generated=64)),

@@ -19,7 +19,7 @@ from specdec_collector.config import Settings
 from specdec_collector.service.main import create_app
 from tests.support.collector import serve_in_thread
 from tests.support.metrics_server import serve_metrics
-from tests.support.payloads import EngineCounters, vllm_payload
+from tests.support.payloads import InstanceCounters, vllm_payload
 
 KEY = "fuzz-team-write-key-0123456789"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
@@ -51,7 +51,9 @@ def base_url(database_url: str) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(base_url: str) -> None:
-    payload = vllm_payload([EngineCounters(drafts=9, draft_tokens=27, accepted_per_pos=[5, 3, 1])])
+    payload = vllm_payload(
+        [InstanceCounters(drafts=9, draft_tokens=27, accepted_per_pos=[5, 3, 1])]
+    )
     with serve_metrics(body=payload.encode()) as server:
         # Windows the fuzzer can find: "0" and "a" are ids it tries first.
         for window_id, stop in (("0", True), ("a", False)):

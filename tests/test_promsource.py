@@ -185,7 +185,7 @@ def _has_sample_after(prometheus: str, instance: str, moment: float) -> bool | N
 def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape() -> None:
     """The simulator counts only requests; quiet seconds before and after the load let both
     ways see the same counts: the range query's raw samples, and the server's own /metrics."""
-    with run_simulator("--drafts-per-s", "0", "--seed", "4", "--engines", "2") as simulator:
+    with run_simulator("--drafts-per-s", "0", "--seed", "4", "--instances", "2") as simulator:
         instance = simulator.removeprefix("http://")
         with run_prometheus([instance]) as prometheus:
             wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
@@ -304,11 +304,10 @@ def test_prometheus_failures_are_na_with_their_reason(tmp_path: Path) -> None:
                  'Prometheus holds no spec-decode series for {instance="10.9.9.9:8000"}'),
                 (gone, instance, f"Failed to query Prometheus at {gone}: ConnectError"),
             ):  # fmt: skip
-                env = {"SPECDEC_PROMETHEUS_URL": url, "SPECDEC_PROMETHEUS_WAIT_MAX_S": "1"}
-                folder = tmp_path / str(free_port())
-                folder.mkdir()
-                with run_collector(f"sqlite:///{folder}/db", folder, **env) as collector:
-                    api = httpx.Client(base_url=collector.base_url, timeout=60)
+                database = f"sqlite:///{tmp_path}/{free_port()}.db"
+                settings = {"prometheus_url": url, "prometheus_wait_max_s": 1}
+                with serve_collector(database, **settings) as collector:
+                    api = httpx.Client(base_url=collector, timeout=60)
                     body = {"targets": [target], "source": "prometheus"}
                     assert api.post("/windows/f/start", json=body).status_code == 201
                     result = api.post("/windows/f/stop").json()["targets"][0]["result"]
@@ -324,7 +323,9 @@ def test_engine_restarts_inside_a_window_read_from_prometheus_are_counted_in_ful
     """Engine 0 restarts after every 4th request (its counters fall to 0, its `_created`
     moves on). Requests 1.3 s apart are each scraped before the next restart: the window
     counts every draft the client saw streamed, through two restarts, up to the last one."""
-    with run_simulator("--drafts-per-s", "0", "--engines", "2", "--reset-after", "4") as simulator:
+    with run_simulator(
+        "--drafts-per-s", "0", "--instances", "2", "--reset-after", "4"
+    ) as simulator:
         instance = simulator.removeprefix("http://")
         with collector_reading_prometheus(instance, tmp_path) as (_, api):
             body = {"targets": [instance], "source": "prometheus"}

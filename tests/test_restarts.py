@@ -14,7 +14,12 @@ from specdec_collector.core.figures import (
     build_result,
 )
 from specdec_collector.core.report import render_block
-from tests.support.payloads import EngineCounters, LlamaCppCounters, llamacpp_payload, vllm_payload
+from tests.support.payloads import (
+    InstanceCounters,
+    LlamaCppCounters,
+    llamacpp_payload,
+    vllm_payload,
+)
 
 URL = "http://127.0.0.1:8080/metrics"
 
@@ -75,8 +80,10 @@ def test_an_unsampled_llamacpp_window_says_a_restart_may_be_unseen() -> None:
 
 
 def test_a_vllm_restart_without_samples_is_counted_and_says_what_was_lost() -> None:
-    before = extract_spec_decode(vllm_payload([EngineCounters(300, 1200, [250, 200], created=1.0)]))
-    after = extract_spec_decode(vllm_payload([EngineCounters(85, 340, [70, 60], created=2.0)]))
+    before = extract_spec_decode(
+        vllm_payload([InstanceCounters(300, 1200, [250, 200], created=1.0)])
+    )
+    after = extract_spec_decode(vllm_payload([InstanceCounters(85, 340, [70, 60], created=2.0)]))
     result = build_result(URL, before, after)
     assert result.restarts == 1 and result.exact is False
     assert result.data is not None and result.data.num_drafts == 85

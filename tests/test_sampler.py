@@ -21,16 +21,16 @@ from specdec_collector.store.tables import Window
 from tests.bench.bench_storage import bytes_per_sample
 from tests.support.collector import Team, run_collector
 from tests.support.metrics_server import MetricsServer, serve_metrics
-from tests.support.payloads import EngineCounters, fixture, vllm_payload
+from tests.support.payloads import InstanceCounters, fixture, vllm_payload
 from tests.support.waiting import wait_for
 
 K = 3
 
 
-def counters(drafts: int, created: float | None = None) -> EngineCounters:
+def counters(drafts: int, created: float | None = None) -> InstanceCounters:
     """One engine whose counts all follow `drafts`: 3 tokens a draft, 0.6/0.3/0.1 accepted."""
     per_pos = [drafts * 6 // 10, drafts * 3 // 10, drafts // 10]
-    return EngineCounters(
+    return InstanceCounters(
         drafts=drafts, draft_tokens=K * drafts, accepted_per_pos=per_pos, created=created
     )
 

@@ -36,7 +36,7 @@ from specdec_collector.sources.scrape import (
     scrape_target,
 )
 from tests.support.metrics_server import free_port, serve_metrics
-from tests.support.payloads import EngineCounters, fixture, vllm_payload
+from tests.support.payloads import InstanceCounters, fixture, vllm_payload
 from tests.support.waiting import wait_for
 
 MAX = 1 << 20
@@ -633,8 +633,8 @@ async def test_a_fault_inside_the_collector_is_an_internal_failure_never_an_exce
 async def test_limits_on_series_and_label_sets_make_the_scrape_na(
     client: httpx.AsyncClient,
 ) -> None:
-    many = vllm_payload([EngineCounters(1, 3, [1], engine=str(i)) for i in range(20)])
-    long = vllm_payload([EngineCounters(1, 3, [1], extra_labels={"pod": "p" * 300})])
+    many = vllm_payload([InstanceCounters(1, 3, [1], engine=str(i)) for i in range(20)])
+    long = vllm_payload([InstanceCounters(1, 3, [1], extra_labels={"pod": "p" * 300})])
     limits = ExtractionLimits(max_series=50, max_label_chars=256)
     config = ScrapeConfig(2.0, MAX, limits=limits)
     with serve_metrics(body=many.encode()) as server, serve_metrics(body=long.encode()) as other:
@@ -748,7 +748,7 @@ async def test_https_is_pinned_to_the_checked_address_and_verified_for_the_name(
     authority = trustme.CA()
     authority.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # a private CA, as users set it
-    body = vllm_payload([EngineCounters(5, 15, [3, 2, 1])]).encode()
+    body = vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]).encode()
     seen: dict[str, Any] = {}
     server, port = await _tls_server(authority.issue_cert(certified), body, seen)
     looked_up: list[str] = []

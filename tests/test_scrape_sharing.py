@@ -18,11 +18,11 @@ from specdec_collector.sources.scrape import ScrapeConfig, new_client, scrape_ta
 from specdec_collector.sources.scrape.client import ScrapeClient
 from specdec_collector.sources.scrape.sharing import ScrapeSharing
 from tests.support.metrics_server import MetricsServer, serve_metrics
-from tests.support.payloads import EngineCounters, vllm_payload
+from tests.support.payloads import InstanceCounters, vllm_payload
 
 pytestmark = pytest.mark.anyio
 
-PAYLOAD = vllm_payload([EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
+PAYLOAD = vllm_payload([InstanceCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
 
 
 def _share(client: httpx.AsyncClient, patience_s: float, per_endpoint: int) -> None:

@@ -22,7 +22,7 @@ from tests.test_promtext import oracle
 
 
 def test_payload_is_valid_exposition_with_created_and_histograms() -> None:
-    server = SimulatedServer(engines=3, k=4, started=1_000.0)
+    server = SimulatedServer(instances=3, k=4, started=1_000.0)
     text = server.render(now=1_010.0)
     families = {family.name: family for family in text_string_to_metric_families(text)}
     assert families["vllm:time_to_first_token_seconds"].type == "histogram"
@@ -35,7 +35,7 @@ def test_payload_is_valid_exposition_with_created_and_histograms() -> None:
 
 def test_counters_grow_with_time_as_configured() -> None:
     server = SimulatedServer(
-        engines=2, k=3, drafts_per_s=100, acceptance=[0.9, 0.5, 0.2], started=0.0
+        instances=2, k=3, drafts_per_s=100, acceptance=[0.9, 0.5, 0.2], started=0.0
     )
     series = extract_spec_decode(server.render(now=10.0))
     by = {
@@ -57,7 +57,7 @@ def test_default_acceptance_falls_with_position() -> None:
 
 @pytest.fixture
 def simulator() -> Iterator[str]:
-    with run_simulator("--engines", "2", "--k", "4", "--drafts-per-s", "400") as url:
+    with run_simulator("--instances", "2", "--k", "4", "--drafts-per-s", "400") as url:
         yield url.removeprefix("http://")
 
 
@@ -145,7 +145,7 @@ def test_collector_sees_the_configured_acceptance_profile(api: httpx.Client) -> 
     """Real HTTP load on the simulator: the collector's numbers equal what the client saw,
     and its rates match the profile within sampling error."""
     with run_simulator(
-        "--engines",
+        "--instances",
         "2",
         "--acceptance",
         ",".join(map(str, PROFILE)),
@@ -172,7 +172,7 @@ def test_collector_sees_the_configured_acceptance_profile(api: httpx.Client) -> 
 def test_engine_restart_is_counted_in_full_with_samples(api: httpx.Client) -> None:
     """`--reset-after 50` restarts engine 0 after the 50th request; samples catch it."""
     with run_simulator(
-        "--engines",
+        "--instances",
         "2",
         "--acceptance",
         "0.8,0.4",

@@ -15,21 +15,21 @@ from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue, ex
 from specdec_collector.core.figures import bounded_result, build_result
 from specdec_collector.core.readings import Failure, FailureKind, Reading
 from specdec_collector.core.results import TargetResult
-from tests.support.payloads import EngineCounters, spec_block, vllm_payload
+from tests.support.payloads import InstanceCounters, spec_block, vllm_payload
 
 URL = "http://10.0.0.1:8080/metrics"
 
 
-def snap(*engines: EngineCounters) -> Series:
+def snap(*engines: InstanceCounters) -> Series:
     return extract_spec_decode(vllm_payload(list(engines)))
 
 
 def test_seed_example_exactly() -> None:
     before = snap(
-        EngineCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30])
+        InstanceCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30])
     )
     after = snap(
-        EngineCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])
+        InstanceCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])
     )
     result = build_result(URL, before, after).as_json()
     assert result == {
@@ -64,9 +64,9 @@ def test_seed_example_exactly() -> None:
 
 
 def test_two_engines_and_two_models_are_summed() -> None:
-    def counters(scale: int) -> list[EngineCounters]:
+    def counters(scale: int) -> list[InstanceCounters]:
         return [
-            EngineCounters(
+            InstanceCounters(
                 drafts=scale * (10 + i), draft_tokens=scale * 3 * (10 + i),
                 accepted_per_pos=[scale * (7 + i), scale * (5 + i), scale * (2 + i)],
                 engine=engine, model=model,
@@ -91,15 +91,17 @@ def test_two_engines_and_two_models_are_summed() -> None:
 
 def test_one_engine_reset_while_the_other_keeps_counting() -> None:
     before = snap(
-        EngineCounters(
+        InstanceCounters(
             drafts=1000, draft_tokens=3000, accepted_per_pos=[600, 300, 100], engine="0"
         ),
-        EngineCounters(drafts=500, draft_tokens=1500, accepted_per_pos=[300, 200, 100], engine="1"),
+        InstanceCounters(
+            drafts=500, draft_tokens=1500, accepted_per_pos=[300, 200, 100], engine="1"
+        ),
     )
     after = snap(
-        EngineCounters(drafts=1400, draft_tokens=4200, accepted_per_pos=[840, 420, 140], engine="0"),
+        InstanceCounters(drafts=1400, draft_tokens=4200, accepted_per_pos=[840, 420, 140], engine="0"),
         # engine 1 restarted: its counters fell and its _created moved on
-        EngineCounters(drafts=40, draft_tokens=120, accepted_per_pos=[30, 20, 10], engine="1",
+        InstanceCounters(drafts=40, draft_tokens=120, accepted_per_pos=[30, 20, 10], engine="1",
                        created=1_796_040_000.0),
     )  # fmt: skip
     result = build_result(URL, before, after).as_json()
@@ -111,9 +113,9 @@ def test_one_engine_reset_while_the_other_keeps_counting() -> None:
 
 
 def test_restarted_engine_that_outgrew_its_old_count_is_found_by_created() -> None:
-    before = snap(EngineCounters(drafts=100, draft_tokens=300, accepted_per_pos=[50, 30, 10]))
+    before = snap(InstanceCounters(drafts=100, draft_tokens=300, accepted_per_pos=[50, 30, 10]))
     after = snap(
-        EngineCounters(
+        InstanceCounters(
             drafts=150, draft_tokens=450, accepted_per_pos=[80, 40, 20], created=1_796_050_000.0
         )
     )
@@ -127,8 +129,8 @@ def test_restarted_engine_that_outgrew_its_old_count_is_found_by_created() -> No
 def test_twelve_positions_come_in_numeric_order() -> None:
     accepted_before = [0] * 12
     accepted_after = [1200 - 90 * pos for pos in range(12)]
-    before = snap(EngineCounters(drafts=0, draft_tokens=0, accepted_per_pos=accepted_before))
-    after = snap(EngineCounters(drafts=1300, draft_tokens=15600, accepted_per_pos=accepted_after))
+    before = snap(InstanceCounters(drafts=0, draft_tokens=0, accepted_per_pos=accepted_before))
+    after = snap(InstanceCounters(drafts=1300, draft_tokens=15600, accepted_per_pos=accepted_after))
     rates = build_result(URL, before, after).as_json()["data"]["per_position_acceptance_rates"]
     assert list(rates) == [str(pos) for pos in range(12)]
     assert rates["10"] == 300 / 1300
@@ -137,18 +139,18 @@ def test_twelve_positions_come_in_numeric_order() -> None:
 
 def test_series_absent_before_starts_from_zero() -> None:
     before = snap(
-        EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1], engine="0")
+        InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1], engine="0")
     )
     after = snap(
-        EngineCounters(drafts=20, draft_tokens=60, accepted_per_pos=[10, 6, 2], engine="0"),
-        EngineCounters(drafts=7, draft_tokens=21, accepted_per_pos=[4, 2, 1], engine="1"),
+        InstanceCounters(drafts=20, draft_tokens=60, accepted_per_pos=[10, 6, 2], engine="0"),
+        InstanceCounters(drafts=7, draft_tokens=21, accepted_per_pos=[4, 2, 1], engine="1"),
     )
     assert build_result(URL, before, after).as_json()["data"]["num_drafts"] == 10 + 7
 
 
 def test_no_spec_families_is_an_error_of_that_phase() -> None:
     nospec: Series = {}
-    fine = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
+    fine = snap(InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
     result = build_result(URL, nospec, fine).as_json()
     assert result["status"] == "na"
     assert result["data"] is None
@@ -160,7 +162,7 @@ def test_no_spec_families_is_an_error_of_that_phase() -> None:
 
 
 def test_no_drafts_in_the_window() -> None:
-    same = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
+    same = snap(InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
     result = build_result(URL, same, same).as_json()
     assert result["status"] == "na"
     assert result["error"] == NO_ACTIVITY
@@ -169,7 +171,7 @@ def test_no_drafts_in_the_window() -> None:
 
 
 def test_failed_phases_are_prefixed() -> None:
-    fine = snap(EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
+    fine = snap(InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1]))
     result = build_result(
         URL, fine, Failure(FailureKind.HTTP_STATUS, "Metrics endpoint returned HTTP 500")
     ).as_json()
@@ -194,7 +196,7 @@ def test_window_increase_over_a_chain_counts_a_reset_between_samples() -> None:
 
 
 def test_spec_block_alone_is_enough() -> None:
-    text = spec_block([EngineCounters(drafts=3, draft_tokens=9, accepted_per_pos=[2, 1, 0])])
+    text = spec_block([InstanceCounters(drafts=3, draft_tokens=9, accepted_per_pos=[2, 1, 0])])
     assert len(extract_spec_decode(text)) == 3 + 3
 
 
@@ -202,7 +204,7 @@ def test_timeline_rows_cumulative_and_interval_values() -> None:
     def at(drafts: int, created: float = 1.0) -> Series:
         per_pos = [drafts // 2, drafts // 4]
         return snap(
-            EngineCounters(
+            InstanceCounters(
                 drafts=drafts, draft_tokens=2 * drafts, accepted_per_pos=per_pos, created=created
             )
         )
@@ -231,7 +233,7 @@ def test_timeline_rows_cumulative_and_interval_values() -> None:
 
 
 def test_timeline_without_a_baseline_has_no_cumulative_counts() -> None:
-    later = snap(EngineCounters(drafts=50, draft_tokens=100, accepted_per_pos=[20, 10]))
+    later = snap(InstanceCounters(drafts=50, draft_tokens=100, accepted_per_pos=[20, 10]))
     rows = timeline(
         [
             (
@@ -249,16 +251,20 @@ def test_timeline_without_a_baseline_has_no_cumulative_counts() -> None:
 
 def test_samples_join_the_chain_and_are_counted() -> None:
     before = snap(
-        EngineCounters(drafts=100, draft_tokens=300, accepted_per_pos=[50, 30, 10], created=None)
+        InstanceCounters(drafts=100, draft_tokens=300, accepted_per_pos=[50, 30, 10], created=None)
     )
     middle = snap(
-        EngineCounters(drafts=500, draft_tokens=1500, accepted_per_pos=[250, 150, 50], created=None)
+        InstanceCounters(
+            drafts=500, draft_tokens=1500, accepted_per_pos=[250, 150, 50], created=None
+        )
     )
     restarted = snap(
-        EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1], created=None)
+        InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1], created=None)
     )
     after = snap(
-        EngineCounters(drafts=600, draft_tokens=1800, accepted_per_pos=[300, 180, 60], created=None)
+        InstanceCounters(
+            drafts=600, draft_tokens=1800, accepted_per_pos=[300, 180, 60], created=None
+        )
     )
     result = build_result(
         URL, before, after, [middle, Failure(FailureKind.TIMEOUT, "timed out"), restarted]
@@ -289,7 +295,7 @@ def test_restarts_count_engines_and_intervals_not_series() -> None:
 
     def at(drafts_0: int, drafts_1: int, created_0: float, created_1: float) -> Series:
         return snap(*(
-            EngineCounters(drafts, 3 * drafts, [drafts, drafts // 2, 0], engine=name, created=created)
+            InstanceCounters(drafts, 3 * drafts, [drafts, drafts // 2, 0], engine=name, created=created)
             for name, drafts, created in (("0", drafts_0, created_0), ("1", drafts_1, created_1))
         ))  # fmt: skip
 
@@ -309,7 +315,7 @@ def test_results_stored_with_counter_resets_read_as_series_resets() -> None:
 
 def test_a_bounded_result_runs_between_the_snapshots_that_enclose_the_phase() -> None:
     def at(drafts: int) -> Series:
-        return snap(EngineCounters(drafts, 3 * drafts, [drafts, drafts // 2, 0]))
+        return snap(InstanceCounters(drafts, 3 * drafts, [drafts, drafts // 2, 0]))
 
     t = [datetime(2026, 11, 30, 12, 0, second, tzinfo=UTC) for second in range(8)]
     points: list[tuple[datetime, str, Reading]] = [

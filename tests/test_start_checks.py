@@ -7,7 +7,7 @@ from specdec_collector.config import Settings
 from specdec_collector.service.main import create_app
 from tests.support.collector import serve_in_thread
 from tests.support.metrics_server import serve_metrics
-from tests.support.payloads import EngineCounters, vllm_payload
+from tests.support.payloads import InstanceCounters, vllm_payload
 
 
 def test_a_named_target_is_resolved_once_per_start_and_scraped_where_it_was_checked(
@@ -21,7 +21,9 @@ def test_a_named_target_is_resolved_once_per_start_and_scraped_where_it_was_chec
         asked.append(host)
         return ["127.0.0.1"] if len(asked) == 1 else ["127.0.0.2"]
 
-    payload = vllm_payload([EngineCounters(drafts=9, draft_tokens=27, accepted_per_pos=[5, 3, 1])])
+    payload = vllm_payload(
+        [InstanceCounters(drafts=9, draft_tokens=27, accepted_per_pos=[5, 3, 1])]
+    )
     settings = Settings(database_url=database_url, scrape_timeout_s=2)
     with (
         serve_metrics(body=payload.encode()) as server,

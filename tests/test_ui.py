@@ -13,7 +13,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.support.collector import Team
 from tests.support.metrics_server import MetricsServer, serve_metrics
-from tests.support.payloads import EngineCounters, vllm_payload
+from tests.support.payloads import InstanceCounters, vllm_payload
 
 pytestmark = pytest.mark.chromium
 
@@ -22,7 +22,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def payload(drafts: int, accepted: list[int]) -> bytes:
-    engine = EngineCounters(
+    engine = InstanceCounters(
         drafts=drafts, draft_tokens=len(accepted) * drafts, accepted_per_pos=accepted
     )
     return vllm_payload([engine]).encode()

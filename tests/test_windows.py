@@ -35,7 +35,7 @@ from specdec_collector.windows.storage import (
 )
 from specdec_collector.windows.stored import Actor
 from specdec_collector.windows.views import read_window
-from tests.support.payloads import EngineCounters, vllm_payload
+from tests.support.payloads import InstanceCounters, vllm_payload
 from tests.support.windows import close_window, store_baseline
 
 
@@ -59,7 +59,7 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
     )
     stored = load_window(writer, "default", "w")
     series = extract_spec_decode(
-        vllm_payload([EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
+        vllm_payload([InstanceCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
     )
     outcome = TargetReading(target, datetime.now(UTC), series)
     committed: list[bool] = []
@@ -135,7 +135,7 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     database, other = engines
     target = _window_of_one_target(database)
     stored = load_window(database, "default", "w")
-    counters = EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])
+    counters = InstanceCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])
     series = extract_spec_decode(vllm_payload([counters]))
     store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), series)])
     service = _service_for_reads(database)
@@ -155,7 +155,7 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     event.remove(database, "after_cursor_execute", record)
     assert again is first  # kept
     assert len(statements) == 1 and statements[0].replace('"', "").startswith("SELECT window.state")
-    later = EngineCounters(drafts=9, draft_tokens=27, accepted_per_pos=[6, 4, 1])
+    later = InstanceCounters(drafts=9, draft_tokens=27, accepted_per_pos=[6, 4, 1])
     final = TargetReading(target, datetime.now(UTC), extract_spec_decode(vllm_payload([later])))
     assert close_window(other, stored, Actor("default", "t"), [final]) is not None
     shown = json.loads(await window_json(service, "default", "w"))
@@ -220,7 +220,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     assert inserted is not None
     target_id = inserted.targets[0].id
     series = extract_spec_decode(
-        vllm_payload([EngineCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
+        vllm_payload([InstanceCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
     )
     first = next(iter(series))
     raced: list[int] = []
@@ -278,7 +278,7 @@ def test_label_sets_of_any_length_are_stored_and_read_back(
     target = _window_of_one_target(database)
     stored = load_window(database, "default", "w")
     long = {"pod": "p" * 20_000, "note": "é\x00" * 3000}
-    payload = vllm_payload([EngineCounters(5, 15, [3, 2, 1], extra_labels=long)])
+    payload = vllm_payload([InstanceCounters(5, 15, [3, 2, 1], extra_labels=long)])
     limits = ExtractionLimits(max_label_chars=100_000)
     outcome = TargetReading(target, datetime.now(UTC), extract_spec_decode(payload, limits))
     store_baseline(database, stored, [outcome])
@@ -338,7 +338,7 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
     and once they are known a scrape stores its snapshot in one statement."""
     database, _ = engines
     target = _window_of_one_target(database)
-    series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
+    series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
     outcome = TargetReading(target, datetime.now(UTC), series)
     store_baseline(database, load_window(database, "default", "w"), [outcome])
     assert write_alone(database, add_window, Actor("default", "t"), "w2", WindowCreate(targets=[target.key]),
@@ -369,7 +369,7 @@ def test_series_added_by_a_rolled_back_write_are_not_remembered(
     target = _window_of_one_target(database)
     stored = load_window(database, "default", "w")
     ids = {target.key: stored.targets[0].id}
-    series = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
+    series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
     outcome = TargetReading(target, datetime.now(UTC), series)
     with Session(database) as session:
         store_snapshots(session, ids, SnapshotPhase.BEFORE, [outcome])
@@ -385,8 +385,8 @@ def test_series_added_by_a_rolled_back_write_are_not_remembered(
 
 def test_a_result_is_stored_without_its_defaults_and_url_and_reads_back_whole() -> None:
     """Stored results leave out what the model puts back (defaults, the row's URL)."""
-    before = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
-    after = extract_spec_decode(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]))
+    before = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
+    after = extract_spec_decode(vllm_payload([InstanceCounters(9, 27, [6, 4, 2])]))
     from specdec_collector.core.figures import build_result
 
     for result in (
@@ -412,8 +412,8 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     target = _window_of_one_target(database)
     stored = load_window(database, "default", "w")
     ids = {target.key: stored.targets[0].id}
-    reading = extract_spec_decode(vllm_payload([EngineCounters(5, 15, [3, 2, 1])]))
-    later = extract_spec_decode(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]))
+    reading = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
+    later = extract_spec_decode(vllm_payload([InstanceCounters(9, 27, [6, 4, 2])]))
     store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), reading)])
     sample = TargetReading(target, datetime.now(UTC), later)
     final = TargetReading(target, datetime.now(UTC), later)
@@ -512,7 +512,7 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
     # Each target its own counters: a target id given to the wrong target would show.
     outcomes = [
         TargetReading(t, datetime.now(UTC), extract_spec_decode(
-            vllm_payload([EngineCounters(5 + i, 15, [3, 2, 1])])
+            vllm_payload([InstanceCounters(5 + i, 15, [3, 2, 1])])
         ))
         for i, t in enumerate(targets)
     ]  # fmt: skip

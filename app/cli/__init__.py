@@ -50,17 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument("--host", default="127.0.0.1")
     simulate.add_argument("--port", type=int, default=9000)
-    simulate.add_argument("--engines", type=_positive_int, default=1, help="data-parallel engines")
+    simulate.add_argument(
+        "--instances", "--engines", dest="instances", type=_positive_int, default=1,
+        help="data-parallel instances (vLLM's `engine` label)",
+    )  # fmt: skip
     simulate.add_argument("--k", type=_positive_int, default=5, help="speculative tokens per draft")
     simulate.add_argument(
-        "--drafts-per-s", type=float, default=50.0, help="drafts a second per engine (0: off)"
+        "--drafts-per-s", type=float, default=50.0, help="drafts a second per instance (0: off)"
     )
     simulate.add_argument(
         "--acceptance", type=_rates, help="per-position acceptance, e.g. 0.8,0.6,0.4 (sets k)"
     )
     simulate.add_argument("--model-name", default="meta-llama/Llama-3.1-8B-Instruct")
     simulate.add_argument(
-        "--reset-after", type=_positive_int, help="restart engine 0 every N requests"
+        "--reset-after", type=_positive_int, help="restart instance 0 every N requests"
     )
     simulate.add_argument("--seed", type=int, help="random seed of the acceptance draws")
     simulate.add_argument(

@@ -82,7 +82,7 @@ def simulate(args: argparse.Namespace) -> int:
 
     try:
         server = SimulatedServer(
-            engines=args.engines,
+            instances=args.instances,
             k=len(args.acceptance) if args.acceptance else args.k,
             drafts_per_s=args.drafts_per_s,
             acceptance=args.acceptance or (),
@@ -97,7 +97,8 @@ def simulate(args: argparse.Namespace) -> int:
     from specdec_collector.simulator.families import METRICS_PATHS
 
     print(
-        f"simulating a {server.engine} server: {args.engines} engine(s), k={server.k}, "
+        f"simulating a {server.engine} server: {args.instances} data-parallel instance(s), "
+        f"k={server.k}, "
         f"per-position acceptance {list(server.acceptance)}, model {server.model_name}\n"
         f"  OpenAI API at http://{args.host}:{args.port}/v1, "
         f"metrics at {METRICS_PATHS[server.engine]}",

@@ -33,7 +33,7 @@ class Totals:
     generation_tokens: float = 0.0  # SGLang
     requests: float = 0.0  # SGLang
     series_resets: int = 0  # series found reset
-    restarts: int = 0  # engines found restarted: one per engine per interval
+    restarts: int = 0  # engine instances found restarted: one per instance per interval
 
     def add(self, key: SeriesKey, amount: float) -> None:
         """Add `amount` to the field of `key`'s role (per position for accepted per position)."""

@@ -5,7 +5,7 @@ text, each a block of its size. glibc serves a block above 128 KB (its mmap thre
 fresh pages mapped for it and unmapped when it is freed, so every large answer paid a page
 fault per 4 KB page of each copy (~300 us to copy 350 KB, 23 us from reused heap). With the
 thresholds raised, such blocks come from the heap and are reused: CPU per window of four
-eight-engine targets 26.9 -> 23.3 ms (alternating runs). Blocks of `MMAP_THRESHOLD` and more
+eight-instance targets 26.9 -> 23.3 ms (alternating runs). Blocks of `MMAP_THRESHOLD` and more
 (a 16 MB answer) are still mapped apart, and the heap gives memory back to the system above
 `TRIM_THRESHOLD` of free space at its top.
 """

@@ -29,7 +29,7 @@ METRICS_PATHS: dict[str, str] = {
 
 
 class Counted(Protocol):
-    """What one simulated engine counted from requests."""
+    """What one simulated data-parallel instance counted from requests."""
 
     drafts: int
     accepted_at: list[int]
@@ -43,29 +43,29 @@ def _counter(out: list[str], name: str, samples: Sequence[tuple[str, float]], fm
     out += [f"{name}{labels} {value:{fmt}}" for labels, value in samples]
 
 
-def _sum(engines: Sequence[Counted], field: str) -> float:
-    return float(sum(getattr(engine, field) for engine in engines))
+def _sum(instances: Sequence[Counted], field: str) -> float:
+    return float(sum(getattr(instance, field) for instance in instances))
 
 
-def llamacpp(out: list[str], engines: Sequence[Counted], k: int) -> None:
+def llamacpp(out: list[str], instances: Sequence[Counted], k: int) -> None:
     """llama.cpp: one server, no labels; `%g` printing (six significant digits)."""
-    drafts = _sum(engines, "drafts")
-    at = [float(sum(e.accepted_at[i] for e in engines)) for i in range(k)]
+    drafts = _sum(instances, "drafts")
+    at = [float(sum(e.accepted_at[i] for e in instances)) for i in range(k)]
     name = "llamacpp:spec_decode_num"
     _counter(out, f"{name}_drafts_total", [("", drafts)], "g")
     _counter(out, f"{name}_draft_tokens_total", [("", drafts * k)], "g")
     _counter(out, f"{name}_accepted_tokens_total", [("", sum(at))], "g")
-    if _sum(engines, "requests"):
+    if _sum(instances, "requests"):
         samples = [(f'{{position="{i}"}}', value) for i, value in enumerate(at)]
         _counter(out, f"{name}_accepted_tokens_per_pos_total", samples, "g")
 
 
-def trtllm(out: list[str], engines: Sequence[Counted], k: int) -> None:
+def trtllm(out: list[str], instances: Sequence[Counted], k: int) -> None:
     """TensorRT-LLM: its series appear after the first speculative iteration."""
-    drafts = _sum(engines, "drafts")
+    drafts = _sum(instances, "drafts")
     if not drafts:
         return
-    at = [float(sum(e.accepted_at[i] for e in engines)) for i in range(k)]
+    at = [float(sum(e.accepted_at[i] for e in instances)) for i in range(k)]
     name = "trtllm_spec_decode"
     _counter(out, f"{name}_num_draft_tokens_total", [("", drafts * k)], ".1f")
     _counter(out, f"{name}_num_accepted_tokens_total", [("", sum(at))], ".1f")
@@ -75,11 +75,11 @@ def trtllm(out: list[str], engines: Sequence[Counted], k: int) -> None:
     _counter(out, f"{name}_accepted_tokens_total", accepted, ".1f")
 
 
-def sglang(out: list[str], engines: Sequence[Counted], k: int, model: str) -> None:
+def sglang(out: list[str], instances: Sequence[Counted], k: int, model: str) -> None:
     """SGLang: verify calls, generated tokens and requests (at completion), and its gauges."""
     labels = f'{{model_name="{model}"}}'
-    calls, requests = _sum(engines, "drafts"), _sum(engines, "requests")
-    generated = requests + _sum(engines, "tokens")  # 1 + the tokens of its steps, per request
+    calls, requests = _sum(instances, "drafts"), _sum(instances, "requests")
+    generated = requests + _sum(instances, "tokens")  # 1 + the tokens of its steps, per request
     _counter(out, "sglang:spec_verify_calls_total", [(labels, calls)], ".1f")
     _counter(out, "sglang:generation_tokens_total", [(labels, generated)], ".1f")
     _counter(out, "sglang:num_requests_total", [(labels, requests)], ".1f")
@@ -92,11 +92,11 @@ def sglang(out: list[str], engines: Sequence[Counted], k: int, model: str) -> No
     ]
 
 
-def vllm_v0(out: list[str], engines: Sequence[Counted], k: int, model: str) -> None:
+def vllm_v0(out: list[str], instances: Sequence[Counted], k: int, model: str) -> None:
     """vLLM V0: its counters (running totals added up) and lifetime gauges."""
     labels = f'{{model_name="{model}"}}'
-    drafts = _sum(engines, "drafts")
-    accepted = float(sum(sum(e.accepted_at) for e in engines))
+    drafts = _sum(instances, "drafts")
+    accepted = float(sum(sum(e.accepted_at) for e in instances))
     name = "vllm:spec_decode_num"
     _counter(out, f"{name}_draft_tokens_total", [(labels, drafts * k)], ".1f")
     _counter(out, f"{name}_accepted_tokens_total", [(labels, accepted)], ".1f")

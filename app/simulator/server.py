@@ -1,18 +1,18 @@
 """The simulated server: OpenAI-compatible endpoints and a vLLM-shaped `/metrics`.
 
 `specdec simulate` serves it so that a newcomer sees real numbers without a GPU. The payload
-has the layout of a vLLM V1 server: process and Python collectors, per-engine gauges and
+has the layout of a vLLM V1 server: process and Python collectors, per-instance gauges and
 histograms, and the four spec-decode counters, each with its `_created` sibling family.
 
 The spec-decode counters move two ways:
-- with time: engine `e` drafts `drafts_per_s * (1 + e / 10)` drafts a second (0 turns it off),
+- with time: instance `e` drafts `drafts_per_s * (1 + e / 10)` drafts a second (0 turns it off),
   position `i` accepted in the share `acceptance[i]` of them;
 - with requests to `/v1/completions` and `/v1/chat/completions`: each request goes to the next
-  engine, which generates `max_tokens` tokens in speculative steps. A step drafts `k` tokens;
+  instance, which generates `max_tokens` tokens in speculative steps. A step drafts `k` tokens;
   one uniform draw `u` accepts the positions `i` with `u < acceptance[i]` (so position `i` is
   accepted with probability `acceptance[i]`, and only after every earlier one), and the step
-  emits the accepted tokens plus one, as vLLM does. `reset_after` requests restart engine 0
-  (its counters fall to zero and its `_created` moves on), to imitate an engine restart.
+  emits the accepted tokens plus one, as vLLM does. `reset_after` requests restart instance 0
+  (its counters fall to zero and its `_created` moves on), to imitate an instance restart.
 """
 
 import itertools
@@ -55,8 +55,8 @@ def check_acceptance(rates: Sequence[float]) -> list[float]:
 
 
 @dataclass
-class EngineCounters:
-    """What one engine counted from requests since it (re)started."""
+class InstanceCounters:
+    """What one instance counted from requests since it (re)started."""
 
     created: float
     drafts: int = 0
@@ -67,9 +67,9 @@ class EngineCounters:
 
 @dataclass
 class SimulatedServer:
-    """The counters of one simulated vLLM server with `engines` data-parallel engines."""
+    """The counters of one simulated vLLM server with `instances` data-parallel instances."""
 
-    engines: int = 1
+    instances: int = 1
     k: int = 5
     drafts_per_s: float = 50.0
     acceptance: Sequence[float] = ()
@@ -90,24 +90,24 @@ class SimulatedServer:
             raise ValueError("acceptance needs one rate per position")
         self._lock = threading.Lock()
         self._random = random.Random(self.seed)
-        self._next_engine = 0
+        self._next_instance = 0
         self._requests = 0
         self.counters = [
-            EngineCounters(created=self.started, accepted_at=[0] * self.k)
-            for _ in range(self.engines)
+            InstanceCounters(created=self.started, accepted_at=[0] * self.k)
+            for _ in range(self.instances)
         ]
 
-    def drafts(self, engine: int, now: float) -> int:
-        """Drafts engine `engine` has made with time by `now`, since it (re)started."""
-        since = max(self.started, self.counters[engine].created)
-        return math.floor(max(0.0, now - since) * self.drafts_per_s * (1 + engine / 10))
+    def drafts(self, instance: int, now: float) -> int:
+        """Drafts instance `instance` has made with time by `now`, since it (re)started."""
+        since = max(self.started, self.counters[instance].created)
+        return math.floor(max(0.0, now - since) * self.drafts_per_s * (1 + instance / 10))
 
     def generate(self, max_tokens: int) -> list[int]:
-        """Serve one request: the tokens emitted per speculative step, counted on an engine."""
+        """Serve one request: the tokens emitted per speculative step, counted on an instance."""
         with self._lock:
-            engine = self._next_engine
-            self._next_engine = (engine + 1) % self.engines
-            counters = self.counters[engine]
+            instance = self._next_instance
+            self._next_instance = (instance + 1) % self.instances
+            counters = self.counters[instance]
             steps: list[int] = []
             produced = 0
             while produced < max(1, max_tokens):
@@ -123,7 +123,7 @@ class SimulatedServer:
             self._requests += 1
             if self.reset_after and self._requests % self.reset_after == 0:
                 # Engine 0 restarts: counters from zero, a new `_created`.
-                self.counters[0] = EngineCounters(created=time.time(), accepted_at=[0] * self.k)
+                self.counters[0] = InstanceCounters(created=time.time(), accepted_at=[0] * self.k)
             return steps
 
     def render(self, now: float | None = None) -> str:
@@ -135,9 +135,9 @@ class SimulatedServer:
             with self._lock:
                 _other_engine(out, self)
             return "\n".join(out) + "\n"
-        for engine in range(self.engines):
-            _engine_gauges(out, engine, self.model_name)
-        _histograms(out, self.engines, self.model_name, now - self.started)
+        for instance in range(self.instances):
+            _instance_gauges(out, instance, self.model_name)
+        _histograms(out, self.instances, self.model_name, now - self.started)
         with self._lock:
             _spec_decode(out, self, now)
         return "\n".join(out) + "\n"
@@ -160,8 +160,8 @@ def _family(out: list[str], name: str, kind: str, help_text: str) -> None:
     out.append(f"# TYPE {name} {kind}")
 
 
-def _labels(engine: int, model: str, **extra: str) -> str:
-    pairs = {"engine": str(engine), "model_name": model, **extra}
+def _labels(instance: int, model: str, **extra: str) -> str:
+    pairs = {"engine": str(instance), "model_name": model, **extra}
     return ",".join(f'{name}="{value}"' for name, value in pairs.items())
 
 
@@ -189,17 +189,17 @@ def _process_block(out: list[str], started: float, now: float) -> None:
     out.append(f"process_cpu_seconds_total {max(0.0, now - started) * 0.3:.2f}")
 
 
-def _engine_gauges(out: list[str], engine: int, model: str) -> None:
+def _instance_gauges(out: list[str], instance: int, model: str) -> None:
     for name, help_text, value in (
         ("vllm:num_requests_running", "Number of requests in model execution batches.", 4.0),
         ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 0.0),
         ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", 0.0123),
     ):
         _family(out, name, "gauge", help_text)
-        out.append(f"{name}{{{_labels(engine, model)}}} {value}")
+        out.append(f"{name}{{{_labels(instance, model)}}} {value}")
 
 
-def _histograms(out: list[str], engines: int, model: str, elapsed: float) -> None:
+def _histograms(out: list[str], instances: int, model: str, elapsed: float) -> None:
     count = max(0, int(elapsed * 2))
     for name, buckets in (
         ("vllm:time_to_first_token_seconds", _LATENCY_BUCKETS),
@@ -209,8 +209,8 @@ def _histograms(out: list[str], engines: int, model: str, elapsed: float) -> Non
         ("vllm:request_prompt_tokens", _TOKEN_BUCKETS),
     ):
         _family(out, name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
-        for engine in range(engines):
-            labels = _labels(engine, model)
+        for instance in range(instances):
+            labels = _labels(instance, model)
             for bound in buckets:
                 share = min(1.0, float(bound) / float(buckets[len(buckets) // 2]))
                 out.append(
@@ -222,25 +222,25 @@ def _histograms(out: list[str], engines: int, model: str, elapsed: float) -> Non
 
 
 def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
-    timed = [server.drafts(engine, now) for engine in range(server.engines)]
-    drafts = [timed[e] + server.counters[e].drafts for e in range(server.engines)]
+    timed = [server.drafts(instance, now) for instance in range(server.instances)]
+    drafts = [timed[e] + server.counters[e].drafts for e in range(server.instances)]
     accepted_at = [
         [
             math.floor(timed[e] * rate) + server.counters[e].accepted_at[i]
             for i, rate in enumerate(server.acceptance)
         ]
-        for e in range(server.engines)
+        for e in range(server.instances)
     ]
     draft_tokens = [d * server.k for d in drafts]
     accepted = [sum(at) for at in accepted_at]
-    created = [server.counters[e].created for e in range(server.engines)]
+    created = [server.counters[e].created for e in range(server.instances)]
     # Generated tokens: one a draft plus its accepted ones, for the timed drafts as served ones.
     generated = [
         server.counters[e].tokens
         + timed[e]
         + sum(accepted_at[e])
         - sum(server.counters[e].accepted_at)
-        for e in range(server.engines)
+        for e in range(server.instances)
     ]
     families = (
         ("vllm:generation_tokens", "Number of generation tokens processed.", generated),
@@ -248,22 +248,24 @@ def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
         ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", draft_tokens),
         ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", accepted),
     )
-    for name, help_text, per_engine in families:
+    for name, help_text, per_instance in families:
         _family(out, f"{name}_total", "counter", help_text)
-        for engine, value in enumerate(per_engine):
-            out.append(f"{name}_total{{{_labels(engine, server.model_name)}}} {float(value)}")
+        for instance, value in enumerate(per_instance):
+            out.append(f"{name}_total{{{_labels(instance, server.model_name)}}} {float(value)}")
         _family(out, f"{name}_created", "gauge", help_text)
-        for engine in range(server.engines):
-            out.append(f"{name}_created{{{_labels(engine, server.model_name)}}} {created[engine]}")
+        for instance in range(server.instances):
+            out.append(
+                f"{name}_created{{{_labels(instance, server.model_name)}}} {created[instance]}"
+            )
     name = "vllm:spec_decode_num_accepted_tokens_per_pos"
     help_text = "Accepted tokens per draft position."
     for suffix, kind in (("_total", "counter"), ("_created", "gauge")):
         _family(out, f"{name}{suffix}", kind, help_text)
-        for engine in range(server.engines):
+        for instance in range(server.instances):
             for position in range(server.k):
-                labels = _labels(engine, server.model_name, position=str(position))
+                labels = _labels(instance, server.model_name, position=str(position))
                 sample: float = (
-                    accepted_at[engine][position] if suffix == "_total" else created[engine]
+                    accepted_at[instance][position] if suffix == "_total" else created[instance]
                 )
                 out.append(f"{name}{suffix}{{{labels}}} {float(sample)}")
 
@@ -365,7 +367,7 @@ def create_simulator_app(server: SimulatedServer) -> FastAPI:
 
     @app.get(METRICS_PATHS[server.engine], response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
-        """The engine's exposition text, counters as of now."""
+        """The instance's exposition text, counters as of now."""
         return PlainTextResponse(server.render(), media_type=CONTENT_TYPE)
 
     if server.engine == "trtllm":

@@ -4,7 +4,7 @@ Tables: `window` (one per benchmark window), `window_target` (one per target of 
 holding its final result once the window is closed), `endpoint_series` (the spec-decode series
 an endpoint has shown: family and labels, stored once for every window that reads it) and
 `snapshot` (one scrape of one target: the counter values per series, or the reason it
-failed). Keeping labels out of the snapshots keeps a one-engine sample under 1 KB. The
+failed). Keeping labels out of the snapshots keeps a one-instance sample under 1 KB. The
 schema is created only by the Alembic migrations in `migrations/`; a test checks that the
 two agree.
 """

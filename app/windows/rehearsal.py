@@ -20,7 +20,7 @@ from specdec_collector.windows.closing import add_close, prepare_close_in
 from specdec_collector.windows.storage import add_baseline, add_window, find_window, store_snapshots
 from specdec_collector.windows.stored import Actor
 
-#: What a one-engine vLLM server answers, as far as the collector reads it.
+#: What a one-instance vLLM server answers, as far as the collector reads it.
 _ANSWER = """\
 vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
 vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 30.0

@@ -2,7 +2,7 @@
 endpoint that returns the same JSON, served the same way (uvicorn, one process, same options).
 
 The collector runs with an API key (a shared deployment's setting) on SQLite; the result read
-is of a closed window of 4 one-engine targets. The two servers are loaded in turns (5 s each,
+is of a closed window of 4 one-instance targets. The two servers are loaded in turns (5 s each,
 three times), by a raw-socket load generator that costs far less than either server.
 """
 

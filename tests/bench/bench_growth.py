@@ -1,7 +1,7 @@
 """Growth: how start latency, cost per scrape and database size grow with targets per window
 (1 -> 256) and with stored windows (10^3 -> 10^5); and listing windows at 10^5 stored.
 
-Both on the real `specdec serve` over SQLite, targets in a separate process (one-engine
+Both on the real `specdec serve` over SQLite, targets in a separate process (one-instance
 payloads, answered at once, so the collector's own time shows).
 
 - Targets per window: windows of 1, 16, 64 and 256 targets are started and stopped; per size,

@@ -1,6 +1,6 @@
 """Collector CPU per window of 64 targets: read from Prometheus, against scraping them.
 
-64 targets (one-engine vLLM payloads) are served by a separate process and scraped every
+64 targets (one-instance vLLM payloads) are served by a separate process and scraped every
 second by a real Prometheus; the collector's CPU time (from /proc) is read over windows started
 and stopped one after another, first scraping the targets itself, then reading Prometheus.
 """

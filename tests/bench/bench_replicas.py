@@ -1,6 +1,6 @@
 """Windows per second with one replica and with two on the same PostgreSQL, in one run.
 
-Each window is a start and a stop against 4 real `/metrics` servers (one-engine payloads).
+Each window is a start and a stop against 4 real `/metrics` servers (one-instance payloads).
 32 concurrent clients run for 15 s against replica A alone, then spread over A and B.
 On SPECDEC_TEST_POSTGRES_URL, else on the suite's throwaway PostgreSQL.
 """

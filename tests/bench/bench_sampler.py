@@ -1,4 +1,4 @@
-"""Sampler capacity: 500 targets sampled every second (one-engine payloads) for 60 s.
+"""Sampler capacity: 500 targets sampled every second (one-instance payloads) for 60 s.
 
 The real `specdec serve` (SQLite) samples 50 windows of 10 targets each at 1 s; the targets
 are served by a separate process. Afterwards the stored samples are read from the database.
@@ -80,7 +80,7 @@ def measure() -> list[Figure]:
     return [
         Figure(
             f"sampler: {count} targets every {INTERVAL_S:g} s for {SECONDS:.0f} s "
-            f"({WINDOWS} windows x {TARGETS_PER_WINDOW}, one-engine payloads, SQLite)",
+            f"({WINDOWS} windows x {TARGETS_PER_WINDOW}, one-instance payloads, SQLite)",
             f"**{share:.1%} on time**, collector CPU **{cores:.2f} cores**",
             "≥ 95 % on time, ≤ 1 core",
             share >= 0.95 and cores <= 1.0,

@@ -1,7 +1,7 @@
 """CPU the collector spends per target scrape (HTTP, extraction, storage), against the CPU
-prometheus_client takes merely to parse the same eight-engine payload, in one run.
+prometheus_client takes merely to parse the same eight-instance payload, in one run.
 
-The collector's CPU time is read from /proc for its process while windows of 16 eight-engine
+The collector's CPU time is read from /proc for its process while windows of 16 eight-instance
 targets (served by a separate process) are started and stopped one after another: each
 window scrapes every target twice and stores both snapshots and the results. After each
 window this process parses the payload with prometheus_client once: both sides are CPU time,
@@ -95,7 +95,7 @@ def measure() -> list[Figure]:
     )
     return [
         Figure(
-            "collector CPU per target scrape (HTTP, extraction, storage), eight-engine payload",
+            "collector CPU per target scrape (HTTP, extraction, storage), eight-instance payload",
             f"{large.per_scrape * 1e3:.2f} ms vs "
             + yardstick.format(ms=large.parse * 1e3, n=len(large.parse_cpu))
             + f": **{large.per_scrape / large.parse:.3f} x**",
@@ -104,7 +104,7 @@ def measure() -> list[Figure]:
             "python -m tests.bench.bench_scrape_cost",
         ),
         Figure(
-            "collector CPU per window of 4 eight-engine targets (start + stop: 8 scrapes, 2 calls)",
+            "collector CPU per window of 4 eight-instance targets (start + stop: 8 scrapes, 2 calls)",
             f"{per_window * 1e3:.1f} ms vs 8 x "
             + yardstick.format(ms=small.parse * 1e3, n=len(small.parse_cpu))
             + f": **{per_window / (8 * small.parse):.3f} x**",

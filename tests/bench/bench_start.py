@@ -1,6 +1,6 @@
 """Window start latency with 64 targets that each answer after 200 ms.
 
-The real `specdec serve` (SQLite) and 64 `/metrics` servers in a separate process (one-engine
+The real `specdec serve` (SQLite) and 64 `/metrics` servers in a separate process (one-instance
 payloads, 200 ms before each answer). Each round times `POST .../start` of a one-target window
 and of a 64-target window, side by side, then stops both (untimed). The figure is the median
 64-target start over the 200 ms one scrape takes: the fan-out's cost over a single scrape. The

@@ -1,5 +1,5 @@
 """Database bytes per stored sample (SQLite file growth, or PostgreSQL relation growth), and
-per stopped window of one one-engine target on the real `specdec serve` (SQLite)."""
+per stopped window of one one-instance target on the real `specdec serve` (SQLite)."""
 
 import tempfile
 from datetime import UTC, datetime
@@ -70,7 +70,7 @@ def bytes_per_sample(payload: str, count: int, database_url: str) -> float:
 
 
 def bytes_per_window(count: int) -> float:
-    """SQLite growth per window of one one-engine target, started and stopped `count` times
+    """SQLite growth per window of one one-instance target, started and stopped `count` times
     on the real collector (after one window that adds the endpoint's series)."""
     with (
         tempfile.TemporaryDirectory() as folder,
@@ -97,7 +97,7 @@ def measure() -> list[Figure]:
     per_window = bytes_per_window(500)
     figures = [
         Figure(
-            "database bytes per stopped window of one one-engine target (SQLite; 500 windows)",
+            "database bytes per stopped window of one one-instance target (SQLite; 500 windows)",
             f"**{per_window:.0f} bytes**",
             "≤ 1.5 KB",
             per_window <= 1536,

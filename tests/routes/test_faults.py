@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.collector import run_collector, watching_health
+from tests.support.collector import run_collector, serve_collector, watching_health
 from tests.support.metrics_server import serve_metrics, serve_reset_mid_body
 from tests.support.payloads import drafts_payload, fixture
 
@@ -45,17 +45,17 @@ def test_bad_targets_give_na_reasons_while_the_service_answers(
         },
         "slow": {"body": nospec, "delay_s": 3.0},
     }
-    env = {"SPECDEC_SCRAPE_TIMEOUT_S": "1", "SPECDEC_MAX_METRICS_BYTES": str(1 << 20)}
+    settings = {"scrape_timeout_s": 1, "max_metrics_bytes": 1 << 20}
     with ExitStack() as stack:
-        collector = stack.enter_context(run_collector(database_url, tmp_path, **env))
+        collector = stack.enter_context(serve_collector(database_url, **settings))
         servers = {
             name: stack.enter_context(serve_metrics(**settings))
             for name, settings in bodies.items()
         }
         reset = stack.enter_context(serve_reset_mid_body())
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = httpx.Client(base_url=collector, timeout=30)
         targets = [server.target for server in servers.values()] + [reset]
-        with watching_health(collector.base_url) as health:
+        with watching_health(collector) as health:
             started = api.post("/windows/faults/start", json={"targets": targets})
         assert started.status_code == 201
         errors = {t["target"]: t["before_error"] for t in started.json()["targets"]}

@@ -23,7 +23,7 @@ from tests.support.collector import (
     serve_in_thread,
 )
 from tests.support.metrics_server import serve_metrics
-from tests.support.payloads import EngineCounters, drafts_payload, vllm_payload
+from tests.support.payloads import InstanceCounters, drafts_payload, vllm_payload
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -63,7 +63,7 @@ def test_latest_closed_windows_are_exported_within_the_cap(database_url: str) ->
             api.post(f"/windows/w{index}/start", json={"targets": [server.target]})
             server.replace(
                 vllm_payload(
-                    [EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=accepted)]
+                    [InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=accepted)]
                 ).encode()
             )
             api.post(f"/windows/w{index}/stop")

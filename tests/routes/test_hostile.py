@@ -24,7 +24,7 @@ from tests.conftest import ADMIN_KEY
 from tests.support.collector import NewTeam, Team, run_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.netns_probe import METADATA_TARGETS
-from tests.support.payloads import EngineCounters, drafts_payload, fixture, vllm_payload
+from tests.support.payloads import InstanceCounters, drafts_payload, fixture, vllm_payload
 from tests.support.waiting import wait_for
 
 SECRET = "tok-s3cret-never-shown"
@@ -75,16 +75,16 @@ def test_a_url_with_control_characters_is_a_422(api: httpx.Client, url: str) -> 
 
 def _hostile_payloads() -> dict[str, str]:
     nospec = fixture("vllm_v1_dp1_nospec.txt")
-    created = vllm_payload([EngineCounters(100, 300, [80, 60, 40])])
+    created = vllm_payload([InstanceCounters(100, 300, [80, 60, 40])])
     return {
         "long_label": vllm_payload(
-            [EngineCounters(100, 300, [80, 60, 40], extra_labels={"pod": "p" * 5000})]
+            [InstanceCounters(100, 300, [80, 60, 40], extra_labels={"pod": "p" * 5000})]
         ),
         "nul_in_line": nospec + f'{SPEC}{{engine="0\x00"}} 4 5 6 7\n',
         "inf_created": created.replace("1796032661.25", "+Inf"),
         "nan_created": created.replace("1796032661.25", "NaN"),
         "huge_counters": vllm_payload(
-            [EngineCounters(17 * 10**307, 17 * 10**307, [17 * 10**307], engine=e) for e in "01"]
+            [InstanceCounters(17 * 10**307, 17 * 10**307, [17 * 10**307], engine=e) for e in "01"]
         ),
     }
 
@@ -92,7 +92,7 @@ def _hostile_payloads() -> dict[str, str]:
 def _before(kind: str) -> str:
     """What the target serves at start: the hostile payload, or for huge counters none yet."""
     if kind == "huge_counters":
-        return vllm_payload([EngineCounters(0, 0, [0], engine=e) for e in "01"])
+        return vllm_payload([InstanceCounters(0, 0, [0], engine=e) for e in "01"])
     return _hostile_payloads()[kind]
 
 

@@ -9,13 +9,13 @@ import httpx
 import pytest
 
 from tests.support.metrics_server import MetricsServer, serve_metrics
-from tests.support.payloads import EngineCounters, vllm_payload
+from tests.support.payloads import InstanceCounters, vllm_payload
 
 
 def payload(drafts: int, accepted: list[int]) -> bytes:
     return vllm_payload(
         [
-            EngineCounters(
+            InstanceCounters(
                 drafts=drafts, draft_tokens=len(accepted) * drafts, accepted_per_pos=accepted
             )
         ]

@@ -21,7 +21,7 @@ from sqlalchemy import text
 from specdec_collector.store.db import open_database, upgrade_database
 from tests.support.collector import run_collector
 from tests.support.metrics_server import MetricsServer, serve_metrics
-from tests.support.payloads import EngineCounters, vllm_payload
+from tests.support.payloads import InstanceCounters, vllm_payload
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def server() -> Iterator[MetricsServer]:
-    body = vllm_payload([EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])])
+    body = vllm_payload([InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])])
     with serve_metrics(body=body.encode()) as running:
         yield running
 

@@ -16,7 +16,7 @@ from tests.support.collector import (
     specdec_command,
 )
 from tests.support.metrics_server import MetricsServer, free_port, serve_metrics
-from tests.support.payloads import EngineCounters, vllm_payload
+from tests.support.payloads import InstanceCounters, vllm_payload
 
 WRITE_A = "team-a-write-0123456789abcdef"
 READ_A = "team-a-read-0123456789abcdef"
@@ -37,7 +37,9 @@ def shared(database_url: str) -> Iterator[str]:
 
 @pytest.fixture
 def server() -> Iterator[MetricsServer]:
-    payload = vllm_payload([EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])])
+    payload = vllm_payload(
+        [InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])]
+    )
     with serve_metrics(body=payload.encode()) as running:
         yield running
 
@@ -65,7 +67,9 @@ def test_missing_wrong_and_read_only_keys(shared: str, server: MetricsServer) ->
 
 def test_teams_are_isolated_and_admins_name_the_team(shared: str) -> None:
     api = httpx.Client(base_url=shared, timeout=30)
-    payload = vllm_payload([EngineCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])])
+    payload = vllm_payload(
+        [InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])]
+    )
     with serve_metrics(body=payload.encode()) as one, serve_metrics(body=payload.encode()) as two:
         # Both teams own a run-1, with different targets.
         assert (

@@ -14,15 +14,17 @@ import pytest
 
 from tests.support.collector import Team, run_collector
 from tests.support.metrics_server import MetricsServer, free_port, serve_metrics
-from tests.support.payloads import EngineCounters, fixture, vllm_payload
+from tests.support.payloads import InstanceCounters, fixture, vllm_payload
 
-SEED_BEFORE = [EngineCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30])]
+SEED_BEFORE = [
+    InstanceCounters(drafts=100, draft_tokens=500, accepted_per_pos=[80, 60, 50, 40, 30])
+]
 SEED_AFTER = [
-    EngineCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])
+    InstanceCounters(drafts=263, draft_tokens=1315, accepted_per_pos=[242, 222, 212, 202, 191])
 ]
 
 
-def expected_data(before: list[EngineCounters], after: list[EngineCounters]) -> dict[str, Any]:
+def expected_data(before: list[InstanceCounters], after: list[InstanceCounters]) -> dict[str, Any]:
     """The `data` block computed with exact fractions from the counters the test served."""
     drafts = sum(e.drafts for e in after) - sum(e.drafts for e in before)
     tokens = sum(e.draft_tokens for e in after) - sum(e.draft_tokens for e in before)
@@ -45,7 +47,7 @@ def expected_data(before: list[EngineCounters], after: list[EngineCounters]) -> 
     }
 
 
-def raw_of(counters: list[EngineCounters]) -> dict[str, Any]:
+def raw_of(counters: list[InstanceCounters]) -> dict[str, Any]:
     positions = len(counters[0].accepted_per_pos)
     return {
         "num_drafts": sum(e.drafts for e in counters),
@@ -485,9 +487,9 @@ def test_the_results_a_stop_stored_are_served_from_memory_afterwards(
     validated again) from the database. Shown by changing the stored row behind its back."""
     import sqlalchemy
 
-    with serve_metrics(body=vllm_payload([EngineCounters(5, 15, [3, 2, 1])]).encode()) as server:
+    with serve_metrics(body=vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]).encode()) as server:
         api.post("/windows/kept/start", json={"targets": [server.target]})
-        server.replace(vllm_payload([EngineCounters(9, 27, [6, 4, 2])]).encode())
+        server.replace(vllm_payload([InstanceCounters(9, 27, [6, 4, 2])]).encode())
         stopped = api.post("/windows/kept/stop").json()["targets"][0]["result"]
     engine = sqlalchemy.create_engine(team.collector.database_url)
     with engine.begin() as connection:

@@ -18,7 +18,7 @@ def fixture(name: str) -> str:
 
 
 @dataclass
-class EngineCounters:
+class InstanceCounters:
     """The spec-decode counters of one (engine, model) series set."""
 
     drafts: int
@@ -39,10 +39,10 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def spec_block(series: list[EngineCounters]) -> str:
+def spec_block(series: list[InstanceCounters]) -> str:
     """The four spec-decode families with their `_created` siblings."""
     lines: list[str] = []
-    families: list[tuple[str, Callable[[EngineCounters], int]]] = [
+    families: list[tuple[str, Callable[[InstanceCounters], int]]] = [
         ("vllm:spec_decode_num_drafts", lambda s: s.drafts),
         ("vllm:spec_decode_num_draft_tokens", lambda s: s.draft_tokens),
         (
@@ -68,15 +68,15 @@ def spec_block(series: list[EngineCounters]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def vllm_payload(series: list[EngineCounters]) -> str:
+def vllm_payload(series: list[InstanceCounters]) -> str:
     """A full vLLM-shaped payload: the non-spec fixture with the spec families in it."""
     return fixture("vllm_v1_dp1_nospec.txt") + spec_block(series)
 
 
 def drafts_payload(drafts: int) -> bytes:
-    """A one-engine, k=3 payload whose counts all follow `drafts` (0.5/0.25/0.125 accepted)."""
+    """A one-instance, k=3 payload whose counts all follow `drafts` (0.5/0.25/0.125 accepted)."""
     per_pos = [drafts // 2, drafts // 4, drafts // 8]
-    engine = EngineCounters(drafts=drafts, draft_tokens=3 * drafts, accepted_per_pos=per_pos)
+    engine = InstanceCounters(drafts=drafts, draft_tokens=3 * drafts, accepted_per_pos=per_pos)
     return vllm_payload([engine]).encode()
 
 
@@ -126,7 +126,7 @@ def llamacpp_payload(c: LlamaCppCounters) -> str:
 
 
 def vllm_rust_payload(
-    engines: list[EngineCounters], spec_steps_seen: bool = True, generated: int = 0
+    engines: list[InstanceCounters], spec_steps_seen: bool = True, generated: int = 0
 ) -> str:
     """vLLM's Rust frontend (`VLLM_USE_RUST_FRONTEND=1`, the 0.33 wheel; `rust/src/metrics/src/
     scheduler.rs`, as ENGINES.md records it): always OpenMetrics with a final `# EOF`, integer

@@ -2,7 +2,7 @@
 costs less.
 
 Scrapes are many small GETs of large text answers. httpcore (httpx's own transport) spent
-1.7-1.9 ms of CPU receiving an eight-engine answer and its connection pool looked at every
+1.7-1.9 ms of CPU receiving an eight-instance answer and its connection pool looked at every
 connection per request; aiohttp's C-accelerated parser and per-host pool halve the receive
 (see docs/performance.md). Everything around it is httpx's: the client, its timeouts and
 mounts (a scheme with a proxy in the environment keeps httpx's own proxy transport), and
