@@ -25,7 +25,7 @@ from specdec_collector.schemas import WindowCreate
 from specdec_collector.store.db import open_database, upgrade_database, write_alone
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot
 from specdec_collector.windows.cache import OpenViews, ResultsCache
-from specdec_collector.windows.lifecycle import window_json
+from specdec_collector.windows.lifecycle import view_json
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.storage import (
@@ -34,7 +34,7 @@ from specdec_collector.windows.storage import (
     store_snapshots,
 )
 from specdec_collector.windows.stored import Actor
-from specdec_collector.windows.views import read_window
+from specdec_collector.windows.views import read_view
 from tests.support.payloads import InstanceCounters, vllm_payload
 from tests.support.windows import close_window, store_baseline
 
@@ -71,7 +71,7 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
 
     event.listen(reader, "after_cursor_execute", commit_baseline_once)
     try:
-        window = read_window(reader, "default", "w")
+        window = read_view(reader, "default", "w")
     finally:
         event.remove(reader, "after_cursor_execute", commit_baseline_once)
     assert committed == [True]
@@ -79,7 +79,7 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
     before = window.targets[0].before
     assert (None if before is None else before.model_dump()) in (None, {"num_drafts": 5, "num_draft_tokens": 15, "num_accepted_tokens": 6,
                                                "accepted_per_pos": {"0": 3, "1": 2, "2": 1}})  # fmt: skip
-    assert read_window(reader, "default", "w").targets[0].before is not None
+    assert read_view(reader, "default", "w").targets[0].before is not None
 
 
 # --- the results cache ----------------------------------------------------------------------
@@ -139,7 +139,7 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     series = extract_spec_decode(vllm_payload([counters]))
     store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), series)])
     service = _service_for_reads(database)
-    first = await window_json(service, "default", "w")
+    first = await view_json(service, "default", "w")
     before = json.loads(first)["targets"][0]["before"]
     assert before == {
         "num_drafts": 5, "num_draft_tokens": 15, "num_accepted_tokens": 6,
@@ -151,19 +151,19 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
         statements.append(statement)
 
     event.listen(database, "after_cursor_execute", record)
-    again = await window_json(service, "default", "w")
+    again = await view_json(service, "default", "w")
     event.remove(database, "after_cursor_execute", record)
     assert again is first  # kept
     assert len(statements) == 1 and statements[0].replace('"', "").startswith("SELECT window.state")
     later = InstanceCounters(drafts=9, draft_tokens=27, accepted_per_pos=[6, 4, 1])
     final = TargetReading(target, datetime.now(UTC), extract_spec_decode(vllm_payload([later])))
     assert close_window(other, stored, Actor("default", "t"), [final]) is not None
-    shown = json.loads(await window_json(service, "default", "w"))
+    shown = json.loads(await view_json(service, "default", "w"))
     assert shown["state"] == "closed"
     data = shown["targets"][0]["result"]["data"]
     assert (data["num_drafts"], data["draft_tokens"], data["accepted_tokens"]) == (4, 12, 5)
     assert data["acceptance_rate"] == 5 / 12 * 100
-    again_closed = await window_json(service, "default", "w")
+    again_closed = await view_json(service, "default", "w")
     assert json.loads(again_closed) == shown and service.open_views.get("default", "w") is None
 
 
@@ -252,7 +252,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     finally:
         event.remove(database, "before_cursor_execute", add_one_first)
     assert raced  # the race happened
-    window = read_window(database, "default", "w")
+    window = read_view(database, "default", "w")
     before = window.targets[0].before
     assert before is not None and before.num_drafts == 5 and before.num_accepted_tokens == 6
     with Session(database) as session:
@@ -289,7 +289,7 @@ def test_label_sets_of_any_length_are_stored_and_read_back(
     assert {labels_from_text(row.labels) for row in catalogue} == {
         key.labels for key in outcome.series or {}
     }
-    assert read_window(database, "default", "w").targets[0].before is not None
+    assert read_view(database, "default", "w").targets[0].before is not None
 
 
 def test_a_stored_result_that_does_not_read_is_na_and_never_breaks_a_read(
@@ -305,7 +305,7 @@ def test_a_stored_result_that_does_not_read_is_na_and_never_breaks_a_read(
     with database.begin() as connection:
         connection.execute(TABLES["window_target"].update().values(result=broken, status="ok"))
         connection.execute(TABLES["window"].update().values(state="closed"))
-    (shown,) = read_window(database, "default", "w").targets
+    (shown,) = read_view(database, "default", "w").targets
     assert shown.result is not None
     assert (shown.result.status, shown.result.error, shown.result.data) == (
         "na", UNREADABLE_RESULT, None
@@ -324,7 +324,7 @@ def test_reading_an_open_window_never_looks_for_overlaps(engines: tuple[Engine, 
         statements.append(statement)
 
     event.listen(database, "after_cursor_execute", record)
-    shown = read_window(database, "default", "w")
+    shown = read_view(database, "default", "w")
     event.remove(database, "after_cursor_execute", record)
     assert shown.state == "open" and shown.targets[0].result is None
     # The overlaps query is the only one that reads windows by their start time.
@@ -356,7 +356,7 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
     with Session(database) as session:
         assert len(session.exec(select(EndpointSeries)).all()) == len(series) == 6 + 2
     for window_id in ("w", "w2"):
-        before = read_window(database, "default", window_id).targets[0].before
+        before = read_view(database, "default", window_id).targets[0].before
         assert before is not None and (before.num_drafts, before.num_accepted_tokens) == (5, 6)
 
 
@@ -379,7 +379,7 @@ def test_series_added_by_a_rolled_back_write_are_not_remembered(
     store_baseline(database, stored, [outcome])
     with Session(database) as session:
         assert len(session.exec(select(EndpointSeries)).all()) == len(series)
-    before = read_window(database, "default", "w").targets[0].before
+    before = read_view(database, "default", "w").targets[0].before
     assert before is not None and (before.num_drafts, before.num_draft_tokens) == (5, 15)
 
 
@@ -525,6 +525,6 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
     event.listen(database, "before_cursor_execute", seen)
     store_baseline(database, stored, outcomes)
     assert len(inserts) == 1 and inserts[0].count("(?, ?, ?, ?, ?, ?)") == 5  # one statement
-    befores = [t.before for t in read_window(database, "default", "w").targets]
+    befores = [t.before for t in read_view(database, "default", "w").targets]
     assert [before.num_drafts if before else None for before in befores] == [5, 6, 7, 8, 9]
     database.dispose()

@@ -28,7 +28,7 @@ from specdec_collector.windows.leases import first_lease_seconds
 from specdec_collector.windows.reads import read_results, read_timeline
 from specdec_collector.windows.storage import add_baseline, add_window, load_window, window_state
 from specdec_collector.windows.stored import Actor, StoredWindow
-from specdec_collector.windows.views import read_window, view_from
+from specdec_collector.windows.views import read_view, view_from
 
 if TYPE_CHECKING:
     from specdec_collector.windows.service import WindowService
@@ -116,7 +116,7 @@ async def start_window(
         if not _same_targets(stored, targets):
             known = ", ".join(t.key for t in stored.targets)
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
-        return False, await window_json(service, actor.team, window_id)
+        return False, await view_json(service, actor.team, window_id)
     stored = inserted
     readings = await read_start()
     baselines: dict[int, Reading] = {}
@@ -144,7 +144,7 @@ def _encoded(service: "WindowService", view: WindowPublic) -> bytes:
     return encoded
 
 
-async def window_json(service: "WindowService", team: str, window_id: str) -> bytes:
+async def view_json(service: "WindowService", team: str, window_id: str) -> bytes:
     """The window's public view as JSON; an open one's as this replica keeps it, once its row
     says it is still open (another replica may have closed it)."""
     kept = service.open_views.get(team, window_id)
@@ -155,9 +155,7 @@ async def window_json(service: "WindowService", team: str, window_id: str) -> by
         ):
             return kept
         service.open_views.drop(team, window_id)
-    return _encoded(
-        service, await run_in_threadpool(read_window, service.database, team, window_id)
-    )
+    return _encoded(service, await run_in_threadpool(read_view, service.database, team, window_id))
 
 
 async def closed_results(service: "WindowService", team: str, window_id: str) -> ClosedResults:
@@ -207,7 +205,7 @@ async def stop_window(
     database = service.database
     stored = await run_in_threadpool(load_window, database, actor.team, window_id)
     if stored.window.state == WindowState.CLOSED:
-        return await run_in_threadpool(read_window, database, actor.team, window_id)
+        return await run_in_threadpool(read_view, database, actor.team, window_id)
     # Memory only: every use of a kept view first reads whether the window is still open.
     service.open_views.drop(actor.team, window_id)
     source = service.sources[stored.window.source]
@@ -225,7 +223,7 @@ async def stop_window(
     )
     closed = await service.writes.write(STOP_MAY_YIELD_S, add_close, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
-        return await run_in_threadpool(read_window, database, actor.team, window_id)
+        return await run_in_threadpool(read_view, database, actor.team, window_id)
     _remember_results(service, actor.team, stored, closed.results)
     window = view_from(stored, closed.baselines, closed.results)
     ok = sum(t.result is not None and t.result.ok for t in window.targets)

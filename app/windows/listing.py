@@ -17,7 +17,7 @@ from specdec_collector.core.arithmetic import as_number
 from specdec_collector.exceptions import InvalidInput
 from specdec_collector.schemas import TargetSummary, WindowSummary
 from specdec_collector.store.tables import Window, WindowTarget, as_utc
-from specdec_collector.windows.views import window_fields
+from specdec_collector.windows.views import header_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +138,6 @@ def list_windows(
         if summary["num_drafts"] is not None:
             summary["num_drafts"] = as_number(summary["num_drafts"])
         by_window[window_pk].append(TargetSummary(**summary))
-    page = [WindowSummary(**window_fields(w), targets=by_window[w.id or 0]) for w in windows]
+    page = [WindowSummary(**header_fields(w), targets=by_window[w.id or 0]) for w in windows]
     next_cursor = _encode_cursor(windows[-1].started_at, windows[-1].id or 0) if more else None
     return page, next_cursor

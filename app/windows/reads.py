@@ -18,7 +18,7 @@ from specdec_collector.windows.catalogue import keys_of, reading_of
 from specdec_collector.windows.overlaps import with_overlaps
 from specdec_collector.windows.storage import find_window, in_chain_order, load_window, snapshots_of
 from specdec_collector.windows.stored import StoredTarget, StoredWindow
-from specdec_collector.windows.views import window_fields
+from specdec_collector.windows.views import header_fields
 
 
 def read_comparison(database: Engine, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def read_comparison(database: Engine, team: str, window_ids: Sequence[str]) -> d
         raise WindowNotFound(missing[0])
     found = [s for s in stored if s is not None]
     return {
-        "windows": [window_fields(s.window) for s in found],
+        "windows": [header_fields(s.window) for s in found],
         "targets": compare_results(
             [(s.window.window_id, {t.key: t.result for t in s.targets}) for s in found]
         ),

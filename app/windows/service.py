@@ -57,7 +57,7 @@ class WindowService:
 
     async def view(self, team: str, window_id: str) -> bytes:
         """The window's public view, as JSON."""
-        return await lifecycle.window_json(self, team, window_id)
+        return await lifecycle.view_json(self, team, window_id)
 
     async def results(self, team: str, window_id: str) -> ClosedResults:
         """The results of a closed window."""

@@ -71,14 +71,14 @@ def view_from(
         )
     window = stored.window
     return WindowPublic(
-        **window_fields(window),
+        **header_fields(window),
         started_by=window.started_by,
         stopped_by=window.stopped_by,
         targets=targets,
     )
 
 
-def window_fields(window: Window) -> dict[str, Any]:
+def header_fields(window: Window) -> dict[str, Any]:
     """What every public view of a window shows: id, team, state, labels, interval, times."""
     return {
         "id": window.window_id,
@@ -91,7 +91,7 @@ def window_fields(window: Window) -> dict[str, Any]:
     }
 
 
-def read_window(database: Engine, team: str, window_id: str) -> WindowPublic:
+def read_view(database: Engine, team: str, window_id: str) -> WindowPublic:
     """The window with its targets' baselines and, once closed, their results."""
     with Session(database) as session:
         stored = find_window(session, team, window_id)

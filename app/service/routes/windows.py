@@ -121,7 +121,7 @@ def _wants_csv(request: Request, format: str | None) -> bool:
     return format == "csv" or (format is None and "text/csv" in request.headers.get("accept", ""))
 
 
-def _window_json(window: WindowPublic) -> Response:
+def _view_response(window: WindowPublic) -> Response:
     """The window as JSON, encoded by pydantic in one pass: FastAPI's own path (to Python
     objects, then `json.dumps`) cost a loaded collector a tenth of its CPU on windows whose
     results list hundreds of overlapping windows. The OpenAPI schema comes from the route's
@@ -163,7 +163,7 @@ async def stop(
     """Take the final scrapes, store every target's result and close the window (a window read
     from Prometheus: read its samples, waiting for one at or after the stop; `at` stops it in
     the past)."""
-    return _window_json(await windows.stop(actor, window_id, body.at if body else None))
+    return _view_response(await windows.stop(actor, window_id, body.at if body else None))
 
 
 @router.post(
@@ -171,7 +171,7 @@ async def stop(
 )
 async def force_close(window_id: WindowId, windows: WindowsDep, actor: AdminActorDep) -> Response:
     """Admin only: close an open window at once, without a final scrape (every result `na`)."""
-    return _window_json(await windows.force_close(actor, window_id))
+    return _view_response(await windows.force_close(actor, window_id))
 
 
 @router.get("/{window_id}", response_model=WindowPublic, responses=error_responses(404))
