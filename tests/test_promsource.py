@@ -31,7 +31,6 @@ from specdec_collector.core.promql import (
 )
 from specdec_collector.sources.prometheus.api import PrometheusAPI
 from tests.support.collector import (
-    run_collector,
     run_simulator,
     serve_collector,
     specdec_command,
@@ -242,9 +241,9 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
         instance = simulator.removeprefix("http://")
         with run_prometheus([instance]) as prometheus:
             wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
-            env = {"SPECDEC_PROMETHEUS_URL": prometheus}
-            with run_collector(f"sqlite:///{tmp_path}/p.db", tmp_path, **env) as collector:
-                api = httpx.Client(base_url=collector.base_url, timeout=120)
+            database = f"sqlite:///{tmp_path}/p.db"
+            with serve_collector(database, prometheus_url=prometheus) as collector:
+                api = httpx.Client(base_url=collector, timeout=120)
                 assert api.post("/windows/direct/start", json={"targets": [instance]}).is_success
                 live = {"targets": [instance], "source": "prometheus"}
                 started = api.post("/windows/live/start", json=live)
@@ -270,7 +269,7 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
                 )
                 samples = api.get("/windows/live/samples").json()
                 one_call = subprocess.run(
-                    [*specdec_command(), "run", "--server", collector.base_url, "--id", "cli",
+                    [*specdec_command(), "run", "--server", collector, "--id", "cli",
                      "--source", "prometheus", "--target", instance,
                      "--from", window["started_at"], "--to", window["stopped_at"]],
                     capture_output=True, text=True, timeout=120,
