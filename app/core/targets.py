@@ -251,8 +251,8 @@ def parse_target(value: str | Mapping[str, Any]) -> Target:
     return _parse_text(value)
 
 
-# Pure, and asked twice per target of every start (its body's check, then its parse): the
-# parsed target is immutable, so one parse of each text serves them all.
+# Pure, and asked again for a stored target at each stop and sample (a start's body keeps
+# what it parsed): the parsed target is immutable, so one parse of each text serves them all.
 @functools.lru_cache(maxsize=4096)
 def _parse_text(value: str) -> Target:
     if value.startswith(PROMETHEUS_PREFIX):  # as stored for a window read from Prometheus
