@@ -24,8 +24,8 @@ from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.schemas import WindowCreate
 from specdec_collector.store.db import open_database, upgrade_database, write_alone
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot
+from specdec_collector.windows.answers import view_json
 from specdec_collector.windows.cache import OpenViews, ResultsCache
-from specdec_collector.windows.lifecycle import view_json
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.storage import (

@@ -8,25 +8,22 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 
-from specdec_collector.core.arithmetic import timeline
 from specdec_collector.core.readings import Failure, FailureKind, Reading, TargetReading
-from specdec_collector.core.results import TargetResult
 from specdec_collector.core.safetext import has_control_characters, safe_error_text
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput, WindowConflict
 from specdec_collector.schemas import WindowCreate, WindowPublic, WindowState
-from specdec_collector.sources.protocol import Chain, CounterSource, StartCheck
+from specdec_collector.sources.protocol import Chain, StartCheck
 from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S
 from specdec_collector.store.tables import as_utc, utcnow
-from specdec_collector.windows.cache import ClosedResults
+from specdec_collector.windows.answers import encoded_view, remember_results, view_json
 from specdec_collector.windows.closing import add_close, prepare_close
 from specdec_collector.windows.leases import first_lease_seconds
-from specdec_collector.windows.reads import read_results, read_timeline
-from specdec_collector.windows.storage import add_baseline, add_window, load_window, window_state
+from specdec_collector.windows.storage import add_baseline, add_window, load_window
 from specdec_collector.windows.stored import Actor, StoredWindow
 from specdec_collector.windows.views import read_view, view_from
 
@@ -133,60 +130,12 @@ async def start_window(
         "window %s/%s started by %s from %s: %d targets, %d failed",
         actor.team, window_id, actor.key, body.source, len(targets), failed,
     )  # fmt: skip
-    return True, _encoded(service, view_from(stored, baselines))
-
-
-def _encoded(service: "WindowService", view: WindowPublic) -> bytes:
-    """The view as JSON; an open window's kept for its reads."""
-    encoded = view.model_dump_json().encode()
-    if view.state == WindowState.OPEN:
-        service.open_views.put(view.team, view.id, encoded, len(encoded))
-    return encoded
-
-
-async def view_json(service: "WindowService", team: str, window_id: str) -> bytes:
-    """The window's public view as JSON; an open one's as this replica keeps it, once its row
-    says it is still open (another replica may have closed it)."""
-    kept = service.open_views.get(team, window_id)
-    if kept is not None:
-        if (
-            await run_in_threadpool(window_state, service.database, team, window_id)
-            == WindowState.OPEN
-        ):
-            return kept
-        service.open_views.drop(team, window_id)
-    return _encoded(service, await run_in_threadpool(read_view, service.database, team, window_id))
-
-
-async def closed_results(service: "WindowService", team: str, window_id: str) -> ClosedResults:
-    """The results of a closed window; `WindowOpen` while it is open, `WindowNotFound`."""
-    cached = service.kept_results.get(team, window_id)
-    if cached is None:
-        results = await run_in_threadpool(read_results, service.database, team, window_id)
-        cached = service.kept_results.put(team, window_id, results)
-    return cached
+    return True, encoded_view(service, view_from(stored, baselines))
 
 
 FORCE_CLOSED = Failure(
     FailureKind.FORCE_CLOSED, "Window force-closed by an admin: no final scrape was taken"
 )
-
-
-def _remember_results(
-    service: "WindowService",
-    team: str,
-    stored: StoredWindow,
-    results: dict[int, TargetResult | None],
-) -> None:
-    """Keep the results a stop just stored: the report or results a client reads next are
-    then served without reading them back (and validating them) from the database."""
-    chosen: list[tuple[str, TargetResult]] = []
-    for target in stored.targets:
-        result = results.get(target.id)
-        if result is None:
-            return  # read from the database when asked, which says why
-        chosen.append((target.key, result))
-    service.kept_results.put(team, stored.window.window_id, chosen)
 
 
 async def stop_window(
@@ -224,7 +173,7 @@ async def stop_window(
     closed = await service.writes.write(STOP_MAY_YIELD_S, add_close, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_view, database, actor.team, window_id)
-    _remember_results(service, actor.team, stored, closed.results)
+    remember_results(service, actor.team, stored, closed.results)
     window = view_from(stored, closed.baselines, closed.results)
     ok = sum(t.result is not None and t.result.ok for t in window.targets)
     logger.info(
@@ -233,21 +182,3 @@ async def stop_window(
         len(window.targets),
     )  # fmt: skip
     return window
-
-
-async def timelines(
-    service: "WindowService", team: str, window_id: str, target_key: str | None
-) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Each target's timeline (of `target_key`, or all): read live from its source while the
-    window is open where the source says so (Prometheus), else from the store."""
-    stored = await run_in_threadpool(load_window, service.database, team, window_id)
-    if stored.window.state == WindowState.OPEN:
-        chosen = stored.targets_named(target_key)
-        source: CounterSource = service.sources[stored.window.source]
-        start = as_utc(stored.window.started_at)
-        live = await source.read_open([t.parsed() for t in chosen], start)
-        if live is not None:
-            return [
-                (target.key, timeline(points)) for target, points in zip(chosen, live, strict=True)
-            ]
-    return await run_in_threadpool(read_timeline, service.database, stored, target_key)

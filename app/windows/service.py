@@ -20,7 +20,7 @@ from specdec_collector.schemas import Source, WindowCreate, WindowPublic, Window
 from specdec_collector.sources.protocol import CounterSource
 from specdec_collector.store.lanes import Lane
 from specdec_collector.telemetry import aggregates_text, window_results_text
-from specdec_collector.windows import lifecycle
+from specdec_collector.windows import answers, lifecycle
 from specdec_collector.windows.cache import ClosedResults, OpenViews, ResultsCache
 from specdec_collector.windows.listing import WindowFilter, list_windows
 from specdec_collector.windows.reads import read_bounded_results, read_comparison
@@ -57,11 +57,11 @@ class WindowService:
 
     async def view(self, team: str, window_id: str) -> bytes:
         """The window's public view, as JSON."""
-        return await lifecycle.view_json(self, team, window_id)
+        return await answers.view_json(self, team, window_id)
 
     async def results(self, team: str, window_id: str) -> ClosedResults:
         """The results of a closed window."""
-        return await lifecycle.closed_results(self, team, window_id)
+        return await answers.closed_results(self, team, window_id)
 
     async def bounded_results(
         self, team: str, window_id: str, start: datetime, end: datetime
@@ -75,7 +75,7 @@ class WindowService:
         self, team: str, window_id: str, target_key: str | None
     ) -> list[tuple[str, list[dict[str, Any]]]]:
         """Every target's snapshots over time (of `target_key`, or all)."""
-        return await lifecycle.timelines(self, team, window_id, target_key)
+        return await answers.timelines(self, team, window_id, target_key)
 
     async def page(
         self,
