@@ -206,10 +206,10 @@ def run(args: argparse.Namespace) -> int:
             "specdec run: give the command after --, e.g. specdec run --target h:p -- ais_bench ..."
         )
     targets, work_dir, problem, aisbench_perf = _run_targets(args, command, Path.cwd())
-    phase = aisbench_perf and not args.whole_command
+    inference_only = aisbench_perf and not args.whole_command
     interval = args.sample_interval
     prometheus = args.source == Source.PROMETHEUS
-    if phase and interval is None and not prometheus:
+    if inference_only and interval is None and not prometheus:
         interval = AISBENCH_SAMPLE_INTERVAL_S  # samples make the phase's bounds tight
     options = RunOptions(
         window_id=window_id,
@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         output_dir=Path(args.output_dir) if args.output_dir else None,
         work_dir=work_dir,
         nothing_to_measure=problem,
-        aisbench_phase=phase,
+        aisbench_inference=inference_only,
         from_prometheus=prometheus,
     )
     with _client(args) as client:

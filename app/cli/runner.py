@@ -52,7 +52,7 @@ class RunOptions:
     # Why there is nothing to measure (no targets found): the command runs unmeasured.
     nothing_to_measure: str | None = None
     # Measure AISBench's inference phase only, bounded by its own request records.
-    aisbench_phase: bool = False
+    aisbench_inference: bool = False
     # Read the window from the collector's Prometheus instead of scraping.
     from_prometheus: bool = False
 
@@ -128,10 +128,10 @@ def run_wrapped(
     run_folder = newest_output_dir(Path.cwd() / options.work_dir, began - 1)
     results = [(t.target, t.result) for t in stopped.targets if t.result is not None]
     footer = f"(specdec-collector, window {options.window_id})\n"
-    if options.aisbench_phase:
-        phase = _inference_phase(client, options.window_id, run_folder, say)
-        if phase is not None:
-            results = with_whole_command(phase, dict(results))
+    if options.aisbench_inference:
+        inference = _inference_phase(client, options.window_id, run_folder, say)
+        if inference is not None:
+            results = with_whole_command(inference, dict(results))
             footer = (
                 f"(specdec-collector, window {options.window_id}: AISBench's inference phase, "
                 "from its request records)\n"
@@ -157,7 +157,7 @@ def run_wrapped(
     return code
 
 
-PHASE_NOTE = (
+INFERENCE_NOTE = (
     "bounded to AISBench's inference phase by its request records (the snapshots that enclose "
     "its first request sent and its last answer): what ran outside them is left out, AISBench's "
     "warm-up request among it when it ran before the first; the whole command's figures are "
@@ -166,14 +166,14 @@ PHASE_NOTE = (
 
 
 def with_whole_command(
-    phase: list[tuple[str, TargetResult]], whole: dict[str, TargetResult]
+    inference: list[tuple[str, TargetResult]], whole: dict[str, TargetResult]
 ) -> list[tuple[str, TargetResult]]:
-    """The phase's results, each with the note on what it leaves out and the figures of the
-    whole command beside it."""
+    """The inference phase's results, each with the note on what it leaves out and the
+    figures of the whole command beside it."""
     told = []
-    for key, result in phase:
+    for key, result in inference:
         everything = whole.get(key)
-        notes = [*(result.notes or []), PHASE_NOTE]
+        notes = [*(result.notes or []), INFERENCE_NOTE]
         update: dict[str, Any] = {"notes": notes}
         if everything is not None and everything.data is not None:
             update["whole_command"] = everything.data
