@@ -85,13 +85,13 @@ class WindowCreate(WindowOptions):
                 target = parse_target(value)
             except ValueError as exc:
                 raise ValueError(f"target {index}: {exc}") from None
-            known = parsed.get(target.key)
+            known = parsed.get(target.name)
             if known is not None and known.url != target.url:
                 raise ValueError(
-                    f"target {index}: {target.key} is given twice with different URLs "
+                    f"target {index}: {target.name} is given twice with different URLs "
                     f"({known.url}, {target.url})"
                 )
-            parsed.setdefault(target.key, target)
+            parsed.setdefault(target.name, target)
         return _ParsedTargets(targets, list(parsed.values()))
 
     def parsed_targets(self) -> list[Target]:
@@ -101,7 +101,7 @@ class WindowCreate(WindowOptions):
         unique: dict[str, Target] = {}  # a body made without validation
         for value in self.targets:
             target = parse_target(value)
-            unique.setdefault(target.key, target)
+            unique.setdefault(target.name, target)
         return list(unique.values())
 
 

@@ -39,7 +39,7 @@ def _start_sample_stop(database: Engine) -> None:
     stored = write_alone(database, add_window, actor, "w", body, targets, 10, "r", 30.0)
     assert stored is not None
     write_alone(database, add_baseline, stored, outcomes)
-    ids = {t.key: t.id for t in stored.targets}
+    ids = {t.name: t.id for t in stored.targets}
     write_alone(database, store_snapshots, ids, SnapshotPhase.SAMPLE, outcomes)
     stored = load_window(database, actor.team, "w")
     assert close_window(database, stored, actor, outcomes) is not None

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specdec_collector.core.targets import TargetPolicy, parse_target, parse_target_key
+from specdec_collector.core.targets import TargetPolicy, parse_target, parse_target_name
 
 
 @pytest.mark.parametrize(
@@ -29,7 +29,7 @@ from specdec_collector.core.targets import TargetPolicy, parse_target, parse_tar
 )  # fmt: skip
 def test_accepted_forms(value: object, key: str, url: str) -> None:
     target = parse_target(value)  # type: ignore[arg-type]
-    assert (target.key, target.url) == (key, url)
+    assert (target.name, target.url) == (key, url)
 
 
 @pytest.mark.parametrize(
@@ -59,8 +59,8 @@ def test_rejected_forms(value: object, message: str) -> None:
 
 
 def test_key_of_a_path_parameter() -> None:
-    assert parse_target_key("[0::1]:80") == "[::1]:80"
-    assert parse_target_key("H.example:1") == "h.example:1"
+    assert parse_target_name("[0::1]:80") == "[::1]:80"
+    assert parse_target_name("H.example:1") == "h.example:1"
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_target_objects_with_headers() -> None:
     target = parse_target(
         {"url": "http://h:9/m", "headers": {"Authorization": "Bearer x", "X-Team": "a"}}
     )
-    assert (target.key, target.url, target.headers) == (
+    assert (target.name, target.url, target.headers) == (
         "h:9",
         "http://h:9/m",
         (("Authorization", "Bearer x"), ("X-Team", "a")),

@@ -53,7 +53,7 @@ def test_a_baseline_committed_during_a_read_never_breaks_it(engines: tuple[Engin
     """The baseline (series and snapshot) commits between the read's statements."""
     reader, writer = engines
     target = parse_target("127.0.0.1:9100")
-    body = WindowCreate(targets=[target.key])
+    body = WindowCreate(targets=[target.name])
     assert write_alone(
         writer, add_window, Actor("default", "test"), "w", body, [target], 10, "r", 0
     )
@@ -211,7 +211,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
         add_window,
         Actor("default", "t"),
         "w",
-        WindowCreate(targets=[target.key]),
+        WindowCreate(targets=[target.name]),
         [target],
         10,
         "r",
@@ -245,7 +245,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     try:
         with Session(database) as session:
             store_snapshots(
-                session, {target.key: target_id}, SnapshotPhase.BEFORE,
+                session, {target.name: target_id}, SnapshotPhase.BEFORE,
                 [TargetReading(target, datetime.now(UTC), series)],
             )  # fmt: skip
             session.commit()
@@ -265,7 +265,7 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
 def _window_of_one_target(database: Engine) -> Target:
     """Window `w` of team `default`, open, on one target (returned)."""
     target = parse_target("127.0.0.1:9100")
-    assert write_alone(database, add_window, Actor("default", "t"), "w", WindowCreate(targets=[target.key]),
+    assert write_alone(database, add_window, Actor("default", "t"), "w", WindowCreate(targets=[target.name]),
                          [target], 10, "r", 0)  # fmt: skip
     return target
 
@@ -341,7 +341,7 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
     series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
     outcome = TargetReading(target, datetime.now(UTC), series)
     store_baseline(database, load_window(database, "default", "w"), [outcome])
-    assert write_alone(database, add_window, Actor("default", "t"), "w2", WindowCreate(targets=[target.key]),
+    assert write_alone(database, add_window, Actor("default", "t"), "w2", WindowCreate(targets=[target.name]),
                          [target], 10, "r", 0)  # fmt: skip
     statements: list[str] = []
 
@@ -368,7 +368,7 @@ def test_series_added_by_a_rolled_back_write_are_not_remembered(
     database, _ = engines
     target = _window_of_one_target(database)
     stored = load_window(database, "default", "w")
-    ids = {target.key: stored.targets[0].id}
+    ids = {target.name: stored.targets[0].id}
     series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
     outcome = TargetReading(target, datetime.now(UTC), series)
     with Session(database) as session:
@@ -411,7 +411,7 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     database, writer = engines
     target = _window_of_one_target(database)
     stored = load_window(database, "default", "w")
-    ids = {target.key: stored.targets[0].id}
+    ids = {target.name: stored.targets[0].id}
     reading = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
     later = extract_spec_decode(vllm_payload([InstanceCounters(9, 27, [6, 4, 2])]))
     store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), reading)])
@@ -458,7 +458,7 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
     ]
     table = TABLES["window"]
     for team, window_id, targets, started, stopped in plan:
-        body = WindowCreate(targets=[t.key for t in targets])
+        body = WindowCreate(targets=[t.name for t in targets])
         assert write_alone(
             database, add_window, Actor(team, "k"), window_id, body, targets, 10, "r", 0
         )
@@ -478,9 +478,9 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
     shown = {key: overlaps.model_dump() for key, overlaps in found.items()}
     none = {"windows": 0, "seconds": 0.0}
     assert shown == {
-        a.key: {"windows": [], "other_teams": {"windows": 1, "seconds": 50.0}},
-        b.key: {"windows": [{"id": "early", "seconds": 30.0}], "other_teams": none},
-        c.key: {
+        a.name: {"windows": [], "other_teams": {"windows": 1, "seconds": 50.0}},
+        b.name: {"windows": [{"id": "early", "seconds": 30.0}], "other_teams": none},
+        c.name: {
             "windows": [{"id": "early", "seconds": 30.0}, {"id": "late", "seconds": 50.0}],
             "other_teams": {"windows": 2, "seconds": 60.0},
         },
@@ -504,7 +504,7 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
     upgrade_database(url)
     database = open_database(url)
     targets = [parse_target(f"127.0.0.1:{9100 + i}") for i in range(5)]
-    body = WindowCreate(targets=[t.key for t in targets])
+    body = WindowCreate(targets=[t.name for t in targets])
     stored = write_alone(
         database, add_window, Actor("default", "t"), "w", body, targets, 10, "r", 0
     )

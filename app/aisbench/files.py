@@ -18,19 +18,19 @@ _NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9._-]")
 _COLLECTOR_KEYS = ("samples",)
 
 
-def result_key(target_key: str) -> str:
+def result_key(target_name: str) -> str:
     """AISBench's file-name key of a `host:port` target (`[::1]:9302` -> `___1__9302`)."""
-    return _NOT_IN_NAMES.sub("_", target_key)
+    return _NOT_IN_NAMES.sub("_", target_name)
 
 
-def result_filename(target_key: str) -> str:
+def result_filename(target_name: str) -> str:
     """`spec_decode_<key>.json`, AISBench's name for a target's result."""
-    return f"spec_decode_{result_key(target_key)}.json"
+    return f"spec_decode_{result_key(target_name)}.json"
 
 
-def collector_filename(target_key: str) -> str:
+def collector_filename(target_name: str) -> str:
     """The collector's name beside AISBench's own file: never matched by `spec_decode_*`."""
-    return f"collector_spec_decode_{result_key(target_key)}.json"
+    return f"collector_spec_decode_{result_key(target_name)}.json"
 
 
 def newest_output_dir(work_dir: Path, since: float) -> Path | None:
@@ -61,11 +61,11 @@ class Written:
     beside_aisbench: bool
 
 
-def write_result(folder: Path, target_key: str, result: dict[str, Any]) -> Written:
+def write_result(folder: Path, target_name: str, result: dict[str, Any]) -> Written:
     """Write `result` as `spec_decode_<key>.json` in `folder`, or beside AISBench's own file."""
-    path = folder / result_filename(target_key)
+    path = folder / result_filename(target_name)
     beside = path.exists() and _written_by_aisbench(path)
     if beside:
-        path = folder / collector_filename(target_key)
+        path = folder / collector_filename(target_name)
     path.write_text(json.dumps(result, indent=2) + "\n")
     return Written(path, beside)

@@ -65,9 +65,9 @@ def parse_selector(text: str) -> list[tuple[str, str, str]]:
     return matchers
 
 
-def instance_selector(target_key: str) -> str:
+def instance_selector(target_name: str) -> str:
     """The selector of a `host:port` target: Prometheus' `instance` label."""
-    return '{instance="' + target_key.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+    return '{instance="' + target_name.replace("\\", "\\\\").replace('"', '\\"') + '"}'
 
 
 def series_query(selector: str) -> str:

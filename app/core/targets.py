@@ -2,7 +2,7 @@
 
 A target is `"host:port"`, `"http(s)://host[:port][/path]"`, or an AISBench model entry
 `{"host_ip": ..., "host_port": ...}`. Every form becomes a `Target` with the URL to scrape
-and the `host:port` key that names it within a window (IPv6 hosts bracketed).
+and the `host:port` that names it within a window (`Target.name`; IPv6 hosts bracketed).
 """
 
 import functools
@@ -50,7 +50,7 @@ class Target:
     selector: str | None = None
 
     @property
-    def key(self) -> str:
+    def name(self) -> str:
         """`host:port`, with an IPv6 host in brackets, or the selector: its name in a window."""
         if self.selector is not None and not self.host:
             return self.selector
@@ -62,7 +62,7 @@ class Target:
             return self
         from specdec_collector.core.promql import instance_selector  # promql reads targets
 
-        selector = instance_selector(self.key)
+        selector = instance_selector(self.name)
         return replace(self, url=PROMETHEUS_PREFIX + selector, selector=selector)
 
 
@@ -271,9 +271,9 @@ def _parse_text(value: str) -> Target:
     return _from_host_port(*_split_host_port(text))
 
 
-def parse_target_key(text: str) -> str:
-    """Normalise a `host:port` path parameter to the key `Target.key` gives."""
-    return _from_host_port(*_split_host_port(text)).key
+def parse_target_name(text: str) -> str:
+    """Normalise a `host:port` path parameter to the name `Target.name` gives."""
+    return _from_host_port(*_split_host_port(text)).name
 
 
 # --- where the collector may connect ------------------------------------------------------

@@ -289,7 +289,7 @@ class Sampler:
                 return
             parsed = [t.parsed() for t in targets]
             outcomes = await scrape_all(self.client, parsed, self.scrape, team)
-            ids = {t.key: t.id for t in targets}
+            ids = {t.name: t.id for t in targets}
             stored = await run_in_threadpool(
                 store_samples, self.database, window_pk, outcomes, ids, self.replica_id, interval_s
             )

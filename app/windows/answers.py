@@ -66,23 +66,23 @@ def remember_results(
         result = results.get(target.id)
         if result is None:
             return  # read from the database when asked, which says why
-        chosen.append((target.key, result))
+        chosen.append((target.name, result))
     service.kept_results.put(team, stored.window.window_id, chosen)
 
 
 async def timelines(
-    service: "WindowService", team: str, window_id: str, target_key: str | None
+    service: "WindowService", team: str, window_id: str, target_name: str | None
 ) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Each target's timeline (of `target_key`, or all): read live from its source while the
+    """Each target's timeline (of `target_name`, or all): read live from its source while the
     window is open where the source says so (Prometheus), else from the store."""
     stored = await run_in_threadpool(load_window, service.database, team, window_id)
     if stored.window.state == WindowState.OPEN:
-        chosen = stored.targets_named(target_key)
+        chosen = stored.targets_named(target_name)
         source: CounterSource = service.sources[stored.window.source]
         start = as_utc(stored.window.started_at)
         live = await source.read_open([t.parsed() for t in chosen], start)
         if live is not None:
             return [
-                (target.key, timeline(points)) for target, points in zip(chosen, live, strict=True)
+                (target.name, timeline(points)) for target, points in zip(chosen, live, strict=True)
             ]
-    return await run_in_threadpool(read_timeline, service.database, stored, target_key)
+    return await run_in_threadpool(read_timeline, service.database, stored, target_name)

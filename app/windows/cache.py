@@ -18,15 +18,15 @@ class ClosedResults:
     results: list[tuple[str, TargetResult]]
     _encoded: dict[str, bytes] = field(default_factory=dict)
 
-    def encoded(self, target_key: str) -> bytes | None:
-        """The result of target `target_key` as compact UTF-8 JSON (as Starlette's
+    def encoded(self, target_name: str) -> bytes | None:
+        """The result of target `target_name` as compact UTF-8 JSON (as Starlette's
         JSONResponse encodes it, finite floats only); None if the window has no such target."""
-        found = self._encoded.get(target_key)
+        found = self._encoded.get(target_name)
         if found is None:
-            result = next((r for key, r in self.results if key == target_key), None)
+            result = next((r for key, r in self.results if key == target_name), None)
             if result is None:
                 return None
-            found = self._encoded[target_key] = result.model_dump_json().encode()
+            found = self._encoded[target_name] = result.model_dump_json().encode()
         return found
 
 

@@ -92,7 +92,7 @@ def _results(
         result = build_result(target.url, baseline, chain.after.reading, samples, target.hints)
         if chain.notes:
             result = result.model_copy(update={"notes": [*(result.notes or []), *chain.notes]})
-        results[target.id] = result.with_overlaps(overlaps[target.key])
+        results[target.id] = result.with_overlaps(overlaps[target.name])
     return ClosedWindow(baselines, results)
 
 
@@ -171,7 +171,7 @@ def add_close(
     if _latest_snapshot(session, ids) != prepared.read_up_to:
         closed = _results(session, stored, snapshots_of(session, ids), chains, stopped_at)
         rows = _result_rows(closed)
-    by_key = {t.key: t.id for t in stored.targets}
+    by_key = {t.name: t.id for t in stored.targets}
     befores = [chain.before for chain in chains if chain.before is not None]
     store_snapshots(session, by_key, SnapshotPhase.BEFORE, befores)
     store_snapshots(session, by_key, SnapshotPhase.SAMPLE, [s for c in chains for s in c.samples])

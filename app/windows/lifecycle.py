@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
-    return {(t.key, t.url) for t in stored.targets} == {(t.key, t.url) for t in targets}
+    return {(t.name, t.url) for t in stored.targets} == {(t.name, t.url) for t in targets}
 
 
 def _check_body(service: "WindowService", body: WindowCreate, targets: Sequence[Target]) -> None:
@@ -111,7 +111,7 @@ async def start_window(
         if stored.window.state != WindowState.OPEN:
             raise WindowConflict(f"window {window_id} is already stopped")
         if not _same_targets(stored, targets):
-            known = ", ".join(t.key for t in stored.targets)
+            known = ", ".join(t.name for t in stored.targets)
             raise WindowConflict(f"window {window_id} already exists with other targets: {known}")
         return False, await view_json(service, actor.team, window_id)
     stored = inserted

@@ -44,13 +44,13 @@ def _moment(stored: str | datetime) -> datetime:
     return as_utc(moment)
 
 
-# (window pk, team, window id) -> the window's target keys: another window of the same pk is
-# another team's or id's (a pk is never reused while its row exists).
+# (window pk, team, window id) -> the names of the window's targets: another window of the
+# same pk is another team's or id's (a pk is never reused while its row exists).
 _WindowName = tuple[int, str, str]
 
 
 class _KnownTargets:
-    """The target keys of the windows one process has looked up, by `_WindowName`."""
+    """The target names of the windows one process has looked up, by `_WindowName`."""
 
     def __init__(self) -> None:
         self._keys: OrderedDict[_WindowName, frozenset[str]] = OrderedDict()
@@ -58,7 +58,7 @@ class _KnownTargets:
         self._lock = threading.Lock()
 
     def of(self, session: Session, names: list[_WindowName]) -> dict[int, frozenset[str]]:
-        """Each named window's target keys (by pk), read from the database once."""
+        """Each named window's target names (by pk), read from the database once."""
         with self._lock:
             found = {name[0]: self._keys[name] for name in names if name in self._keys}
         missing = {name[0]: name for name in names if name[0] not in found}
@@ -99,7 +99,7 @@ def overlaps_of(
     start = as_utc(window.started_at)
     if end is None:
         end = as_utc(window.stopped_at) if window.stopped_at else utcnow()
-    found = {t.key: Overlaps() for t in stored.targets}
+    found = {t.name: Overlaps() for t in stored.targets}
     # The windows open at some moment since `start` (open now, or stopped after it), along an
     # index; then which of them used these targets, from each process's memory of every
     # window's targets (a window's targets never change). A join driven by the target would
@@ -146,7 +146,7 @@ def with_overlaps(
         return results
     overlaps = overlaps_of(session, stored)
     return {
-        target.id: None if result is None else result.with_overlaps(overlaps[target.key])
+        target.id: None if result is None else result.with_overlaps(overlaps[target.name])
         for target in stored.targets
         for result in [results.get(target.id)]
     }

@@ -32,7 +32,7 @@ def read_comparison(database: Engine, team: str, window_ids: Sequence[str]) -> d
     return {
         "windows": [header_fields(s.window) for s in found],
         "targets": compare_results(
-            [(s.window.window_id, {t.key: t.result for t in s.targets}) for s in found]
+            [(s.window.window_id, {t.name: t.result for t in s.targets}) for s in found]
         ),
     }
 
@@ -48,7 +48,7 @@ def read_results(database: Engine, team: str, window_id: str) -> list[tuple[str,
         results = with_overlaps(session, stored, {t.id: t.result for t in stored.targets})
     missing = "no result was stored for this target"
     return [
-        (t.key, results[t.id] or TargetResult(status="na", url=t.url, error=missing))
+        (t.name, results[t.id] or TargetResult(status="na", url=t.url, error=missing))
         for t in stored.targets
     ]
 
@@ -74,12 +74,12 @@ def _points_of(
 
 
 def read_timeline(
-    database: Engine, stored: StoredWindow, target_key: str | None
+    database: Engine, stored: StoredWindow, target_name: str | None
 ) -> list[tuple[str, list[dict[str, Any]]]]:
     """(`host:port`, timeline rows) of the stored window's targets, or of the one named."""
     return [
-        (target.key, timeline(points))
-        for target, points in _points_of(database, stored.targets_named(target_key))
+        (target.name, timeline(points))
+        for target, points in _points_of(database, stored.targets_named(target_name))
     ]
 
 
@@ -92,6 +92,6 @@ def read_bounded_results(
     if stored.window.state != WindowState.CLOSED:
         raise WindowOpen(window_id)
     return [
-        (target.key, bounded_result(target.url, points, start, end, target.hints))
+        (target.name, bounded_result(target.url, points, start, end, target.hints))
         for target, points in _points_of(database, stored.targets)
     ]

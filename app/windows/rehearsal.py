@@ -49,7 +49,7 @@ def rehearse_window(database: Engine) -> None:
             assert stored is not None, "a window of a fresh id is added"
             add_baseline(session, stored, outcomes)
             store_snapshots(
-                session, {t.key: t.id for t in stored.targets}, SnapshotPhase.SAMPLE, outcomes
+                session, {t.name: t.id for t in stored.targets}, SnapshotPhase.SAMPLE, outcomes
             )
             find_window(session, actor.team, own)
             chains = [Chain(reading) for reading in outcomes]

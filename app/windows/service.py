@@ -72,10 +72,10 @@ class WindowService:
         )
 
     async def timelines(
-        self, team: str, window_id: str, target_key: str | None
+        self, team: str, window_id: str, target_name: str | None
     ) -> list[tuple[str, list[dict[str, Any]]]]:
-        """Every target's snapshots over time (of `target_key`, or all)."""
-        return await answers.timelines(self, team, window_id, target_key)
+        """Every target's snapshots over time (of `target_name`, or all)."""
+        return await answers.timelines(self, team, window_id, target_name)
 
     async def page(
         self,

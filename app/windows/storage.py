@@ -149,7 +149,7 @@ def store_snapshots(
             ]
         rows.append(
             {
-                "target_id": ids[outcome.target.key],
+                "target_id": ids[outcome.target.name],
                 "phase": phase,
                 "taken_at": outcome.taken_at,
                 "error": outcome.error,
@@ -223,7 +223,7 @@ def add_window(
     # One Core executemany (one multi-row statement on SQLite), no ORM objects; the ids back
     # in one row.
     rows = [
-        {"window_pk": window.id, "ordinal": ordinal, "target": target.key,
+        {"window_pk": window.id, "ordinal": ordinal, "target": target.name,
          "url": target.url, "headers": dict(target.headers) or None,
          "named_engine": target.hints.engine,
          "draft_tokens_per_step": target.hints.draft_tokens_per_step}
@@ -234,7 +234,7 @@ def add_window(
     pairs_of_targets = map(_ordinal_and_id, pairs.split(",") if pairs else ())
     ids = [target_id for _, target_id in sorted(pairs_of_targets)]
     stored = [
-        StoredTarget(target_id, target.key, target.url, None, target.headers, target.hints)
+        StoredTarget(target_id, target.name, target.url, None, target.headers, target.hints)
         for target_id, target in zip(ids, targets, strict=True)
     ]
     return StoredWindow(window, stored)
@@ -277,4 +277,4 @@ def _sampling_rate(session: Session, team: str) -> float:
 
 def add_baseline(session: Session, stored: StoredWindow, outcomes: Sequence[TargetReading]) -> None:
     """Add the window's `before` snapshots in `session`'s transaction."""
-    store_snapshots(session, {t.key: t.id for t in stored.targets}, SnapshotPhase.BEFORE, outcomes)
+    store_snapshots(session, {t.name: t.id for t in stored.targets}, SnapshotPhase.BEFORE, outcomes)

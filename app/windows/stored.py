@@ -51,10 +51,10 @@ class Actor:
 
 @dataclass(frozen=True, slots=True)
 class StoredTarget:
-    """A target as stored: its row id, `host:port` key, URL and (once closed) result."""
+    """A target as stored: its row id, name (`host:port`), URL and (once closed) result."""
 
     id: int
-    key: str
+    name: str
     url: str
     # The result's JSON as stored, read into a `TargetResult` only when asked for: most calls
     # that load a window (a stop, a read of its results from the cache) never look at it.
@@ -84,11 +84,11 @@ class StoredWindow:
         assert self.window.id is not None
         return self.window.id
 
-    def targets_named(self, target_key: str | None) -> list[StoredTarget]:
-        """Every target, or the one of `host:port` `target_key` (`TargetNotInWindow` if none)."""
-        if target_key is None:
+    def targets_named(self, target_name: str | None) -> list[StoredTarget]:
+        """Every target, or the one of `host:port` `target_name` (`TargetNotInWindow` if none)."""
+        if target_name is None:
             return self.targets
-        chosen = [t for t in self.targets if t.key == target_key]
+        chosen = [t for t in self.targets if t.name == target_name]
         if not chosen:
-            raise TargetNotInWindow(self.window.window_id, target_key)
+            raise TargetNotInWindow(self.window.window_id, target_name)
         return chosen

@@ -61,7 +61,7 @@ def view_from(
             before = counted if counted is not None else absolute_totals(phase).raw()
         targets.append(
             TargetPublic(
-                target=target.key,
+                target=target.name,
                 url=target.url,
                 header_names=[name for name, _ in target.headers],
                 before=before,

@@ -50,10 +50,10 @@ def bytes_per_sample(payload: str, count: int, database_url: str) -> float:
         window = Window(window_id="size", sample_interval_s=1)
         session.add(window)
         session.flush()
-        row = WindowTarget(window_pk=window.id or 0, ordinal=0, target=target.key, url=target.url)
+        row = WindowTarget(window_pk=window.id or 0, ordinal=0, target=target.name, url=target.url)
         session.add(row)
         session.commit()
-        window_pk, ids = window.id or 0, {target.key: row.id or 0}
+        window_pk, ids = window.id or 0, {target.name: row.id or 0}
     series = extract_spec_decode(payload)
 
     def store() -> None:

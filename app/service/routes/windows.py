@@ -11,7 +11,7 @@ from pydantic import AwareDatetime, StringConstraints
 from specdec_collector.core.report import render_report, timeline_csv, windows_csv
 from specdec_collector.core.results import TargetResult
 from specdec_collector.core.safetext import has_control_characters, safe_error_text
-from specdec_collector.core.targets import WINDOW_ID_PATTERN, parse_target_key
+from specdec_collector.core.targets import WINDOW_ID_PATTERN, parse_target_name
 from specdec_collector.exceptions import InvalidInput, TargetNotInWindow
 from specdec_collector.schemas import (
     BoundedResults,
@@ -42,9 +42,9 @@ WindowId = Annotated[
 ]
 
 
-def _target_key(target: str, where: str = "path") -> str:
+def _target_name(target: str, where: str = "path") -> str:
     try:
-        return parse_target_key(target)
+        return parse_target_name(target)
     except ValueError as exc:
         raise InvalidInput([where, "target"], str(exc)) from None
 
@@ -102,7 +102,7 @@ async def list_all(
     where = WindowFilter(
         state=state,
         labels=_label_pairs(label),
-        target=None if target is None else _target_key(target, "query"),
+        target=None if target is None else _target_name(target, "query"),
         started_after=started_after,
         started_before=started_before,
         min_acceptance_rate=min_acceptance_rate,
@@ -211,7 +211,7 @@ async def get_result(
     scope: ReadTeamDep,
 ) -> Response:
     """One target's result in the AISBench `spec_decode_<host>_<port>.json` shape."""
-    key = _target_key(target)
+    key = _target_name(target)
     closed = await windows.results(scope, window_id)
     body = closed.encoded(key)
     if body is None:
@@ -256,7 +256,7 @@ async def get_samples(
     ] = None,
 ) -> Response:
     """Every snapshot of the window's targets over time (live while the window is open)."""
-    key = None if target is None else _target_key(target, "query")
+    key = None if target is None else _target_name(target, "query")
     series = await windows.timelines(scope, window_id, key)
     if _wants_csv(request, format):
         return Response(timeline_csv(series), media_type="text/csv; charset=utf-8")

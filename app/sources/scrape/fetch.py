@@ -150,7 +150,7 @@ async def _scrape_once(
         frames = "".join(traceback.format_tb(exc.__traceback__))
         logger.error(
             "scrape of %s failed inside the collector: %s\n%s",
-            target.key, type(exc).__name__, frames,
+            target.name, type(exc).__name__, frames,
         )  # fmt: skip
         detail = f"internal error of the collector ({type(exc).__name__})"
         return failure(target, FailureKind.INTERNAL, detail)

@@ -55,7 +55,7 @@ class ScrapeSource:
             if isinstance(pinned, Refused):
                 raise InvalidInput(
                     ["body", "targets", index],
-                    f"target {index} ({targets[index].key}) is refused: {pinned}",
+                    f"target {index} ({targets[index].name}) is refused: {pinned}",
                 )
         # The baselines' requests go where the check found (and connected ahead to).
         where = [p if isinstance(p, Pin) else None for p in found]
