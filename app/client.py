@@ -19,8 +19,8 @@ from specdec_collector.schemas import (
     BoundedResults,
     BoundedTargetResult,
     Source,
-    WindowPublic,
     WindowSummary,
+    WindowView,
 )
 
 Target = str | Mapping[str, Any]
@@ -164,8 +164,8 @@ class BaseClient:
         )
 
     @staticmethod
-    def window_of(response: httpx.Response) -> WindowPublic:
-        return WindowPublic.model_validate(response.json())
+    def window_of(response: httpx.Response) -> WindowView:
+        return WindowView.model_validate(response.json())
 
     @staticmethod
     def windows_of(response: httpx.Response) -> list[WindowSummary]:
@@ -200,23 +200,23 @@ class CollectorClient(BaseClient):
 
     def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
               sample_interval_s: float | None = None,
-              source: StartFrom = StartFrom()) -> WindowPublic:  # fmt: skip
+              source: StartFrom = StartFrom()) -> WindowView:  # fmt: skip
         """Open a window (a retry of the same start is harmless)."""
         return self.window_of(
             self._send(self.starting(window_id, targets, labels, sample_interval_s, source))
         )
 
-    def stop(self, window_id: str, at: datetime | None = None) -> WindowPublic:
+    def stop(self, window_id: str, at: datetime | None = None) -> WindowView:
         """Close a window (one read from Prometheus may close `at` a past time)."""
         return self.window_of(self._send(self.stopping(window_id, at)))
 
     def measure_past(self, window_id: str, targets: Sequence[Target], start: datetime,
-                     end: datetime, labels: Labels = None) -> WindowPublic:  # fmt: skip
+                     end: datetime, labels: Labels = None) -> WindowView:  # fmt: skip
         """A window over a run that is over, read from the collector's Prometheus: one call."""
         self.start(window_id, targets, labels, None, StartFrom(Source.PROMETHEUS, at=start))
         return self.stop(window_id, end)
 
-    def get(self, window_id: str) -> WindowPublic:
+    def get(self, window_id: str) -> WindowView:
         """The window with its targets and results."""
         return self.window_of(self._send(self.getting(window_id)))
 
@@ -268,22 +268,22 @@ class AsyncCollectorClient(BaseClient):
 
     async def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
                     sample_interval_s: float | None = None,
-                    source: StartFrom = StartFrom()) -> WindowPublic:  # fmt: skip
+                    source: StartFrom = StartFrom()) -> WindowView:  # fmt: skip
         """Open a window (a retry of the same start is harmless)."""
         call = self.starting(window_id, targets, labels, sample_interval_s, source)
         return self.window_of(await self._send(call))
 
-    async def stop(self, window_id: str, at: datetime | None = None) -> WindowPublic:
+    async def stop(self, window_id: str, at: datetime | None = None) -> WindowView:
         """Close a window (one read from Prometheus may close `at` a past time)."""
         return self.window_of(await self._send(self.stopping(window_id, at)))
 
     async def measure_past(self, window_id: str, targets: Sequence[Target], start: datetime,
-                           end: datetime, labels: Labels = None) -> WindowPublic:  # fmt: skip
+                           end: datetime, labels: Labels = None) -> WindowView:  # fmt: skip
         """A window over a run that is over, read from the collector's Prometheus: one call."""
         await self.start(window_id, targets, labels, None, StartFrom(Source.PROMETHEUS, at=start))
         return await self.stop(window_id, end)
 
-    async def get(self, window_id: str) -> WindowPublic:
+    async def get(self, window_id: str) -> WindowView:
         """The window with its targets and results."""
         return self.window_of(await self._send(self.getting(window_id)))
 

@@ -132,7 +132,10 @@ class BoundedResults(BaseModel):
     targets: list[BoundedTargetResult]
 
 
-class WindowPublic(WindowOptions):
+class WindowView(WindowOptions):
+    """A window as its calls answer it: its targets with their baselines and, once closed,
+    their results."""
+
     id: str = Field(pattern=WINDOW_ID_PATTERN)
     team: str
     state: WindowState

@@ -11,7 +11,7 @@ from specdec_collector.client import (
     CollectorError,
     CollectorUnavailable,
 )
-from specdec_collector.schemas import WindowPublic, WindowSummary
+from specdec_collector.schemas import WindowSummary, WindowView
 from tests.support.collector import Team
 from tests.support.metrics_server import free_port, serve_metrics
 from tests.support.payloads import drafts_payload
@@ -36,7 +36,7 @@ def test_sync_client_round_trip(team: Team) -> None:
 
 
 def test_async_client_round_trip(team: Team) -> None:
-    async def run() -> tuple[WindowPublic, str, list[WindowSummary]]:
+    async def run() -> tuple[WindowView, str, list[WindowSummary]]:
         async with AsyncCollectorClient(team.base_url, api_key=team.key) as client:
             await client.start("c-2", [server.target])
             server.replace(drafts_payload(250))

@@ -7,7 +7,7 @@ from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.core.arithmetic import timeline
 from specdec_collector.core.results import TargetResult
-from specdec_collector.schemas import WindowPublic, WindowState
+from specdec_collector.schemas import WindowState, WindowView
 from specdec_collector.sources.protocol import CounterSource
 from specdec_collector.store.tables import as_utc
 from specdec_collector.windows.cache import ClosedResults
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from specdec_collector.windows.service import WindowService
 
 
-def encoded_view(service: "WindowService", view: WindowPublic) -> bytes:
+def encoded_view(service: "WindowService", view: WindowView) -> bytes:
     """The view as JSON; an open window's kept for its reads."""
     encoded = view.model_dump_json().encode()
     if view.state == WindowState.OPEN:

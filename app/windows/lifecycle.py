@@ -16,7 +16,7 @@ from specdec_collector.core.readings import Failure, FailureKind, Reading, Targe
 from specdec_collector.core.safetext import has_control_characters, safe_error_text
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput, WindowConflict
-from specdec_collector.schemas import WindowCreate, WindowPublic, WindowState
+from specdec_collector.schemas import WindowCreate, WindowState, WindowView
 from specdec_collector.sources.protocol import Chain, StartCheck
 from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S
 from specdec_collector.store.tables import as_utc, utcnow
@@ -145,7 +145,7 @@ async def stop_window(
     *,
     force: bool = False,
     at: datetime | None = None,
-) -> WindowPublic:
+) -> WindowView:
     """Stop sampling, take the final scrape, store every target's result, close the window.
 
     A stop of a closed window returns the stored results and scrapes nothing. `force` (an

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.config import Settings
 from specdec_collector.core.results import TargetResult
-from specdec_collector.schemas import Source, WindowCreate, WindowPublic, WindowSummary
+from specdec_collector.schemas import Source, WindowCreate, WindowSummary, WindowView
 from specdec_collector.sources.protocol import CounterSource
 from specdec_collector.store.lanes import Lane
 from specdec_collector.telemetry import aggregates_text, window_results_text
@@ -47,11 +47,11 @@ class WindowService:
         """Start the window: `True` if it was created (not a retry), and its view as JSON."""
         return await lifecycle.start_window(self, actor, window_id, body)
 
-    async def stop(self, actor: Actor, window_id: str, at: datetime | None = None) -> WindowPublic:
+    async def stop(self, actor: Actor, window_id: str, at: datetime | None = None) -> WindowView:
         """Stop the window and store every target's result (a retry returns them again)."""
         return await lifecycle.stop_window(self, actor, window_id, at=at)
 
-    async def force_close(self, actor: Actor, window_id: str) -> WindowPublic:
+    async def force_close(self, actor: Actor, window_id: str) -> WindowView:
         """Close the window at once without a final reading: every result `na`, saying so."""
         return await lifecycle.stop_window(self, actor, window_id, force=True)
 

@@ -9,7 +9,7 @@ from specdec_collector.core.arithmetic import absolute_totals
 from specdec_collector.core.readings import Failure, Reading, SnapshotPhase
 from specdec_collector.core.results import TargetResult
 from specdec_collector.exceptions import WindowNotFound
-from specdec_collector.schemas import TargetPublic, WindowPublic
+from specdec_collector.schemas import TargetPublic, WindowView
 from specdec_collector.store.tables import Window, as_utc
 from specdec_collector.windows.catalogue import keys_of, reading_of
 from specdec_collector.windows.overlaps import with_overlaps
@@ -34,7 +34,7 @@ def public_view(
     stored: StoredWindow,
     baselines: dict[int, Reading] | None = None,
     results: dict[int, TargetResult | None] | None = None,
-) -> WindowPublic:
+) -> WindowView:
     """The public view; `baselines` and `results` (by target id) when the caller holds them."""
     if baselines is None:
         baselines = _baselines_of(session, stored)
@@ -47,7 +47,7 @@ def view_from(
     stored: StoredWindow,
     baselines: dict[int, Reading],
     results: dict[int, TargetResult | None] | None = None,
-) -> WindowPublic:
+) -> WindowView:
     """The public view from what a start or stop just computed: no query (the results, if
     any, carry their overlaps, as a stop stores them), so it is built on the event loop."""
     targets = []
@@ -70,7 +70,7 @@ def view_from(
             )
         )
     window = stored.window
-    return WindowPublic(
+    return WindowView(
         **header_fields(window),
         started_by=window.started_by,
         stopped_by=window.stopped_by,
@@ -91,7 +91,7 @@ def header_fields(window: Window) -> dict[str, Any]:
     }
 
 
-def read_view(database: Engine, team: str, window_id: str) -> WindowPublic:
+def read_view(database: Engine, team: str, window_id: str) -> WindowView:
     """The window with its targets' baselines and, once closed, their results."""
     with Session(database) as session:
         stored = find_window(session, team, window_id)

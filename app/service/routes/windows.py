@@ -18,10 +18,10 @@ from specdec_collector.schemas import (
     BoundedTargetResult,
     WindowCreate,
     WindowPage,
-    WindowPublic,
     WindowSamples,
     WindowState,
     WindowStop,
+    WindowView,
 )
 from specdec_collector.service.deps import ActorDep, AdminActorDep, ReadTeamDep, WindowsDep
 from specdec_collector.service.routes import error_responses
@@ -121,7 +121,7 @@ def _wants_csv(request: Request, format: str | None) -> bool:
     return format == "csv" or (format is None and "text/csv" in request.headers.get("accept", ""))
 
 
-def _view_response(window: WindowPublic) -> Response:
+def _view_response(window: WindowView) -> Response:
     """The window as JSON, encoded by pydantic in one pass: FastAPI's own path (to Python
     objects, then `json.dumps`) cost a loaded collector a tenth of its CPU on windows whose
     results list hundreds of overlapping windows. The OpenAPI schema comes from the route's
@@ -136,9 +136,9 @@ def _json(encoded: bytes, status_code: int = status.HTTP_200_OK) -> Response:
 @router.post(
     "/{window_id}/start",
     status_code=status.HTTP_201_CREATED,
-    response_model=WindowPublic,
+    response_model=WindowView,
     responses={
-        200: {"model": WindowPublic, "description": "a retry: the window already exists"},
+        200: {"model": WindowView, "description": "a retry: the window already exists"},
         **error_responses(409, 413, 429),
     },
 )
@@ -153,7 +153,7 @@ async def start(
     return _json(encoded, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
-@router.post("/{window_id}/stop", response_model=WindowPublic, responses=error_responses(404))
+@router.post("/{window_id}/stop", response_model=WindowView, responses=error_responses(404))
 async def stop(
     window_id: WindowId,
     windows: WindowsDep,
@@ -167,14 +167,14 @@ async def stop(
 
 
 @router.post(
-    "/{window_id}/force-close", response_model=WindowPublic, responses=error_responses(403, 404)
+    "/{window_id}/force-close", response_model=WindowView, responses=error_responses(403, 404)
 )
 async def force_close(window_id: WindowId, windows: WindowsDep, actor: AdminActorDep) -> Response:
     """Admin only: close an open window at once, without a final scrape (every result `na`)."""
     return _view_response(await windows.force_close(actor, window_id))
 
 
-@router.get("/{window_id}", response_model=WindowPublic, responses=error_responses(404))
+@router.get("/{window_id}", response_model=WindowView, responses=error_responses(404))
 async def get_window(window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep) -> Response:
     """The window with its targets and their results."""
     return _json(await windows.view(scope, window_id))
