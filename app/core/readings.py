@@ -42,9 +42,6 @@ class FailureKind(StrEnum):
     UNRECORDED = "unrecorded"  # stored before kinds were kept, and its text says none
 
 
-SCRAPE_FAILURE_KINDS = tuple(FailureKind)[: list(FailureKind).index(FailureKind.PROMETHEUS)]
-
-
 @dataclass(frozen=True, slots=True)
 class Failure:
     """A reading that failed: why (`kind`) and the text a result shows (AISBench's words)."""

@@ -20,7 +20,7 @@ from specdec_collector.store.tables import TABLES, as_utc
 from specdec_collector.windows.catalogue import keys_of, reading_of
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.storage import snapshots_of, store_snapshots
-from specdec_collector.windows.stored import NO_BASELINE, Actor, StoredSnapshot, StoredWindow
+from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredWindow
 
 _WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABLES["snapshot"]
 _LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id)).where(
@@ -76,12 +76,11 @@ def _results(
     for target, chain in zip(stored.targets, chains, strict=True):
         kept = stored_chains.get(target.id, [])
         final_at = as_utc(chain.after.taken_at)
-        if chain.before is not None:
-            baseline = chain.before.reading
-        else:
-            before = next((s for s in kept if s.phase == SnapshotPhase.BEFORE), None)
-            baseline = reading_of(before, catalog)  # read once: the view shows it too
-        if chain.before is not None or baseline is not NO_BASELINE:
+        before = next((s for s in kept if s.phase == SnapshotPhase.BEFORE), None)
+        # The source's own baseline (read at the stop), else the stored one; read once: the
+        # view shows it too.
+        baseline = chain.before.reading if chain.before else reading_of(before, catalog)
+        if chain.before is not None or before is not None:
             baselines[target.id] = baseline
         # A sample scraped after the final reading (while this stop ran) is not part of it.
         samples = [
