@@ -90,6 +90,12 @@ class Settings(BaseSettings):
         description="Longest a stop waits for a sample at or after its time (two scrape "
         "intervals, as the samples' own spacing shows, within this bound).",
     )
+    prometheus_max_span_s: Annotated[float, Field(gt=0, le=90 * 86400)] = 86400.0
+    """Longest window read from Prometheus: an older `at` is refused (422), a longer window
+    is `na` for every target. Its samples are read in 15-minute chunks."""
+    prometheus_max_points: Annotated[int, Field(ge=16, le=1_000_000)] = 2000
+    """Most scrapes of one target kept from Prometheus: every one where a series came, went
+    or was reset, both ends, and evenly spaced others (the result is that of all of them)."""
 
     # --- shared deployments ---------------------------------------------------------------
     api_keys: str = Field(

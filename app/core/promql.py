@@ -17,10 +17,17 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from specdec_collector.core.counters import ROLE_OF_FAMILY, ROLE_OF_GAUGE, Role, ServingEngine
+from specdec_collector.core.arithmetic import was_reset
+from specdec_collector.core.counters import (
+    GAUGES,
+    ROLE_OF_FAMILY,
+    ROLE_OF_GAUGE,
+    Role,
+    ServingEngine,
+)
 from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
 
 #: Labels Prometheus adds to every series it scrapes: not the engine's own.
@@ -231,6 +238,57 @@ def scrapes_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) 
             slot.created = value
     points = [(datetime.fromtimestamp(stamp, UTC), by_time[stamp]) for stamp in sorted(by_time)]
     return Scrapes(points)
+
+
+def _changes_shape(earlier: Series, later: Series) -> bool:
+    """Whether the step from `earlier` to `later` is one the arithmetic must see: a series
+    came or went, or a counter was reset (a gauge's ups and downs never matter)."""
+    if earlier.keys() != later.keys():
+        return True
+    return any(
+        key.role not in GAUGES and was_reset(earlier.get(key), value)
+        for key, value in later.items()
+    )
+
+
+def thin(
+    points: Sequence[tuple[datetime, Series]], max_points: int
+) -> list[tuple[datetime, Series]]:
+    """At most `max_points` of a target's scrapes that give the window the same result as all
+    of them: the first and the last, both ends of every step where a series came, went or was
+    reset, and evenly spaced others for the timeline. Between two scrapes kept, every counter
+    only grew and no series came or went, so their difference is the sum of the steps dropped.
+    `SourceError` if the steps that must be kept are more than `max_points`."""
+    if len(points) <= max_points:
+        return list(points)
+    kept = {0, len(points) - 1}
+    for index in range(1, len(points)):
+        if _changes_shape(points[index - 1][1], points[index][1]):
+            kept.update((index - 1, index))
+    if len(kept) > max_points:
+        raise SourceError(
+            f"the target's series came, went or were reset in {len(kept) // 2} of its "
+            f"{len(points)} scrapes in the window: more than the {max_points} points kept per "
+            "target (SPECDEC_PROMETHEUS_MAX_POINTS)"
+        )
+    room = max_points - len(kept)
+    others = [index for index in range(len(points)) if index not in kept]
+    if room and others:
+        stride = len(others) / room
+        kept.update(others[int(i * stride)] for i in range(min(room, len(others))))
+    return [points[index] for index in sorted(kept)]
+
+
+def chunks(start: datetime, end: datetime, span_s: float) -> list[tuple[datetime, datetime]]:
+    """`start`..`end` as consecutive spans of at most `span_s`: one range query each, so no
+    answer holds more than a span's samples however long the window."""
+    bounds, low = [], start
+    while True:
+        high = min(end, low + timedelta(seconds=span_s))
+        bounds.append((low, high))
+        if high >= end:
+            return bounds
+        low = high
 
 
 def sample_spacing(points: Sequence[tuple[datetime, Series]]) -> float | None:

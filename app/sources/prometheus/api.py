@@ -21,10 +21,12 @@ from typing import Any
 import httpx
 
 from specdec_collector.config import Settings
+from specdec_collector.core.exposition import Series
 from specdec_collector.core.promql import (
     Scrapes,
     SourceError,
     baseline_of,
+    chunks,
     instances_selector,
     range_query,
     sample_spacing,
@@ -32,6 +34,7 @@ from specdec_collector.core.promql import (
     scrapes_of,
     series_query,
     split_by_instance,
+    thin,
 )
 from specdec_collector.core.readings import Failure, FailureKind
 from specdec_collector.core.safetext import safe_error_text
@@ -41,6 +44,20 @@ DEFAULT_WAIT_S = 30.0
 POLL_S = 0.5
 # The recent samples whose spacing tells a target's scrape interval.
 SPACING_SPAN_S = 30.0
+# The span of one range query: a long window is read in chunks this long, so that no answer
+# holds more than this span's samples (15 minutes of 256 servers scraped every 15 s:
+# about 2 MB of JSON).
+RANGE_CHUNK_S = 900.0
+# Above this size an answer is parsed off the event loop.
+OFF_LOOP_BYTES = 256 * 1024
+_EMPTY_VECTOR: dict[str, Any] = {
+    "status": "success",
+    "data": {"resultType": "vector", "result": []},
+}
+_EMPTY_MATRIX: dict[str, Any] = {
+    "status": "success",
+    "data": {"resultType": "matrix", "result": []},
+}
 # How far after a past stop a window's ending scrape is looked for (a scrape interval's worth).
 LOOKAHEAD_S = 30.0
 
@@ -62,6 +79,8 @@ class PrometheusAPI:
         self.timeout_s = settings.prometheus_timeout_s
         self.max_bytes = settings.prometheus_max_bytes
         self.wait_max_s = settings.prometheus_wait_max_s
+        self.max_points = settings.prometheus_max_points
+        self.max_span_s = settings.prometheus_max_span_s
         self.client = client
         self.headers: dict[str, str] = {}
         if settings.prometheus_bearer_token:
@@ -102,7 +121,11 @@ class PrometheusAPI:
         except httpx.HTTPError as exc:
             raise self._failed(type(exc).__name__ + (f": {exc}" if str(exc) else "")) from None
         try:
-            answer: dict[str, Any] = json.loads(bytes(body))
+            answer: dict[str, Any] = (
+                await asyncio.to_thread(json.loads, bytes(body))
+                if len(body) > OFF_LOOP_BYTES
+                else json.loads(bytes(body))
+            )
         except ValueError:
             raise self._failed(f"HTTP {response.status_code}, not a JSON answer") from None
         if answer.get("status") != "success":
@@ -110,17 +133,25 @@ class PrometheusAPI:
         return answer
 
     async def read_many(
-        self, selectors: Sequence[str], start: datetime, end: datetime, wait: bool
+        self,
+        selectors: Sequence[str],
+        start: datetime,
+        end: datetime,
+        wait: bool,
+        since: datetime | None = None,
     ) -> list[PrometheusRead | Failure]:
-        """Every target's samples, or why there are none, in order. The targets named by
-        `instance` are read together, with one query each time."""
+        """Every target's samples, or why there are none, in order: from the baseline at
+        `start`, or only those after `since`. The targets named by `instance` are read
+        together, with one query each time."""
         keys = [_instance_of(selector) for selector in selectors]
         by_instance = [key for key in keys if key is not None]
         jobs = (
-            [self._group(instances_selector(by_instance), start, end, wait)] if by_instance else []
+            [self._group(instances_selector(by_instance), start, end, wait, since)]
+            if by_instance
+            else []
         )
         jobs += [
-            self._group(sel, start, end, wait)
+            self._group(sel, start, end, wait, since)
             for sel, key in zip(selectors, keys, strict=True)
             if key is None
         ]
@@ -134,7 +165,7 @@ class PrometheusAPI:
             elif isinstance(group, BaseException):
                 raise group
             elif key is not None:
-                reads.append(group.get(key) or _no_series(selector))
+                reads.append(group.get(key) or _nothing_new(selector, since))
             elif len(group) > 1:
                 reads.append(
                     Failure(
@@ -145,36 +176,59 @@ class PrometheusAPI:
                     )
                 )
             else:
-                reads.append(next(iter(group.values()), None) or _no_series(selector))
+                reads.append(next(iter(group.values()), None) or _nothing_new(selector, since))
         return reads
 
     async def _group(
-        self, selector: str, start: datetime, end: datetime, wait: bool
-    ) -> dict[str, PrometheusRead]:
+        self, selector: str, start: datetime, end: datetime, wait: bool, since: datetime | None
+    ) -> dict[str, PrometheusRead | Failure]:
         """The samples of every instance `selector` matches, by instance, each ending at its
         first scrape at or after `end` (waited for with `wait`; for a past `end`, looked for up
-        to LOOKAHEAD_S after it)."""
+        to LOOKAHEAD_S after it), thinned to `max_points` (`core.promql.thin`). From the
+        baseline at `start` on; or, given `since`, only the samples after it.
+
+        The span is read in chunks of RANGE_CHUNK_S, each answer parsed off the event loop:
+        no answer holds more than a chunk's samples, and no more than twice `max_points` of
+        an instance are held at once."""
         if wait:
             note, until = await self._wait_for(selector, end)
         else:
             note, until = None, min(datetime.now(UTC), end + timedelta(seconds=LOOKAHEAD_S))
         until = max(until, end)
-        values = split_by_instance(await self.query(series_query(selector), start), "vector")
-        times = split_by_instance(await self.query(scrape_time_query(selector), start), "vector")
-        ranges = split_by_instance(
-            await self.query(range_query(selector, start, until), until), "matrix"
-        )
-        empty = {"status": "success", "data": {"resultType": "vector", "result": []}}
-        reads = {}
-        for instance, answer in ranges.items():
-            baseline = baseline_of(values.get(instance, empty), times.get(instance, empty))
-            scrapes = scrapes_of(answer, baseline).until(end)
-            if scrapes.points:
-                reads[instance] = PrometheusRead(scrapes, note)
-        for instance in set(values) - set(ranges):  # no sample in the window: the baseline alone
-            baseline = baseline_of(values[instance], times.get(instance, empty))
-            matrix = {"status": "success", "data": {"resultType": "matrix", "result": []}}
-            reads[instance] = PrometheusRead(scrapes_of(matrix, baseline), note)
+        held: dict[str, list[tuple[datetime, Series]]] = {}
+        failed: dict[str, Failure] = {}
+        if since is None:
+            values = split_by_instance(await self.query(series_query(selector), start), "vector")
+            times = split_by_instance(
+                await self.query(scrape_time_query(selector), start), "vector"
+            )
+            for instance, answer in values.items():
+                baseline = baseline_of(answer, times.get(instance, _EMPTY_VECTOR))
+                held[instance] = scrapes_of(_EMPTY_MATRIX, baseline).points
+        for low, high in chunks(since or start, until, RANGE_CHUNK_S):
+            answer = await self.query(range_query(selector, low, high), high)
+            parts = await asyncio.to_thread(_scrapes_by_instance, answer)
+            for instance, scrapes in parts.items():
+                if instance in failed:
+                    continue
+                points = held.setdefault(instance, [])
+                last = points[-1][0] if points else None
+                points.extend(p for p in scrapes.points if last is None or p[0] > last)
+                if len(points) > 2 * self.max_points:
+                    try:
+                        held[instance] = thin(points, self.max_points)
+                    except SourceError as exc:
+                        failed[instance] = Failure(FailureKind.PROMETHEUS, str(exc))
+                        del held[instance]
+        reads: dict[str, PrometheusRead | Failure] = dict(failed)
+        for instance, points in held.items():
+            try:
+                kept = thin(Scrapes(points).until(end).points, self.max_points)
+            except SourceError as exc:
+                reads[instance] = Failure(FailureKind.PROMETHEUS, str(exc))
+                continue
+            if kept or since is not None:
+                reads[instance] = PrometheusRead(Scrapes(kept), note)
         return reads
 
     async def _scraped_at_all(self, selector: str, now: datetime) -> bool:
@@ -218,6 +272,18 @@ def _instance_of(selector: str) -> str | None:
     """The `host:port` of a selector that names one instance exactly, else None."""
     found = re.fullmatch(r'\{instance="([^"\\]*)"\}', selector)
     return found[1] if found else None
+
+
+def _scrapes_by_instance(answer: dict[str, Any]) -> dict[str, Scrapes]:
+    """A range answer's samples grouped by scrape, per instance (run off the event loop)."""
+    return {
+        instance: scrapes_of(part) for instance, part in split_by_instance(answer, "matrix").items()
+    }
+
+
+def _nothing_new(selector: str, since: datetime | None) -> PrometheusRead | Failure:
+    """What a target without samples read: none after `since`, or no series at all."""
+    return PrometheusRead(Scrapes()) if since is not None else _no_series(selector)
 
 
 def _no_series(selector: str) -> Failure:
