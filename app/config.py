@@ -49,6 +49,8 @@ class Settings(BaseSettings):
         gt=0,
         description="Samples of windows closed longer ago than this are deleted (results stay).",
     )
+    min_free_disk_bytes: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
+    """Below this room on a SQLite file's disk no sample is taken (starts and stops go on)."""
     log_level: str = Field(default="info", description="Log level of the service.")
     workers: int = Field(
         default_factory=_usable_cores,

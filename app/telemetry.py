@@ -30,6 +30,12 @@ SCRAPE_ERRORS = Counter(
     "specdec_scrape_errors_total", "Target scrapes that failed, by kind of reason.", ["reason"]
 )
 
+SAMPLES_SKIPPED = Counter(
+    "specdec_samples_skipped_total",
+    "Background samples not taken: the database's disk had less room than "
+    "SPECDEC_MIN_FREE_DISK_BYTES.",
+)
+
 
 class DatabaseMetrics(Collector):
     """Aggregate gauges read from the database each time `/metrics` is read.

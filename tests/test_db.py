@@ -29,7 +29,8 @@ def test_upgrade_of_an_empty_database_matches_the_models(database_url: str) -> N
             )
             assert diff == []
             assert set(inspect(connection).get_table_names()) == {
-                "alembic_version", "window", "window_target", "endpoint_series", "snapshot", "api_key", "heartbeat",
+                "alembic_version", "window", "window_target", "endpoint_series", "snapshot", "api_key",
+                "heartbeat", "catalogue_purge",
             }  # fmt: skip
     finally:
         database.dispose()

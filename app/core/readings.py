@@ -23,7 +23,7 @@ class SnapshotPhase(StrEnum):
 
 class FailureKind(StrEnum):
     """Why a reading failed. A scrape's kinds are the `reason` label of
-    `specdec_scrape_errors_total`; the last four come from elsewhere than a scrape."""
+    `specdec_scrape_errors_total`; the last five come from elsewhere than a scrape."""
 
     HTTP_STATUS = "http_status"  # the endpoint answered, but not 200
     TIMEOUT = "timeout"
@@ -40,6 +40,15 @@ class FailureKind(StrEnum):
     NOT_STORED = "not_stored"  # a baseline that was never stored (a crash during the start)
     FORCE_CLOSED = "force_closed"  # an admin closed the window: no final reading was taken
     UNRECORDED = "unrecorded"  # stored before kinds were kept, and its text says none
+    SERIES_CHURN = "series_churn"  # labels that change on every scrape: the series budget is spent
+
+
+def series_churn_text(url: str, budget: int) -> str:
+    """The failure of a reading whose endpoint would name more series than `budget`."""
+    return (
+        f"Failed to store the metrics of {url}: its labels change on every scrape (it would "
+        f"name more than {budget} spec-decode series; SPECDEC_MAX_SERIES_PER_TARGET)"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from specdec_collector.store.db import (
 from specdec_collector.store.lanes import Lane
 from specdec_collector.telemetry import REGISTRY, DatabaseMetrics
 from specdec_collector.windows.cache import MAX_KEPT_VIEW_BYTES, OpenViews, ResultsCache
+from specdec_collector.windows.catalogue import set_series_budget
 from specdec_collector.windows.rehearsal import rehearse_window
 from specdec_collector.windows.service import WindowService
 
@@ -91,6 +92,7 @@ def create_app(
             await run_in_threadpool(rehearse_window, database)
         except Exception:  # only the first start's speed depends on it
             logger.exception("the rehearsal of a window failed; the first start compiles it")
+        set_series_budget(database, 2 * settings.max_series_per_target)
         client = new_client(settings.scrape_timeout_s)
         sampler = Sampler(
             database,
@@ -99,6 +101,7 @@ def create_app(
             settings.sample_retention_days,
             replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
             scan_interval_s=settings.sampler_scan_s,
+            min_free_disk_bytes=settings.min_free_disk_bytes,
         )
         prometheus = PrometheusAPI(settings, client) if settings.prometheus_url else None
         # SQLite writes one at a time, and a process computes one stop at a time (see

@@ -36,8 +36,10 @@ from starlette.concurrency import run_in_threadpool
 from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.schemas import WindowState
 from specdec_collector.sources.scrape import ScrapeConfig, scrape_all
-from specdec_collector.store.db import write_session
+from specdec_collector.store.db import free_disk_bytes, write_session
 from specdec_collector.store.tables import TABLES, Snapshot, Window, WindowTarget, utcnow
+from specdec_collector.telemetry import SAMPLES_SKIPPED
+from specdec_collector.windows.catalogue import purge_catalogue
 from specdec_collector.windows.leases import lease_seconds
 from specdec_collector.windows.storage import store_snapshots, targets_of
 from specdec_collector.windows.stored import StoredTarget
@@ -190,8 +192,11 @@ class Sampler:
         retention_days: float,
         replica_id: str = "local",
         scan_interval_s: float = 0.25,
+        min_free_disk_bytes: int = 0,
     ) -> None:
         self.database = database
+        self.min_free_disk_bytes = min_free_disk_bytes
+        self._low_disk_logged = 0.0
         self.client = client
         self.scrape = scrape
         self.retention_days = retention_days
@@ -287,6 +292,8 @@ class Sampler:
             if not owned:
                 self.unwatch(window_pk)
                 return
+            if self._disk_low():
+                return  # the room left is the starts' and stops'
             parsed = [t.parsed() for t in targets]
             outcomes = await scrape_all(self.client, parsed, self.scrape, team)
             ids = {t.name: t.id for t in targets}
@@ -304,9 +311,27 @@ class Sampler:
         if not stored:
             self.unwatch(window_pk)
 
+    def _disk_low(self) -> bool:
+        """Whether the SQLite file's disk has less room than SPECDEC_MIN_FREE_DISK_BYTES: then
+        no sample is taken, so that starts and stops still find room (said once a minute)."""
+        free = free_disk_bytes(self.database)
+        if free is None or free >= self.min_free_disk_bytes:
+            return False
+        SAMPLES_SKIPPED.inc()
+        if time.monotonic() - self._low_disk_logged > 60:
+            self._low_disk_logged = time.monotonic()
+            logger.warning(
+                "samples skipped: %d bytes free on the database's disk, less than "
+                "SPECDEC_MIN_FREE_DISK_BYTES (%d)", free, self.min_free_disk_bytes,
+            )  # fmt: skip
+        return True
+
     async def purge(self) -> None:
         """The daily retention run."""
         cutoff = utcnow() - timedelta(days=self.retention_days)
         deleted = await run_in_threadpool(purge_samples, self.database, cutoff)
         if deleted:
             logger.info("deleted %d samples of windows closed before %s", deleted, cutoff)
+        unused = await run_in_threadpool(purge_catalogue, self.database)
+        if unused:
+            logger.info("deleted %d catalogue series no snapshot names", unused)

@@ -8,6 +8,7 @@ PostgreSQL, a file lock beside the SQLite file), so replicas that boot together 
 import fcntl
 import math
 import os
+import shutil
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -284,6 +285,20 @@ def short_write(database: Engine, wait_s: float) -> Iterator[Connection]:
                 connection.commit()
     finally:
         lock.release()
+
+
+def free_disk_bytes(database: Engine) -> int | None:
+    """The room left on the disk of a SQLite file's folder; None for a server database (its
+    disk is not this process's to see) or an in-memory one."""
+    if database.dialect.name != "sqlite" or not database.url.database:
+        return None
+    if database.url.database == ":memory:":
+        return None
+    folder = Path(database.url.database).resolve().parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
 
 
 def upsert_insert(dialect_name: str) -> Any:

@@ -157,3 +157,14 @@ class Heartbeat(SQLModel, table=True):
 
     replica_id: str = Field(primary_key=True, max_length=128)
     beat_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
+
+
+class CataloguePurge(SQLModel, table=True):
+    """How many times the series catalogue's unused rows were deleted (one row): a process
+    whose memory of the catalogue (`windows.catalogue.KnownSeries`) is older forgets it."""
+
+    __tablename__ = "catalogue_purge"
+
+    id: int = Field(primary_key=True)
+    purges: int = Field(default=0)
+    purged_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))

@@ -2,10 +2,19 @@
 
 A snapshot stores its counters as `[series id, value, created]` rows; the id names the
 series' family and label set in `endpoint_series`, one row per (endpoint, family, labels)
-shared by every window that reads the endpoint. Rows are only ever added, never changed or
-deleted, so each process remembers the ones it has read or written (`KnownSeries`, one per
-database): a scrape of a server seen before costs no catalogue query at all, and a
-stop reads back only the series it does not know yet.
+shared by every window that reads the endpoint. Rows are never changed, so each process
+remembers the ones it has read or written (`KnownSeries`, one per database): a scrape of a
+server seen before costs one small read (the purge count) and no catalogue query, and a stop
+reads back only the series it does not know yet.
+
+An endpoint names at most `KnownSeries.budget` series: one whose labels change on every
+scrape would otherwise add rows without end (4096 series of 2 KB labels are 8.5 MB a
+scrape). Past it, its reading is stored as a failure saying so, and adds nothing.
+
+Rows no snapshot names, of endpoints no open window reads, are deleted by the daily purge
+(`purge_catalogue`); it counts itself in `catalogue_purge`, and a process that remembers rows
+from before a purge forgets them first. On PostgreSQL the purge and the writers of snapshots
+exclude each other with an advisory lock (writers share it); SQLite's writers take turns.
 """
 
 import threading
@@ -13,8 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, func, text
 from sqlalchemy import select as sa_select
+from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session, col
 
 from specdec_collector.core.counters import Role, ServingEngine
@@ -27,13 +37,20 @@ from specdec_collector.core.exposition import (
     labels_to_text,
 )
 from specdec_collector.core.readings import Failure, FailureKind, Reading
-from specdec_collector.store.db import MAX_IN_LIST, PerEngine, upsert_insert
-from specdec_collector.store.tables import TABLES, EndpointSeries
+from specdec_collector.store.db import MAX_IN_LIST, PerEngine, upsert_insert, write_session
+from specdec_collector.store.tables import TABLES, EndpointSeries, utcnow
 from specdec_collector.windows.stored import NO_BASELINE, StoredSnapshot
 
 #: Entries each process keeps per database before starting over: a hostile endpoint whose
 #: labels change on every scrape adds catalogue rows, and must not grow the memory too.
 MAX_KNOWN_SERIES = 200_000
+
+#: Series an endpoint may name by default: twice the series one answer may hold
+#: (SPECDEC_MAX_SERIES_PER_TARGET sets both).
+DEFAULT_SERIES_BUDGET = 2 * 4096
+
+#: The advisory lock the purge takes alone and the writers of snapshots share (PostgreSQL).
+_PURGE_LOCK = 0x5EC0CA7A
 
 
 @lru_cache(maxsize=4096)
@@ -57,7 +74,14 @@ class KnownSeries:
     def __init__(self) -> None:
         self.ids: dict[tuple[str, SeriesKey], int] = {}
         self.keys: dict[int, SeriesKey] = {}
+        self.budget = DEFAULT_SERIES_BUDGET
+        self.purges = 0  # the purges of the database the rows remembered are from after
         self._lock = threading.Lock()
+
+    def forget(self, purges: int) -> None:
+        """Forget every row: the database purged its catalogue since they were met."""
+        with self._lock:
+            self.ids, self.keys, self.purges = {}, {}, purges
 
     def remember(self, rows: Iterable[tuple[int, str, SeriesKey]]) -> None:
         with self._lock:
@@ -74,6 +98,30 @@ _KNOWN = PerEngine(KnownSeries)
 
 def _known(session: Session) -> KnownSeries:
     return _KNOWN.of(session)
+
+
+def set_series_budget(database: Engine, budget: int) -> None:
+    """The series an endpoint of `database` may name, in this process (from the settings)."""
+    with Session(database) as session:
+        _known(session).budget = budget
+
+
+_PURGES = text("SELECT purges FROM catalogue_purge WHERE id = 1")
+_PURGES_SHARED = text(
+    "SELECT pg_advisory_xact_lock_shared(:lock), (SELECT purges FROM catalogue_purge WHERE id = 1)"
+)
+
+
+def _current(session: Session) -> KnownSeries:
+    """This process's memory of the catalogue, forgotten first if a purge came since."""
+    known = _known(session)
+    if session.get_bind().dialect.name == "postgresql":
+        purges = session.execute(_PURGES_SHARED, {"lock": _PURGE_LOCK}).one()[1]
+    else:
+        purges = session.execute(_PURGES).scalar_one_or_none()
+    if (purges or 0) != known.purges:
+        known.forget(purges or 0)
+    return known
 
 
 #: A catalogue row as stored: id, endpoint, family, labels.
@@ -109,15 +157,32 @@ def _stored_rows(
     return rows
 
 
+def endpoints_over_budget(
+    session: Session, wanted: Mapping[str, Iterable[SeriesKey]]
+) -> dict[str, int]:
+    """The endpoints of `wanted` whose series would not all be stored (see `series_ids`),
+    each with its budget: nothing is written."""
+    known = _current(session)
+    missing = [
+        (endpoint, key)
+        for endpoint, keys in wanted.items()
+        for key in keys
+        if (endpoint, key) not in known.ids
+    ]
+    return _over_budget(session, missing, known.budget) if missing else {}
+
+
 def series_ids(
     session: Session, wanted: Mapping[str, Iterable[SeriesKey]]
-) -> dict[tuple[str, SeriesKey], int]:
-    """Ids of the series in `wanted` (by endpoint), adding the ones never stored.
+) -> tuple[dict[tuple[str, SeriesKey], int], dict[str, int]]:
+    """Ids of the series in `wanted` (by endpoint), adding the ones never stored; and the
+    endpoints refused, each with its budget, that would name more series than it (nothing of
+    theirs is added).
 
     Known series cost nothing; the others one insert that returns the ids of those never
     stored, and one read of those stored before (by another process, or before a restart).
     """
-    known = _known(session)
+    known = _current(session)
     found: dict[tuple[str, SeriesKey], int] = {}
     missing: list[tuple[str, SeriesKey]] = []
     for endpoint, keys in wanted.items():
@@ -128,7 +193,12 @@ def series_ids(
             else:
                 found[(endpoint, key)] = series_id
     if not missing:
-        return found
+        return found, {}
+    refused = _over_budget(session, missing, known.budget)
+    if refused:
+        missing = [(endpoint, key) for endpoint, key in missing if endpoint not in refused]
+        if not missing:
+            return found, refused
     texts = {key: labels_to_text(key.labels) for _, key in missing}
     digests = {text: labels_digest(text) for text in texts.values()}
     # What each missing series' row holds: the rows read or added are matched to their series
@@ -170,7 +240,43 @@ def series_ids(
     found.update({(endpoint, key): series_id for series_id, endpoint, key in added})
     if len(added) < len(missing):
         read()
-    return found
+    return found, refused
+
+
+def _over_budget(
+    session: Session,
+    missing: Sequence[tuple[str, SeriesKey]],
+    budget: int,
+) -> dict[str, int]:
+    """The endpoints whose unknown series would bring them past `budget` series stored
+    (counting those stored already, by another process or before a restart, once)."""
+    new_of: dict[str, int] = {}
+    for endpoint, _ in missing:
+        new_of[endpoint] = new_of.get(endpoint, 0) + 1
+    counts = dict(
+        session.execute(
+            sa_select(col(EndpointSeries.endpoint), func.count())
+            .where(col(EndpointSeries.endpoint).in_(list(new_of)))
+            .group_by(col(EndpointSeries.endpoint))
+        ).all()
+    )
+    refused = {}
+    for endpoint, new in new_of.items():
+        if counts.get(endpoint, 0) + new <= budget:
+            continue
+        # Some may be stored already: only the ones that are not count.
+        keys = [key for e, key in missing if e == endpoint]
+        texts = {labels_to_text(key.labels): key for key in keys}
+        stored = {
+            (family, labels)
+            for _, _, family, labels in _stored_rows(
+                session, [endpoint], (labels_digest(t) for t in texts)
+            )
+        }
+        unstored = [k for k in keys if (family_of(k), labels_to_text(k.labels)) not in stored]
+        if counts.get(endpoint, 0) + len(unstored) > budget:
+            refused[endpoint] = budget
+    return refused
 
 
 def _remember(session: Session, rows: list[tuple[int, str, SeriesKey]], added: bool) -> None:
@@ -235,8 +341,53 @@ def reading_of(snapshot: StoredSnapshot | None, catalog: Mapping[int, SeriesKey]
     series: Series = {}
     for series_id, value, created in snapshot.counters:
         assert series_id is not None
+        key = catalog.get(int(series_id))
+        if key is None:  # never so, unless the database was changed by hand
+            return Failure(FailureKind.INTERNAL, "a series of this reading is not in the catalogue")
         # Counters are stored as integers where they are (see `store_snapshots`).
-        series[catalog[int(series_id)]] = SeriesValue(
-            None if value is None else float(value), created
-        )
+        series[key] = SeriesValue(None if value is None else float(value), created)
     return series
+
+
+_OPEN_ENDPOINTS = (
+    'SELECT window_target.url FROM window_target JOIN "window" '
+    """ON "window".id = window_target.window_pk WHERE "window".state = 'open'"""
+)
+_NAMED = {
+    "sqlite": "SELECT CAST(json_extract(item.value, '$[0]') AS INTEGER) AS ref FROM snapshot, "
+    "json_each(CASE WHEN json_type(snapshot.counters) = 'array' THEN snapshot.counters "
+    "ELSE '[]' END) AS item",
+    "postgresql": "SELECT (item ->> 0)::bigint AS ref FROM snapshot, "
+    "json_array_elements(CASE WHEN json_typeof(snapshot.counters) = 'array' "
+    "THEN snapshot.counters ELSE '[]'::json END) AS item",
+}
+
+
+def purge_catalogue(database: Engine) -> int:
+    """Delete the catalogue rows no snapshot names, of endpoints no open window reads, in one
+    statement; count the purge (every process forgets what it remembers of the catalogue).
+    The number of rows deleted."""
+    dialect = database.dialect.name
+    with write_session(database) as session:
+        if dialect == "postgresql":
+            session.execute(text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": _PURGE_LOCK})
+        named = _NAMED["postgresql" if dialect == "postgresql" else "sqlite"]
+        deleted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            text(
+                "DELETE FROM endpoint_series WHERE endpoint NOT IN (" + _OPEN_ENDPOINTS + ") "
+                "AND id NOT IN (SELECT ref FROM (" + named + ") AS named "
+                "WHERE ref IS NOT NULL)"
+            )
+        )
+        insert = upsert_insert(dialect)
+        table = TABLES["catalogue_purge"]
+        session.execute(
+            insert(table)
+            .values(id=1, purges=1, purged_at=utcnow())
+            .on_conflict_do_update(
+                index_elements=["id"],
+                set_={"purges": table.c.purges + 1, "purged_at": utcnow()},
+            )
+        )
+        session.commit()
+    return int(deleted.rowcount or 0)

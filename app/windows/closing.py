@@ -1,7 +1,7 @@
 """A stop's write: every target's result from its snapshots, stored with the stop's readings."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -10,14 +10,22 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session
 
+from specdec_collector.core.exposition import SeriesKey
 from specdec_collector.core.figures import build_result
-from specdec_collector.core.readings import Reading, SnapshotPhase
+from specdec_collector.core.readings import (
+    Failure,
+    FailureKind,
+    Reading,
+    SnapshotPhase,
+    TargetReading,
+    series_churn_text,
+)
 from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import WindowState
 from specdec_collector.sources.protocol import Chain
 from specdec_collector.store.db import EncodedJSON
 from specdec_collector.store.tables import TABLES, as_utc
-from specdec_collector.windows.catalogue import keys_of, reading_of
+from specdec_collector.windows.catalogue import endpoints_over_budget, keys_of, reading_of
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.storage import snapshots_of, store_snapshots
 from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredWindow
@@ -113,6 +121,41 @@ def _result_rows(closed: ClosedWindow) -> list[dict[str, Any]]:
     ]
 
 
+def _churn_refused(session: Session, chains: Sequence[Chain]) -> Sequence[Chain]:
+    """The chains with every reading of an endpoint past its series budget a failure saying
+    so (as `store_snapshots` would store it), so the results say it too; `chains` itself if
+    none is."""
+    wanted: dict[str, set[SeriesKey]] = {}
+    for chain in chains:
+        for reading in _readings(chain):
+            if reading.series is not None:
+                wanted.setdefault(reading.target.url, set()).update(reading.series)
+    refused = endpoints_over_budget(session, wanted) if wanted else {}
+    if not refused:
+        return chains
+
+    def checked(reading: TargetReading) -> TargetReading:
+        budget = refused.get(reading.target.url)
+        if budget is None or reading.series is None:
+            return reading
+        failure = Failure(FailureKind.SERIES_CHURN, series_churn_text(reading.target.url, budget))
+        return TargetReading(reading.target, reading.taken_at, failure)
+
+    return [
+        replace(
+            chain,
+            after=checked(chain.after),
+            before=None if chain.before is None else checked(chain.before),
+            samples=[checked(sample) for sample in chain.samples],
+        )
+        for chain in chains
+    ]
+
+
+def _readings(chain: Chain) -> list[TargetReading]:
+    return [chain.after, *([chain.before] if chain.before else []), *chain.samples]
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedClose:
     """A stop's results, computed from the snapshots stored up to `read_up_to` and what the
@@ -142,6 +185,7 @@ def prepare_close_in(
     session: Session, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
 ) -> PreparedClose:
     """`prepare_close` through `session`."""
+    chains = _churn_refused(session, chains)
     stored_chains = snapshots_of(session, [t.id for t in stored.targets])
     read_up_to = max((s.id for chain in stored_chains.values() for s in chain), default=0)
     closed = _results(session, stored, stored_chains, chains, stopped_at)
@@ -166,8 +210,9 @@ def add_close(
     )
     if updated.rowcount != 1:
         return None
-    chains = prepared.chains
-    if _latest_snapshot(session, ids) != prepared.read_up_to:
+    # Checked again, in the write: samples stored since may have spent an endpoint's budget.
+    chains = _churn_refused(session, prepared.chains)
+    if chains is not prepared.chains or _latest_snapshot(session, ids) != prepared.read_up_to:
         closed = _results(session, stored, snapshots_of(session, ids), chains, stopped_at)
         rows = _result_rows(closed)
     by_key = {t.name: t.id for t in stored.targets}

@@ -15,7 +15,12 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from specdec_collector.core.exposition import SeriesKey
-from specdec_collector.core.readings import SnapshotPhase, TargetReading
+from specdec_collector.core.readings import (
+    FailureKind,
+    SnapshotPhase,
+    TargetReading,
+    series_churn_text,
+)
 from specdec_collector.core.targets import EngineHints, Target
 from specdec_collector.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from specdec_collector.schemas import WindowCreate, WindowState
@@ -136,11 +141,15 @@ def store_snapshots(
     for outcome in outcomes:
         if outcome.series is not None:
             wanted[outcome.target.url].update(outcome.series)
-    known = series_ids(session, wanted) if wanted else {}
+    known, refused = series_ids(session, wanted) if wanted else ({}, {})
     rows = []
     for outcome in outcomes:
         counters: list[list[float | None]] | None = None
-        if outcome.series is not None:
+        error, kind = outcome.error, outcome.kind
+        if outcome.target.url in refused and outcome.series is not None:
+            kind = FailureKind.SERIES_CHURN
+            error = series_churn_text(outcome.target.url, refused[outcome.target.url])
+        elif outcome.series is not None:
             url = outcome.target.url
             # A counter is an integer below 2^53: stored as one ("486223", not "486223.0").
             counters = [
@@ -152,8 +161,8 @@ def store_snapshots(
                 "target_id": ids[outcome.target.name],
                 "phase": phase,
                 "taken_at": outcome.taken_at,
-                "error": outcome.error,
-                "error_kind": outcome.kind,
+                "error": error,
+                "error_kind": kind,
                 "counters": counters,
             }
         )

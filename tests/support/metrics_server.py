@@ -7,7 +7,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,6 +55,8 @@ class MetricsServer:
     gzip: bool = False
     delay_s: float = 0.0
     extra_headers: dict[str, str] = field(default_factory=dict)
+    # The body of the n-th request (from 1), when it changes with every one.
+    body_for: Callable[[int], bytes] | None = None
     requests: list[dict[str, str]] = field(default_factory=list)
     connections: int = 0  # accepted, whether or not a request came on them
     in_flight: int = 0
@@ -121,6 +123,8 @@ def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
                 if state.delay_s:
                     time.sleep(state.delay_s)
                 plain, status = state.body, state.status
+                if state.body_for is not None:
+                    plain = state.body_for(len(state.requests))
                 body = gzip.compress(plain) if state.gzip else plain
                 self.send_response(status)
                 self.send_header("Content-Type", state.content_type)
