@@ -126,6 +126,17 @@ class Settings(BaseSettings):
     open_views_cache_windows: Annotated[int, Field(ge=0)] = 1024
     """Open windows whose view (targets, baselines) is kept in memory for reads (0: none)."""
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
+    header_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    """Longest a request's head (request line and headers) may take to arrive, from the
+    connection's opening or its previous answer; then the connection is closed."""
+    body_timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    """Longest a request's body may take to arrive; then the answer is 408."""
+    max_connections: Annotated[int | None, Field(ge=1)] = None
+    """Connections a process accepts at once (default: half its open-files limit); more are
+    answered 503 and closed."""
+    max_connections_per_client: Annotated[int, Field(ge=0)] = 64
+    """Connections one client address may hold at once (0: no bound); behind a reverse proxy,
+    every client is the proxy's address."""
     max_labels_per_window: int = Field(default=32, ge=0, le=1000)
     max_label_chars: int = Field(
         default=128, ge=1, le=4096, description="Longest label key or value."

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from specdec_collector.core.targets import TargetPolicy
+from specdec_collector.service.connections import GuardedHttpToolsProtocol, raise_open_files_limit
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -46,11 +47,13 @@ def serve(args: argparse.Namespace) -> int:
         )
         return 2
     configure_logging(settings)
+    raise_open_files_limit()  # before the workers start: they inherit it
     common = {
         "host": args.host,
         "port": args.port,
         "log_level": settings.log_level,
         "timeout_graceful_shutdown": 10,
+        "http": GuardedHttpToolsProtocol,
     }
     if workers == 1:
         uvicorn.run(create_app(settings, anonymous_allowed=anonymous_allowed), **common)

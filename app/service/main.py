@@ -156,7 +156,9 @@ def create_app(
         summary="Speculative-decoding metrics of vLLM servers over benchmark windows.",
         lifespan=lifespan,
     )
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        BodySizeLimit, max_bytes=settings.max_request_bytes, timeout_s=settings.body_timeout_s
+    )
     if OpenMode.of(anonymous_allowed, settings.allow_anonymous) is OpenMode.UNTIL_FIRST_KEY:
         app.add_middleware(LoopbackHostOnly)  # bound to loopback, open until the first key
     app.add_exception_handler(SQLAlchemyError, _database_error)

@@ -1,5 +1,6 @@
-"""ASGI middleware: what every request meets before a route (body size, loopback-only hosts)."""
+"""ASGI middleware: what every request meets before a route (body size and deadline, loopback-only hosts)."""
 
+import asyncio
 import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -14,15 +15,18 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class BodySizeLimit:
-    """Answer 413 to a request whose body is larger than `max_bytes`, before any route reads it.
+    """Answer 413 to a request whose body is larger than `max_bytes`, and 408 to one whose
+    body has not arrived within `timeout_s`, before any route (or the key check) reads it.
 
     The body is read here (at most `max_bytes` + one chunk) and handed on, so a client that
-    sends no Content-Length, or a false one, is limited too.
+    sends no Content-Length, or a false one, is limited too; one that trickles it is not held
+    for longer than the deadline.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def _reject(self, send: Send) -> None:
         await _answer(send, 413, f"request body larger than {self.max_bytes} bytes")
@@ -37,18 +41,23 @@ class BodySizeLimit:
             return
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._reject(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        await self._reject(send)
+                        return
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await _answer(send, 408, f"request body not received within {self.timeout_s:g} s")
+            return
         replayed = False
 
         async def replay() -> Message:

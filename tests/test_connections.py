@@ -1,0 +1,97 @@
+"""Slow and idle clients cannot hold a `specdec serve` (a real one): a request head has a
+deadline, a body has a deadline, and one client address may hold only so many connections."""
+
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+
+from tests.support.collector import CollectorProcess, run_collector
+
+
+def _address(base_url: str) -> tuple[str, int]:
+    host, port = base_url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+@contextmanager
+def _guarded(tmp_path: Path) -> Iterator[CollectorProcess]:
+    settings = {
+        "SPECDEC_HEADER_TIMEOUT_S": "1",
+        "SPECDEC_BODY_TIMEOUT_S": "1",
+        "SPECDEC_MAX_CONNECTIONS_PER_CLIENT": "20",
+    }
+    with run_collector(f"sqlite:///{tmp_path}/c.db", tmp_path, **settings) as collector:
+        yield collector
+
+
+def _connect(address: tuple[str, int], source: str = "127.0.0.1") -> socket.socket:
+    sock = socket.create_connection(address, timeout=10, source_address=(source, 0))
+    return sock
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
+    """Whether the server closed `sock` within `seconds`, and what it sent first."""
+    sock.settimeout(seconds)
+    received = b""
+    try:
+        while chunk := sock.recv(4096):
+            received += chunk
+    except TimeoutError:
+        return False, received
+    return True, received
+
+
+def test_a_trickled_head_or_an_idle_connection_is_closed_at_its_deadline(tmp_path: Path) -> None:
+    with _guarded(tmp_path) as collector:
+        address = _address(collector.base_url)
+        idle = _connect(address)
+        trickled = _connect(address)
+        trickled.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the head never ends
+        # After an answer, the next head has its deadline too.
+        kept = _connect(address)
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        time.sleep(0.3)
+        kept.sendall(b"GET /healthz HTTP/1.1\r\n")
+        for sock in (idle, trickled, kept):
+            closed, _ = _closed_within(sock, 5)
+            assert closed
+        assert httpx.get(f"{collector.base_url}/healthz").status_code == 200
+
+
+def test_a_trickled_body_is_answered_408_at_its_deadline(tmp_path: Path) -> None:
+    with _guarded(tmp_path) as collector:
+        sock = _connect(_address(collector.base_url))
+        sock.sendall(
+            b"POST /windows/slow/start HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"targ"
+        )
+        began = time.monotonic()
+        closed, answer = _closed_within(sock, 10)
+        waited = time.monotonic() - began
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"request body not received within 1 s" in answer
+    assert waited < 9  # answered at its deadline, not held
+
+
+def test_one_client_address_holds_at_most_its_connections_and_others_still_get_answers(
+    tmp_path: Path,
+) -> None:
+    """20 connections from 127.0.0.1 at most: the 21st is answered 503 and closed; a client
+    at another address (127.0.0.2) is answered meanwhile."""
+    with _guarded(tmp_path) as collector, ExitStack() as held:
+        address = _address(collector.base_url)
+        for _ in range(20):
+            held.callback(_connect(address).close)
+        time.sleep(0.2)
+        extra = _connect(address)
+        closed, answer = _closed_within(extra, 5)
+        other = _connect(address, source="127.0.0.2")
+        other.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        _, healthy = _closed_within(other, 5)
+    assert closed and answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    assert b"too many connections" in answer
+    assert healthy.startswith(b"HTTP/1.1 200"), healthy[:200]
