@@ -70,7 +70,7 @@ def test_a_trickled_body_is_answered_408_at_its_deadline(tmp_path: Path) -> None
             b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"targ"
         )
         began = time.monotonic()
-        closed, answer = _closed_within(sock, 10)
+        _, answer = _closed_within(sock, 10)
         waited = time.monotonic() - began
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert b"request body not received within 1 s" in answer

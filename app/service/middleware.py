@@ -1,4 +1,4 @@
-"""ASGI middleware: what every request meets before a route (body size and deadline, loopback-only hosts)."""
+"""ASGI middleware: what every request meets before a route (body size and time, loopback hosts)."""
 
 import asyncio
 import ipaddress
