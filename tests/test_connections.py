@@ -67,7 +67,7 @@ def test_a_trickled_body_is_answered_408_at_its_deadline(tmp_path: Path) -> None
         sock = _connect(_address(collector.base_url))
         sock.sendall(
             b"POST /windows/slow/start HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"targ"
+            b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"targ'
         )
         began = time.monotonic()
         _, answer = _closed_within(sock, 10)
