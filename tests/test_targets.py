@@ -73,7 +73,9 @@ def test_key_of_a_path_parameter() -> None:
         ("224.0.0.1", "multicast"),
         ("ff02::1", "multicast"),
         ("::", "unspecified"),
-        ("fd00:ec2::254", "AWS instance metadata"),
+        ("fd00:ec2::254", "AWS instance services"),
+        ("fd00:ec2::23", "AWS instance services"),  # EKS Pod Identity: credentials
+        ("fd20:ce::254", "GCP metadata server over IPv6"),
         ("100.100.100.200", "Alibaba Cloud metadata"),
         ("168.63.129.16", "Azure wire server"),
         # IPv4 inside IPv6: compatible, translated, NAT64 (both prefixes), 6to4, Teredo.

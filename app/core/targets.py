@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from specdec_collector.core.metadata import METADATA_NAMES, METADATA_NETWORKS
+
 WINDOW_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
 _HOSTNAME = re.compile(
@@ -278,25 +280,13 @@ def parse_target_name(text: str) -> str:
 
 # --- where the collector may connect ------------------------------------------------------
 
-_METADATA = "cloud metadata"
 _ALWAYS_DENIED = (
-    (ipaddress.ip_network("169.254.0.0/16"), f"link-local ({_METADATA})"),
-    (ipaddress.ip_network("fe80::/10"), f"link-local ({_METADATA})"),
-    (ipaddress.ip_network("fd00:ec2::254/128"), f"AWS instance metadata ({_METADATA})"),
-    (ipaddress.ip_network("100.100.100.200/32"), f"Alibaba Cloud metadata ({_METADATA})"),
-    (ipaddress.ip_network("168.63.129.16/32"), f"Azure wire server ({_METADATA})"),
+    *((network, what) for network, what, _ in METADATA_NETWORKS),
     (ipaddress.ip_network("0.0.0.0/8"), "in 0.0.0.0/8"),
     (ipaddress.ip_network("::/128"), "unspecified (as 0.0.0.0)"),
     (ipaddress.ip_network("224.0.0.0/4"), "multicast"),
     (ipaddress.ip_network("ff00::/8"), "multicast"),
 )
-
-#: Host names of cloud metadata services, refused by name (through a proxy too) unless listed.
-METADATA_NAMES = frozenset(
-    {"metadata", "metadata.google.internal", "metadata.goog", "instance-data",
-     "instance-data.ec2.internal", "metadata.azure.internal", "metadata.tencentyun.com",
-     "metadata.platformequinix.com", "metadata.oraclecloud.com"}
-)  # fmt: skip
 
 # IPv6 ranges that carry an IPv4 address in their last 32 bits: IPv4-compatible (::a.b.c.d),
 # IPv4-translated (::ffff:0:a.b.c.d, RFC 2765) and NAT64 (RFC 6052's well-known prefix and
