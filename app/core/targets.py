@@ -372,24 +372,38 @@ class TargetPolicy:
         """Why the collector may not connect to `address` (resolved from `host`), or None."""
         return _refusal(self, host, address)
 
+    def denied_address_refusal(self, address: str) -> str | None:
+        """Why `address` is refused whatever name it is reached by (an always-denied range no
+        listed network allows), or None: what is checked of the addresses a proxied name
+        resolves to here."""
+        return _denied(self, address)
+
 
 # Pure and asked for every scrape of every target: parsing the address and testing it against
 # each network was a tenth of a scrape's CPU. The policy is immutable, so it is part of the key.
 @functools.lru_cache(maxsize=8192)
 def _refusal(policy: TargetPolicy, host: str, address: str) -> str | None:
-    named = policy.metadata_refusal(host)
+    named = policy.metadata_refusal(host) or _denied(policy, address)
     if named is not None:
         return named
     ip = ipaddress.ip_address(address)
-    forms = [ip, *_embedded_v4(ip)]
-    listed = any(form in network for form in forms for network in policy.networks)
-    for form in forms:
-        for network, what in _ALWAYS_DENIED:
-            if form.version == network.version and form in network and not listed:
-                shown = form if form == ip else f"{form} (in {ip})"
-                return f"address {shown} is {what}; list it in SPECDEC_ALLOWED_TARGETS to allow it"
+    listed = any(form in network for form in [ip, *_embedded_v4(ip)] for network in policy.networks)
     if policy.restricted and not listed and not policy.name_allowed(host):
         return f"{host} ({ip}) is not in SPECDEC_ALLOWED_TARGETS"
+    return None
+
+
+@functools.lru_cache(maxsize=8192)
+def _denied(policy: TargetPolicy, address: str) -> str | None:
+    ip = ipaddress.ip_address(address)
+    forms = [ip, *_embedded_v4(ip)]
+    if any(form in network for form in forms for network in policy.networks):
+        return None
+    for form in forms:
+        for network, what in _ALWAYS_DENIED:
+            if form.version == network.version and form in network:
+                shown = form if form == ip else f"{form} (in {ip})"
+                return f"address {shown} is {what}; list it in SPECDEC_ALLOWED_TARGETS to allow it"
     return None
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from specdec_collector.sources.scrape.routes import ROUTE, Route, RoutedTransport
 from specdec_collector.sources.scrape.sharing import PATIENCE_S, ScrapeSharing
 from specdec_collector.sources.scrape.transport import PER_ORIGIN, AiohttpTransport
 
@@ -53,23 +54,23 @@ class ScrapeClient(httpx.AsyncClient):
     target sets (a hostile team's server) would be sent to every other server on its host,
     and the shared client's jar would grow without bound. A scrape needs none. Scrapes of one
     endpoint asked for while a request of it is in flight share the next one (`sharing`).
-    `direct` are the transports of the schemes it reaches without a proxy."""
+    Each request goes where `routes.route_of` decided (`transport`); the environment's proxy
+    settings are read there, never by httpx."""
 
-    def __init__(self, direct: Mapping[str, AiohttpTransport] | None = None, **kwargs: Any) -> None:
-        self._direct = dict(direct or {})
-        super().__init__(mounts={f"{scheme}://": t for scheme, t in self._direct.items()}, **kwargs)
+    def __init__(self, transport: RoutedTransport, **kwargs: Any) -> None:
+        super().__init__(transport=transport, trust_env=False, **kwargs)
+        self.routes = transport
         self.sharing = ScrapeSharing(PATIENCE_S, PER_ORIGIN)
 
     def connect_ahead(
         self, url: str, extensions: Mapping[str, Any], timeout_s: float
     ) -> "asyncio.Task[None] | None":
         """Start opening the connection a request of `url` (pinned, with its `extensions`)
-        will take, if its scheme is reached without a proxy (see `AiohttpTransport`); the
-        opening, if one was started."""
-        transport = self._direct.get(url.partition(":")[0])
-        if transport is None:
+        will take, if it goes straight to its server (see `AiohttpTransport`); the opening,
+        if one was started."""
+        if extensions.get(ROUTE, Route.DIRECT) == Route.PROXIED:
             return None
-        return transport.connect_ahead(url, extensions.get("sni_hostname"), timeout_s)
+        return self.routes.direct.connect_ahead(url, extensions.get("sni_hostname"), timeout_s)
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -80,26 +81,18 @@ class ScrapeClient(httpx.AsyncClient):
         """Ignored (httpx's own `__init__` sets an empty jar)."""
 
 
-def new_client(timeout_s: float) -> httpx.AsyncClient:
-    """The shared client: explicit timeouts, proxies from the environment, no redirects,
-    no cookies kept.
+def new_client(timeout_s: float, proxies: Mapping[str, str] | None = None) -> httpx.AsyncClient:
+    """The shared client: explicit timeouts, proxies from the environment (HTTP_PROXY,
+    HTTPS_PROXY, ALL_PROXY, NO_PROXY; or `proxies`, as `urllib.request.getproxies` gives them),
+    no redirects, no cookies kept.
 
-    Direct connections go through `AiohttpTransport`; a scheme with a proxy in the
-    environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY) keeps httpx's own proxy transport and
-    NO_PROXY rules.
+    Requests that go straight to their server go through `AiohttpTransport`; proxied ones
+    through httpx's own proxy transport (see `routes`).
     """
-    proxies = urllib.request.getproxies()
-    pools = AiohttpTransport()
-    direct = {
-        scheme: pools
-        for scheme in ("http", "https")
-        if not proxies.get(scheme) and not proxies.get("all")
-    }
+    found = urllib.request.getproxies() if proxies is None else proxies
     return ScrapeClient(
-        direct,
+        RoutedTransport(AiohttpTransport(), found),
         timeout=httpx.Timeout(timeout_s),
-        limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
         follow_redirects=False,
-        trust_env=True,
         headers={"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},
     )

@@ -2,13 +2,13 @@
 to, and the request pinned to the address checked (no DNS rebinding in between)."""
 
 import asyncio
-import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from specdec_collector.core.targets import Target, is_ip
 from specdec_collector.sources.scrape.config import ScrapeConfig
+from specdec_collector.sources.scrape.routes import ROUTE, Route, route_of
 
 
 class Refused(Exception):
@@ -21,15 +21,6 @@ class Unresolved(Exception):
     pass
 
 
-def _proxy_route(target: Target, proxies: dict[str, str]) -> str:
-    """`proxied`, `bypassed` (a proxy is set but NO_PROXY names the host) or `direct`."""
-    if urlsplit(target.url).scheme not in proxies:
-        return "direct"
-    # What `proxy_bypass` does on Linux, given the proxies read once (typeshed omits it).
-    bypassed = urllib.request.proxy_bypass_environment(target.host, proxies)  # type: ignore[attr-defined]
-    return "bypassed" if bypassed else "proxied"
-
-
 class Pin(NamedTuple):
     """Where a scrape's request goes: the URL (the checked address in it), its headers and
     request extensions (the TLS server name)."""
@@ -40,27 +31,27 @@ class Pin(NamedTuple):
 
 
 async def pin(target: Target, config: ScrapeConfig) -> Pin:
-    """The URL, headers and request extensions that reach the address the policy checked.
+    """The URL, headers and request extensions that reach the address the policy checked,
+    by the route `routes.route_of` decided (the extension `ROUTE` tells the transport).
 
-    The host name is resolved once and every address checked; the request then goes to the
-    first address, with the original `Host` (and TLS server name), so a DNS answer that
-    changes between the check and the connection cannot redirect it. Through an HTTP proxy
-    the proxy resolves names: only IP literals and the name rules are checked there. A host
-    that NO_PROXY exempts from a configured proxy is checked but keeps its name in the URL
-    (httpx would send a rewritten address through the proxy).
+    Straight to the server (no proxy, or one NO_PROXY bypasses), the host name is resolved
+    once and every address checked; the request then goes to the first address, with the
+    original `Host` (and TLS server name), so a DNS answer that changes between the check and
+    the connection cannot redirect it. Through an HTTP proxy the proxy resolves the name: the
+    name rules are checked, and the addresses the name resolves to here, if it does, must not
+    be always-denied ones (a cloud metadata address); the proxy's own answer cannot be seen.
     """
     headers = dict(target.headers)
-    route = _proxy_route(target, config.proxies)
+    scheme = urlsplit(target.url).scheme
+    route = route_of(scheme, target.host, target.port, config.proxies)
     named = config.policy.metadata_refusal(target.host)
     if named is not None:  # before resolving: such a name may not even resolve here
         raise Refused(named)
+    if route is Route.PROXIED:
+        await _check_proxied(target, config)
+        return Pin(target.url, headers, {ROUTE: route})
     if is_ip(target.host):
         addresses = [target.host]
-    elif route == "proxied":
-        reason = config.policy.name_refusal(target.host)
-        if reason is not None:
-            raise Refused(reason)
-        return Pin(target.url, headers, {})
     else:
         try:
             addresses = await config.resolve(target.host, target.port)
@@ -72,16 +63,39 @@ async def pin(target: Target, config: ScrapeConfig) -> Pin:
         reason = config.policy.refusal(target.host, address)
         if reason is not None:
             raise Refused(reason)
-    if is_ip(target.host) or route == "bypassed":
-        return Pin(target.url, headers, {})
+    extensions: dict[str, Any] = {ROUTE: route}
+    if is_ip(target.host):
+        return Pin(target.url, headers, extensions)
     parts = urlsplit(target.url)
     address = addresses[0]
     netloc = f"[{address}]:{target.port}" if ":" in address else f"{address}:{target.port}"
     headers["Host"] = parts.netloc
-    extensions: dict[str, Any] = {}
     if parts.scheme == "https":
         extensions["sni_hostname"] = target.host
     return Pin(urlunsplit(parts._replace(netloc=netloc)), headers, extensions)
+
+
+async def _check_proxied(target: Target, config: ScrapeConfig) -> None:
+    """`Refused` if the proxy may not be asked for `target`: a name the rules refuse, or one
+    that resolves here to an always-denied address (a name that does not resolve here is the
+    proxy's to resolve, and so is one slow to resolve here)."""
+    if is_ip(target.host):
+        reason = config.policy.refusal(target.host, target.host)
+        if reason is not None:
+            raise Refused(reason)
+        return
+    reason = config.policy.name_refusal(target.host)
+    if reason is not None:
+        raise Refused(reason)
+    try:
+        async with asyncio.timeout(config.timeout_s / 2):  # the rest is the proxy's
+            addresses = await config.resolve(target.host, target.port)
+    except (OSError, TimeoutError):
+        return
+    for address in addresses:
+        reason = config.policy.denied_address_refusal(address)
+        if reason is not None:
+            raise Refused(f"{target.host} resolves to a refused address: {reason}")
 
 
 #: Told where the scrape of a target that is not refused will connect: its URL and extensions.
