@@ -121,6 +121,9 @@ class Settings(BaseSettings):
         description="Background scrapes a team's open sampled windows may make per second "
         "(targets / interval, summed); a start past it is a 429.",
     )
+    max_target_reads_per_second_per_team: Annotated[float, Field(gt=0)] = 500.0
+    """Targets a team's starts and stops may read per second (a start past it is a 429; a
+    stop always passes); bursts of two of the largest windows pass."""
     results_cache_windows: Annotated[int, Field(ge=0)] = 1024
     """Closed windows whose results are kept in memory for reads (0: none)."""
     open_views_cache_windows: Annotated[int, Field(ge=0)] = 1024
@@ -134,7 +137,7 @@ class Settings(BaseSettings):
     max_connections: Annotated[int | None, Field(ge=1)] = None
     """Connections a process accepts at once (default: half its open-files limit); more are
     answered 503 and closed."""
-    max_connections_per_client: Annotated[int, Field(ge=0)] = 64
+    max_connections_per_client: Annotated[int, Field(ge=0)] = 256
     """Connections one client address may hold at once (0: no bound); behind a reverse proxy,
     every client is the proxy's address."""
     max_labels_per_window: int = Field(default=32, ge=0, le=1000)

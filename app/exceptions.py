@@ -12,7 +12,8 @@ cannot be left without one; its text is the answer's `detail`.
     ├── WindowOpen          409  the window has no results yet: they come with its stop
     ├── WindowConflict      409  the call contradicts the stored window
     ├── TooManyWindows      429  the team has as many open windows as it may
-    └── OverScrapeBudget    429  the team's sampled windows would scrape more often than it may
+    ├── OverScrapeBudget    429  the team's sampled windows would scrape more often than it may
+    └── OverReadBudget      429  the team's starts and stops read more targets a second than it may
 """
 
 from collections.abc import Mapping, Sequence
@@ -95,3 +96,10 @@ class OverScrapeBudget(SpecdecError):
     """The team's open sampled windows would scrape more targets per second than it may."""
 
     status_code = HTTPStatus.TOO_MANY_REQUESTS
+
+
+class OverReadBudget(SpecdecError):
+    """The team's starts and stops read more targets per second than it may."""
+
+    status_code = HTTPStatus.TOO_MANY_REQUESTS
+    headers: ClassVar[Mapping[str, str]] = {"Retry-After": "1"}

@@ -123,6 +123,7 @@ def _service_for_reads(database: Engine) -> WindowService:
         writes=unused,
         computations=unused,
         open_views=OpenViews(8, 1 << 20),
+        read_budget=unused,
     )
 
 

@@ -39,6 +39,7 @@ from specdec_collector.store.db import (
 )
 from specdec_collector.store.lanes import Lane
 from specdec_collector.telemetry import REGISTRY, DatabaseMetrics
+from specdec_collector.windows.budget import ReadBudget
 from specdec_collector.windows.cache import MAX_KEPT_VIEW_BYTES, OpenViews, ResultsCache
 from specdec_collector.windows.catalogue import set_series_budget
 from specdec_collector.windows.rehearsal import rehearse_window
@@ -121,6 +122,13 @@ def create_app(
             writes=writes,
             computations=computations,
             open_views=OpenViews(settings.open_views_cache_windows, MAX_KEPT_VIEW_BYTES),
+            read_budget=ReadBudget(
+                settings.max_target_reads_per_second_per_team,
+                max(
+                    settings.max_target_reads_per_second_per_team,
+                    2 * settings.max_targets_per_window,
+                ),
+            ),
         )
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         anonymous = AnonymousAccess(open_mode, env_keys, database)

@@ -84,6 +84,7 @@ async def start_window(
     source = service.sources[body.source]
     targets = source.targets(body.parsed_targets())
     _check_body(service, body, targets)
+    service.read_budget.start(actor.team, len(targets))
     check = StartCheck(body, targets, actor.team)
     read_start = await source.check_start(check)
     openings = check.openings
@@ -165,6 +166,7 @@ async def stop_window(
     if force:
         chains = [Chain(TargetReading(target, stopped_at, FORCE_CLOSED)) for target in targets]
     else:
+        service.read_budget.stop(actor.team, len(targets))
         start = as_utc(stored.window.started_at)
         chains = await source.read_stop(targets, start, stopped_at, actor.team, at is not None)
     prepared = await service.computations.run(

@@ -21,6 +21,7 @@ from specdec_collector.sources.protocol import CounterSource
 from specdec_collector.store.lanes import Lane
 from specdec_collector.telemetry import aggregates_text, window_results_text
 from specdec_collector.windows import answers, lifecycle
+from specdec_collector.windows.budget import ReadBudget
 from specdec_collector.windows.cache import ClosedResults, OpenViews, ResultsCache
 from specdec_collector.windows.listing import WindowFilter, list_windows
 from specdec_collector.windows.reads import read_bounded_results, read_comparison
@@ -42,6 +43,8 @@ class WindowService:
     writes: Lane
     computations: Lane
     open_views: OpenViews
+    # The targets a team's starts and stops may read per second.
+    read_budget: ReadBudget
 
     async def start(self, actor: Actor, window_id: str, body: WindowCreate) -> tuple[bool, bytes]:
         """Start the window: `True` if it was created (not a retry), and its view as JSON."""

@@ -85,6 +85,9 @@ def load_run(workers: int) -> LoadRun:
                 Path(folder),
                 SPECDEC_WORKERS=str(workers),
                 SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM=str(CLIENTS),  # one open window per client
+                # The service's capacity, not the team's budget: one team, one address.
+                SPECDEC_MAX_TARGET_READS_PER_SECOND_PER_TEAM="1e9",
+                SPECDEC_MAX_CONNECTIONS_PER_CLIENT="0",
             ) as collector,
             run_farm(TARGETS, "vllm_v1_dp1_k5.txt") as targets,
         ):
