@@ -2,7 +2,6 @@
 background scrapes of its sampled windows (PostgreSQL counted committed rows only, and let
 150 concurrent starts leave 118 windows open under a limit of 100)."""
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
