@@ -45,6 +45,16 @@ _LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]++|\
 _ESCAPE = re.compile(r'\\([\\"n])')
 
 
+_NUMBER = re.compile(
+    r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?)"
+    r"|[Nn][Aa][Nn]",
+    re.ASCII,
+)
+# A sample line whose name is quoted inside its braces (Prometheus 3's UTF-8 names):
+# `{"name", label="value"} 1`.
+_QUOTED_NAME = re.compile(r'\{"((?:[^"\\]|\\.)*)"\s*(?:,\s*)?')
+
+
 class ExtractionError(ValueError):
     """The payload holds a spec-decode sample that cannot be read as a counter."""
 
@@ -137,6 +147,8 @@ def _role_of(name: str) -> tuple[tuple[ServingEngine, Role] | None, bool]:
 def _sample_of(line: str, limits: ExtractionLimits) -> _Sample | None:
     """The sample of a line, None for a line of a family no schema reads; raises
     `ExtractionError` for a line that is not a readable counter."""
+    if line.startswith('{"'):
+        line = _unquoted_name(line)
     # The name first: a line of a family no schema reads (one that merely holds a marker in a
     # label, say) is skipped without the full match.
     end = _NAME_END.search(line)
@@ -148,24 +160,40 @@ def _sample_of(line: str, limits: ExtractionLimits) -> _Sample | None:
     if match is None:
         raise ExtractionError(f"malformed sample line: {line[:200]}")
     name = match["name"]
-    try:
-        number = float(match["value"])
-    except ValueError:
-        raise ExtractionError(f"value is not a number in line: {line[:200]}") from None
-    value: float | None = number
-    if is_created or role in GAUGES:
-        if not math.isfinite(number):
-            # A start time of +Inf or NaN says nothing (the series is read without it); a
-            # gauge without a value shows nothing.
-            value = None
-    elif not math.isfinite(number) or number < 0:
-        raise ExtractionError(f"counter value {match['value']} is not a finite count: {name}")
-    elif number > MAX_COUNTER:
-        raise ExtractionError(f"counter value {match['value']} is above 2^53, not exact: {name}")
+    # As Prometheus reads it (Go's ParseFloat): Python's float also takes `1_000` and digits
+    # of other scripts.
+    if _NUMBER.fullmatch(match["value"]) is None:
+        raise ExtractionError(f"value is not a number in line: {line[:200]}")
+    number = float(match["value"])
+    value = checked_value(number, match["value"], name, is_created or role in GAUGES)
     label_text = match["labels"] or ""
     _check_label_chars(len(label_text), name, limits)
     return _Sample(SeriesKey(role, _parse_labels(label_text), engine), is_created, value,
                    len(label_text))  # fmt: skip
+
+
+def _unquoted_name(line: str) -> str:
+    """A line with its name quoted in the braces, written the classic way (`name{...} v`)."""
+    quoted = _QUOTED_NAME.match(line)
+    if quoted is None:
+        raise ExtractionError(f"malformed sample line: {line[:200]}")
+    name, rest = _unescape(quoted[1]), line[quoted.end() :]
+    if rest.startswith("}"):
+        return name + rest[1:]
+    return name + "{" + rest
+
+
+def checked_value(number: float, shown: str, name: str, optional: bool) -> float | None:
+    """A sample's value as the arithmetic reads it, whichever source read it: a counter must
+    be a finite count up to 2**53 (`ExtractionError` saying why not); an `optional` one (a
+    `_created` time, a gauge) without a finite value is None, read as absent."""
+    if optional:
+        return number if math.isfinite(number) else None
+    if not math.isfinite(number) or number < 0:
+        raise ExtractionError(f"counter value {shown} is not a finite count: {name}")
+    if number > MAX_COUNTER:
+        raise ExtractionError(f"counter value {shown} is above 2^53, not exact: {name}")
+    return number
 
 
 def _check_label_chars(chars: int, name: str, limits: ExtractionLimits) -> None:
@@ -261,14 +289,25 @@ def _extract_marked(
 def _eof_offset(text: str) -> int:
     """Offset of the OpenMetrics `# EOF` line that ends the payload, else the payload's length.
 
-    OpenMetrics allows nothing after `# EOF`, so only the end of the payload is looked at.
+    OpenMetrics allows nothing after `# EOF`: a payload with lines after one is refused
+    (`ExtractionError`), as Prometheus refuses it.
     """
     end = len(text)
     while end and text[end - 1] in "\r\n":
         end -= 1
     if text.endswith("# EOF", 0, end) and (end == 5 or text[end - 6] == "\n"):
-        return max(0, end - 6)
-    return len(text)
+        end = max(0, end - 6)
+        limit = end
+    else:
+        limit = len(text)
+    found = text.find("# EOF", 0, end)
+    while found != -1:
+        line_end = text.find("\n", found)
+        whole = text[found : len(text) if line_end == -1 else line_end].rstrip("\r")
+        if (found == 0 or text[found - 1] == "\n") and whole == "# EOF":
+            raise ExtractionError("lines after the OpenMetrics # EOF line that ends a payload")
+        found = text.find("# EOF", found + 5, end)
+    return limit
 
 
 def forget_parsed_lines() -> None:

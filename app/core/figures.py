@@ -26,7 +26,7 @@ from specdec_collector.core.arithmetic import (
     window_increase,
 )
 from specdec_collector.core.counters import GAUGES, Role, ServingEngine
-from specdec_collector.core.exposition import Series
+from specdec_collector.core.exposition import MAX_COUNTER, Series
 from specdec_collector.core.readings import Failure, Reading
 from specdec_collector.core.results import (
     Bounds,
@@ -99,6 +99,18 @@ UNSEEN_RESTART = (
     "cannot be seen; sample the window (sample_interval_s) to see restarts"
 )
 INCONSISTENT = "Inconsistent counters: fewer generated tokens than requests and verify calls"
+MORE_ACCEPTED = (
+    "Inconsistent counters: more tokens accepted ({accepted}) than drafted ({drafted}) in the "
+    "window"
+)
+MORE_ACCEPTED_AT = (
+    "Inconsistent counters: more tokens accepted at position {position} ({accepted}) than "
+    "drafts ({drafts}) in the window"
+)
+BEYOND_EXACT = (
+    "a count of the window passed 2^53 ({count}): floats hold it to within a few units, so "
+    "the figures are not exact"
+)
 MIXED_NOTE = "the engines' figures do not mean the same: these are {first}'s; see `engines`"
 SUM_NOTE = "the sum over the engines {names}; each one's figures are under `engines`"
 # llama.cpp prints its counters with %g: six significant digits.
@@ -210,6 +222,24 @@ def _sglang(totals: Totals, per_step: int | None) -> EngineResult:
     return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=notes)
 
 
+def _inconsistency(totals: Totals, has_drafts: bool) -> str | None:
+    """Why the window's counts cannot be (a position, or all, accepted more than was
+    drafted: a buggy or hostile server), or None."""
+    if totals.num_accepted_tokens > totals.num_draft_tokens:
+        return MORE_ACCEPTED.format(
+            accepted=as_number(totals.num_accepted_tokens),
+            drafted=as_number(totals.num_draft_tokens),
+        )
+    if has_drafts:
+        for position, accepted in sorted(totals.accepted_per_pos.items()):
+            if accepted > totals.num_drafts:
+                return MORE_ACCEPTED_AT.format(
+                    position=position, accepted=as_number(accepted),
+                    drafts=as_number(totals.num_drafts),
+                )  # fmt: skip
+    return None
+
+
 def _figures(
     engine: ServingEngine,
     totals: Totals,
@@ -241,6 +271,13 @@ def _figures(
                 how=TURN_DRAFTING_ON.get(engine, "turn speculative decoding on"),
             )
         return EngineResult(engine=engine, status="na", error=error, exact=False, notes=notes)
+    inconsistent = _inconsistency(totals, has_drafts)
+    if inconsistent is not None:
+        return EngineResult(engine=engine, status="na", error=inconsistent, exact=False)
+    beyond = max(totals.num_drafts, totals.num_draft_tokens, totals.num_accepted_tokens)
+    if beyond > MAX_COUNTER:
+        notes.append(BEYOND_EXACT.format(count=as_number(beyond)))
+        exact = False
     if has_drafts:
         data = derived(totals)
         variable = _variable_draft_length(totals)

@@ -28,7 +28,13 @@ from specdec_collector.core.counters import (
     Role,
     ServingEngine,
 )
-from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
+from specdec_collector.core.exposition import (
+    ExtractionError,
+    Series,
+    SeriesKey,
+    SeriesValue,
+    checked_value,
+)
 
 #: Labels Prometheus adds to every series it scrapes: not the engine's own.
 TARGET_LABELS = frozenset({"instance", "job"})
@@ -187,6 +193,14 @@ def _result(answer: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return result
 
 
+def _number(text: Any) -> float:
+    """A sample value as Prometheus' JSON gives it (a string: "1234", "NaN", "+Inf")."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise SourceError(f"Prometheus answered a value that is not a number: {text!r}") from None
+
+
 def baseline_of(values: dict[str, Any], latest: dict[str, Any]) -> list[dict[str, Any]]:
     """The answers of `series_query` and of `scrape_time_query` at a window's start,
     as matrix entries of one sample each, at the time of the scrape they come from (a target's
@@ -219,10 +233,18 @@ def scrapes_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) 
         if instance is not None:
             instances.add(instance)
         key, created = parsed
+        name = (entry.get("metric") or {}).get("__name__", "")
         for stamp, text in entry.get("values") or []:
-            value = float(text)
-            if not math.isfinite(value):
+            try:
+                # The checks a scrape applies to the same sample (`exposition.checked_value`).
+                checked = checked_value(
+                    _number(text), str(text), name, created or key.role in GAUGES
+                )
+            except ExtractionError as exc:
+                raise SourceError(f"Prometheus holds a sample that is not a count: {exc}") from None
+            if checked is None:
                 continue
+            value = checked
             if created:
                 created_at[(float(stamp), key)] = value
             else:
