@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+from specdec_collector.core.targets import parse_target
+from specdec_collector.sources.scrape import ScrapeConfig
+from specdec_collector.sources.scrape.pinning import Pin, pins
 from specdec_collector.sources.scrape.resolver import RESOLVING_FOR, SystemResolver
 
 pytestmark = pytest.mark.anyio
@@ -68,3 +71,22 @@ async def test_a_name_being_looked_up_is_not_looked_up_twice(dns: FakeDns) -> No
         assert isinstance(outcome, socket.gaierror)
     assert dns.asked == ["a.evil"]
     resolver.close()
+
+
+async def test_the_start_checks_of_two_teams_resolve_in_their_own_shares(dns: FakeDns) -> None:
+    """A start's check of twenty names that never answer takes its team's four slots only: the
+    other team's check resolves at once, while those are still blocked."""
+    resolver = SystemResolver(threads=32, per_owner=4, getaddrinfo=dns)
+    config = ScrapeConfig(timeout_s=10, max_bytes=1 << 20, resolve=resolver)
+    hostile = [parse_target(f"n{i}.evil:8000") for i in range(20)]
+    stuck = asyncio.create_task(pins(hostile, config, team="hostile"))
+    await asyncio.sleep(0.1)
+    (found,) = await asyncio.wait_for(
+        pins([parse_target("vllm.test:8000")], config, team="healthy"), timeout=5
+    )
+    blocked = not dns.released.is_set() and not stuck.done()
+    dns.released.set()
+    await stuck
+    resolver.close()
+    assert isinstance(found, Pin) and found.url == "http://10.0.0.7:8000/metrics"
+    assert blocked

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from specdec_collector.core.targets import Target, is_ip
 from specdec_collector.sources.scrape.config import ScrapeConfig
+from specdec_collector.sources.scrape.resolver import RESOLVING_FOR
 from specdec_collector.sources.scrape.routes import ROUTE, Route, route_of
 
 
@@ -103,13 +104,19 @@ Allowed = Callable[[str, dict[str, Any]], None]
 
 
 async def pins(
-    targets: Sequence[Target], config: ScrapeConfig, allowed: Allowed | None = None
+    targets: Sequence[Target],
+    config: ScrapeConfig,
+    allowed: Allowed | None = None,
+    team: str = "",
 ) -> list[Pin | Refused | None]:
     """Where each target's scrape connects, or why it may not (`Refused`), or None for a name
     that does not resolve (not refused: its scrape says why), checked once for all of them.
+    The names resolve in `team`'s share of the resolver (`resolver.RESOLVING_FOR`): one
+    team's names that never answer do not hold another's.
 
     `allowed` is told, as each is checked, where the scrape of a target not refused connects.
     """
+    RESOLVING_FOR.set(team)  # the checks below copy this context
 
     async def check(target: Target) -> Pin | Refused | None:
         try:

@@ -50,7 +50,9 @@ class ScrapeSource:
                     ["body", "targets", index], "a selector names a target of a window read "
                     "from Prometheus (source prometheus)"
                 )  # fmt: skip
-        found = await pins(targets, self.config, self._connecting_ahead(start.openings))
+        found = await pins(
+            targets, self.config, self._connecting_ahead(start.openings), team=start.team
+        )
         for index, pinned in enumerate(found):
             if isinstance(pinned, Refused):
                 raise InvalidInput(
