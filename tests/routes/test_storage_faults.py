@@ -11,6 +11,7 @@ import errno
 import os
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from specdec_collector.service.routes.health import ANSWER_KEPT_S
 from specdec_collector.store.db import open_database, upgrade_database
 from tests.support.collector import run_collector
 from tests.support.metrics_server import MetricsServer, serve_metrics
@@ -81,14 +83,20 @@ def test_a_full_disk_answers_503_loses_nothing_and_passes(
             refused.json()["detail"]
             == "database unavailable: database or disk is full; retry later"
         )
-        health = api.get("/healthz")
+        health = _fresh_health(api)
         assert health.status_code == 503
         assert health.json()["detail"] == "database unavailable: database or disk is full"
         assert api.get("/windows/kept").json() == kept  # reads still work
         filler.unlink()
-        assert api.get("/healthz").status_code == 200  # recovered by itself
+        assert _fresh_health(api).status_code == 200  # recovered by itself
         assert api.post("/windows/new/start", json={"targets": [server.target]}).status_code == 201
         assert api.get("/windows/kept").json() == kept
+
+
+def _fresh_health(api: httpx.Client) -> httpx.Response:
+    """`/healthz` once the answer of the last check (kept for ANSWER_KEPT_S) has expired."""
+    time.sleep(ANSWER_KEPT_S + 0.1)
+    return api.get("/healthz")
 
 
 def test_read_only_database_files_answer_503_and_pass(
@@ -105,7 +113,7 @@ def test_read_only_database_files_answer_503_and_pass(
         subprocess.run(["chattr", "+i", *files], check=True)
         try:
             refused = api.post("/windows/new/start", json={"targets": [server.target]})
-            health = api.get("/healthz")
+            health = _fresh_health(api)
             still_read = api.get("/windows/kept")
         finally:
             subprocess.run(["chattr", "-i", *files], check=True)
@@ -113,7 +121,7 @@ def test_read_only_database_files_answer_503_and_pass(
         assert refused.status_code == 503
         assert refused.json()["detail"].startswith("database unavailable: ")
         assert health.status_code == 503
-        assert api.get("/healthz").status_code == 200
+        assert _fresh_health(api).status_code == 200
         assert api.post("/windows/new/start", json={"targets": [server.target]}).status_code == 201
         assert api.get("/windows/kept").json() == kept
 
