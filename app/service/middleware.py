@@ -90,13 +90,16 @@ def _host_of(authority: str) -> str:
 
 class LoopbackHostOnly:
     """In open mode on a loopback address: answer a request without a key only if its `Host`
-    names this machine and its `Origin`, if any, is a page served from this machine.
+    names this machine and its `Origin`, if any, is a page served from this machine. Once
+    the service has a key it is open no longer, and the check stops (a same-host reverse
+    proxy's `Host` is the public name).
 
     Without keys anyone who reaches the port may use the service; binding to loopback keeps
     them to this machine, but a web page can still reach it: by DNS rebinding (a name of the
     page's that now resolves to 127.0.0.1 - the `Host` check) or by a cross-site form post to
-    `/stop` (the `Origin` check). A request with an `Authorization` header is not a browser's
-    cross-site request (it would need a CORS preflight, which is never granted).
+    `/stop`, from any site or from another server of this machine (the `Origin` check: only the
+    service's own origin, its dashboard). A request with an `Authorization` header is not a
+    browser's cross-site request (it would need a CORS preflight, which is never granted).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -105,7 +108,7 @@ class LoopbackHostOnly:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             headers = dict(scope["headers"])
-            if b"authorization" not in headers:
+            if b"authorization" not in headers and await _still_open(scope):
                 refusal = _refusal(
                     headers.get(b"host", b"").decode("latin-1"),
                     headers.get(b"origin", b"").decode("latin-1") or None,
@@ -116,6 +119,12 @@ class LoopbackHostOnly:
         await self.app(scope, receive, send)
 
 
+async def _still_open(scope: Scope) -> bool:
+    """Whether the service still serves requests without a key (it has none yet)."""
+    services = (scope.get("state") or {}).get("services")
+    return services is None or bool(await services.anonymous.is_open())
+
+
 def _refusal(host: str, origin: str | None) -> str | None:
     if not _loopback_name(_host_of(host)):
         return (
@@ -124,9 +133,29 @@ def _refusal(host: str, origin: str | None) -> str | None:
         )
     if origin is not None:
         parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https") or not _loopback_name(parts.hostname or ""):
-            return "cross-site request refused: without API keys only pages of this machine"
+        try:
+            origin_port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            origin_port = None
+        if (
+            parts.scheme not in ("http", "https")
+            or not _loopback_name(parts.hostname or "")
+            or origin_port != _port_of(host, parts.scheme)
+        ):
+            return (
+                "cross-site request refused: without API keys only the service's own pages "
+                "(its dashboard) may send one"
+            )
     return None
+
+
+def _port_of(authority: str, scheme: str) -> int | None:
+    """The port of a `Host` header value (the scheme's default without one)."""
+    rest = authority[authority.find("]") + 1 :] if authority.startswith("[") else authority
+    _, colon, port = rest.rpartition(":")
+    if not colon:
+        return 443 if scheme == "https" else 80
+    return int(port) if port.isdigit() else None
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:

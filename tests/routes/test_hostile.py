@@ -330,11 +330,29 @@ def test_open_mode_answers_only_this_machines_names_and_pages(tmp_path: Path) ->
         cross_site = api.post("/windows/o/stop", headers={"Origin": "http://attacker.example"})
         assert cross_site.status_code == 403
         assert api.post("/windows/o/stop", headers={"Origin": "null"}).status_code == 403
+        # A page of another server of this machine (a dev server, a notebook) is cross-site.
+        other_port = {"Origin": f"http://localhost:{int(port) + 1}"}
+        assert api.post("/windows/o/stop", headers=other_port).status_code == 403
         assert api.get("/windows/o").json()["state"] == "open"
         for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]"):
             assert api.get("/windows/o", headers={"Host": host}).status_code == 200
         own_page = {"Origin": collector.base_url}
         assert api.post("/windows/o/stop", headers=own_page).json()["state"] == "closed"
+
+
+def test_a_loopback_service_with_keys_answers_any_host_a_reverse_proxy_sends(
+    tmp_path: Path,
+) -> None:
+    """The open mode's Host check is for a service without keys: once it has one, a same-host
+    reverse proxy's public name is answered (the keys protect it)."""
+    keys = {"SPECDEC_API_KEYS": "team-a:write:proxied-key-0123456789"}
+    with run_collector(f"sqlite:///{tmp_path}/keyed.db", tmp_path, **keys) as collector:
+        public = {"Host": "collector.example.com"}
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        answers = {path: api.get(path, headers=public) for path in ("/healthz", "/metrics", "/ui/")}
+        keyless_call = api.get("/windows", headers=public)
+    assert {path: a.status_code for path, a in answers.items()} == dict.fromkeys(answers, 200)
+    assert keyless_call.status_code == 401  # the key is asked for, not the Host refused
 
 
 def test_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_neutralised(
