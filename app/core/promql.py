@@ -35,6 +35,7 @@ from specdec_collector.core.exposition import (
     SeriesValue,
     checked_value,
 )
+from specdec_collector.core.safetext import has_control_characters
 
 #: Labels Prometheus adds to every series it scrapes: not the engine's own.
 TARGET_LABELS = frozenset({"instance", "job"})
@@ -166,6 +167,8 @@ def _key(labels: dict[str, str]) -> tuple[tuple[SeriesKey, bool] | None, str | N
     """The series key of one Prometheus series, whether it is a `_created` one, and its
     instance; None for a name no schema reads."""
     name = labels.get("__name__", "")
+    if any(has_control_characters(k + v) for k, v in labels.items()):
+        raise SourceError("Prometheus holds a series whose labels are not printable text")
     own = tuple(
         sorted((k, v) for k, v in labels.items() if k != "__name__" and k not in TARGET_LABELS)
     )

@@ -10,12 +10,15 @@ from collections.abc import Sequence
 
 MAX_ERROR_CHARS = 500
 _REDACTED = "[redacted]"
-# Control characters (NUL among them: PostgreSQL's text refuses it) never reach the store.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters (NUL among them: PostgreSQL's text refuses it) never reach the store,
+# nor lone surrogates (JSON's `"\udc00"`): UTF-8 cannot encode them, so neither PostgreSQL
+# nor an answer could hold them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def has_control_characters(text: str) -> bool:
-    """Whether `text` holds a control character (NUL among them), which no store takes whole."""
+    """Whether `text` holds a control character (NUL among them) or a lone surrogate, which no
+    store takes whole."""
     return _CONTROL.search(text) is not None
 
 

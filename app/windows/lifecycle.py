@@ -19,7 +19,7 @@ from specdec_collector.exceptions import InvalidInput, WindowConflict
 from specdec_collector.schemas import WindowCreate, WindowState, WindowView
 from specdec_collector.sources.protocol import Chain, StartCheck
 from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S
-from specdec_collector.store.tables import as_utc, utcnow
+from specdec_collector.store.tables import TABLES, as_utc, utcnow
 from specdec_collector.windows.answers import encoded_view, remember_results, view_json
 from specdec_collector.windows.closing import add_close, prepare_close
 from specdec_collector.windows.leases import first_lease_seconds
@@ -37,6 +37,11 @@ def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
     return {(t.name, t.url) for t in stored.targets} == {(t.name, t.url) for t in targets}
 
 
+#: The longest target URL and `host:port` stored: their columns' lengths.
+MAX_URL_CHARS: int = TABLES["window_target"].c.url.type.length  # type: ignore[attr-defined]
+MAX_NAME_CHARS: int = TABLES["window_target"].c.target.type.length  # type: ignore[attr-defined]
+
+
 def _check_body(service: "WindowService", body: WindowCreate, targets: Sequence[Target]) -> None:
     """`InvalidInput` naming the field if the body breaks a limit of every window."""
     settings = service.settings
@@ -46,6 +51,15 @@ def _check_body(service: "WindowService", body: WindowCreate, targets: Sequence[
             f"{len(targets)} targets; a window has at most {settings.max_targets_per_window} "
             "(SPECDEC_MAX_TARGETS_PER_WINDOW)",
         )
+    for index, target in enumerate(targets):
+        # As normalised (`127.1` is `127.0.0.1`, `:80` is added): what is stored, within its
+        # column; PostgreSQL refused a longer one with a 500.
+        if len(target.url) > MAX_URL_CHARS or len(target.name) > MAX_NAME_CHARS:
+            raise InvalidInput(
+                ["body", "targets", index],
+                f"target {index} is longer than a target may be once normalised "
+                f"({MAX_NAME_CHARS} characters of host:port, {MAX_URL_CHARS} of URL)",
+            )
     if len(body.labels) > settings.max_labels_per_window:
         raise InvalidInput(
             ["body", "labels"],
