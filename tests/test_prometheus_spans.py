@@ -4,16 +4,21 @@ the result needs, and an open window's timeline read once and then only what is 
 The Prometheus is a stand-in (`tests.support.prometheus_standin`): days of samples cannot
 be waited for. The expected counts are computed here from the stand-in's own rule."""
 
+import contextlib
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import pytest
+from sqlalchemy import create_engine, text
 
 from specdec_collector.core.counters import Role, ServingEngine
 from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
 from specdec_collector.core.promql import thin
-from tests.support.collector import serve_collector
+from tests.support.collector import CollectorProcess, serve_collector
 from tests.support.prometheus_standin import serve_standin_prometheus
 
 INSTANCE = "10.1.2.3:8000"
@@ -161,3 +166,69 @@ def test_thinning_keeps_both_ends_of_every_reset_and_bounds_the_rest() -> None:
     assert len(kept) == 50 and kept[0] == points[0] and kept[-1] == points[-1]
     assert points[499] in kept and points[500] in kept
     assert thin(points[:40], 50) == points[:40]
+
+
+@pytest.mark.slow
+def test_a_stop_killed_at_any_moment_and_retried_stores_each_snapshot_once(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL lands at a different moment of each stop (its reading, its one transaction,
+    after it); the retried stop stores each snapshot once and the same result."""
+    now = time.time()
+    database = tmp_path / "k.db"
+    env = {"SPECDEC_PROMETHEUS_MAX_POINTS": "2000", "SPECDEC_PROMETHEUS_MAX_SPAN_S": "86400"}
+    with serve_standin_prometheus(INSTANCE, now - 7 * 3600, 1.0) as prometheus:
+        env["SPECDEC_PROMETHEUS_URL"] = prometheus.url
+        collector = CollectorProcess(f"sqlite:///{database}", env=env)
+        results = []
+        for turn, fraction in enumerate((0.2, 0.5, 0.8, 1.5)):
+            collector.start()
+            api = httpx.Client(base_url=collector.base_url, timeout=120)
+            body = {"targets": [INSTANCE], "source": "prometheus", "at": _iso(now - 6 * 3600)}
+            assert api.post(f"/windows/k{turn}/start", json=body).status_code == 201
+            stop = {"at": _iso(now - 60)}
+            began = time.monotonic()
+            if turn == 0:  # measured once: how long a stop takes here
+                assert api.post("/windows/k0/stop", json=stop).status_code == 200
+                took = time.monotonic() - began
+                results.append(api.get("/windows/k0").json()["targets"][0]["result"])
+                collector.stop()
+                continue
+            stopping = threading.Thread(
+                target=_quietly, args=(api.post, f"/windows/k{turn}/stop"), kwargs={"json": stop}
+            )
+            stopping.start()
+            time.sleep(took * fraction)
+            collector.kill()
+            stopping.join()
+            collector.start()
+            retried = httpx.post(
+                f"{collector.base_url}/windows/k{turn}/stop", json=stop, timeout=120
+            )
+            assert retried.status_code == 200, retried.text
+            results.append(retried.json()["targets"][0]["result"])
+            collector.stop()
+    # The same figures each time (the windows overlap one another: that part differs).
+    figures = [{k: v for k, v in result.items() if k != "overlaps"} for result in results]
+    assert all(each == figures[0] for each in figures), figures
+    engine = create_engine(f"sqlite:///{database}")
+    with engine.connect() as connection:
+        duplicates = connection.execute(
+            text(
+                "SELECT count(*) FROM (SELECT target_id, phase, taken_at, count(*) AS n "
+                "FROM snapshot GROUP BY target_id, phase, taken_at) WHERE n > 1"
+            )
+        ).scalar_one()
+        per_window = (
+            connection.execute(text("SELECT count(*) FROM snapshot GROUP BY target_id"))
+            .scalars()
+            .all()
+        )
+    engine.dispose()
+    assert duplicates == 0
+    assert len(set(per_window)) == 1 and per_window[0] <= 2000
+
+
+def _quietly(call: Callable[..., object], *args: object, **kwargs: object) -> None:
+    with contextlib.suppress(httpx.HTTPError):  # the service was killed under it
+        call(*args, **kwargs)
