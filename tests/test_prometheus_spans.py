@@ -232,3 +232,23 @@ def test_a_stop_killed_at_any_moment_and_retried_stores_each_snapshot_once(
 def _quietly(call: Callable[..., object], *args: object, **kwargs: object) -> None:
     with contextlib.suppress(httpx.HTTPError):  # the service was killed under it
         call(*args, **kwargs)
+
+
+def test_a_server_two_scrape_configurations_scrape_is_na_not_counted_twice(
+    tmp_path: Path,
+) -> None:
+    """Two jobs that differ in one label scrape one server: each series is there twice, under
+    labels that differ; the window says so rather than count 1050 drafts for 504."""
+    now = time.time()
+    with (
+        serve_standin_prometheus(INSTANCE, now - 3600, INTERVAL_S) as prometheus,
+        serve_collector(f"sqlite:///{tmp_path}/j.db", prometheus_url=prometheus.url) as collector,
+    ):
+        prometheus.configs = 2
+        api = httpx.Client(base_url=collector, timeout=60)
+        body = {"targets": [INSTANCE], "source": "prometheus", "at": _iso(now - 600)}
+        assert api.post("/windows/twice/start", json=body).status_code == 201
+        result = api.post("/windows/twice/stop", json={"at": _iso(now - 60)}).json()
+    (target,) = result["targets"]
+    assert target["result"]["status"] == "na"
+    assert "2 scrape configurations" in target["result"]["error"]

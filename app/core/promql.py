@@ -79,6 +79,20 @@ def parse_selector(text: str) -> list[tuple[str, str, str]]:
     return matchers
 
 
+def check_target_selector(text: str) -> None:
+    """`ValueError` unless `text` is a selector a team may name a target by: equality
+    matchers with a value (`{job="vllm", pod="p-0"}`). A regular expression or a negation
+    would be an oracle on other teams' label values, and an empty value matches series
+    without the label."""
+    for name, op, value in parse_selector(text):
+        if op != "=":
+            raise ValueError(
+                f'a target\'s selector matches labels exactly: {name}="value", not {name}{op}'
+            )
+        if not value:
+            raise ValueError(f"a target's selector gives every label a value: {name} has none")
+
+
 def instance_selector(target_name: str) -> str:
     """The selector of a `host:port` target: Prometheus' `instance` label."""
     return '{instance="' + target_name.replace("\\", "\\\\").replace('"', '\\"') + '"}'
@@ -196,6 +210,22 @@ def _result(answer: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return result
 
 
+def more_than_one_server(count: int) -> str:
+    """The failure of a selector that matches `count` servers (never named: they may be
+    other teams')."""
+    return (
+        f"the selector matches {count} servers: narrow it to one; the collector never sums servers"
+    )
+
+
+def scrape_configs_query(selector: str) -> str:
+    """The PromQL of how many scrape configurations scrape each instance `selector` matches:
+    one `up` series each (two jobs, or target labels that differ, scrape a server twice)."""
+    matchers = parse_selector(selector)
+    up = "up{" + ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers) + "}"
+    return f"count by (instance) ({up})"
+
+
 def _number(text: Any) -> float:
     """A sample value as Prometheus' JSON gives it (a string: "1234", "NaN", "+Inf")."""
     try:
@@ -253,10 +283,7 @@ def scrapes_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) 
             else:
                 by_time.setdefault(float(stamp), {})[key] = SeriesValue(value)
     if len(instances) > 1:
-        raise SourceError(
-            "the selector matches more than one server (instances "
-            f"{', '.join(sorted(instances))}): narrow it to one; the collector never sums servers"
-        )
+        raise SourceError(more_than_one_server(len(instances)))
     for (stamp, key), value in created_at.items():
         slot = by_time.get(stamp, {}).get(key)
         if slot is not None:

@@ -207,9 +207,9 @@ def _from_selector(value: Any) -> Target:
     text = value.strip()
     if len(text) > MAX_SELECTOR_CHARS or not _URL_TEXT.match(text.replace(" ", "")):
         raise ValueError(f"a selector is at most {MAX_SELECTOR_CHARS} printable characters")
-    from specdec_collector.core.promql import parse_selector  # the grammar is Prometheus'
+    from specdec_collector.core.promql import check_target_selector  # Prometheus' grammar
 
-    parse_selector(text)
+    check_target_selector(text)
     return Target("", 0, PROMETHEUS_PREFIX + text, selector=text)
 
 

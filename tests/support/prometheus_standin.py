@@ -3,7 +3,8 @@ every `interval_s` since `first`, its samples made up on demand.
 
 It answers the three instant queries the Prometheus source sends (`core.promql`), as the real
 HTTP API does: the spec-decode series at a time (a vector of each one's last sample at or
-before it), the time of the last scrape of `up` (a vector by instance), and a range selector
+before it), the time of the last scrape of `up` (a vector by instance), the count of `up` series by
+instance (its scrape configurations: `configs`), and a range selector
 `{...}[Ns]` (a matrix of the samples in the `N` s up to the query's time). At scrape `k` the
 counters are `drafts = 2k`, `draft tokens = 6k`, `accepted = 4k`, counted afresh from every
 scrape in `resets` (an engine restart). Every query is recorded with its range, if any.
@@ -33,6 +34,7 @@ class StandinPrometheus:
     first: float  # the time of scrape 0
     interval_s: float
     resets: tuple[int, ...] = ()
+    configs: int = 1  # the scrape configurations (jobs) scraping the server
     url: str = ""
     ranges_s: list[float] = field(default_factory=list)  # the span of every range query
     queries: int = 0
@@ -57,6 +59,11 @@ class StandinPrometheus:
         if self.instance not in query.replace("\\", ""):  # a regular expression's escapes
             return _success("vector" if ranged is None else "matrix", [])
         last = self.scrape_index(at)
+        if query.startswith("count by (instance)"):  # one scrape configuration
+            if last is None:
+                return _success("vector", [])
+            return _success("vector", [{"metric": {"instance": self.instance},
+                                        "value": [at, str(self.configs)]}])  # fmt: skip
         if "timestamp(" in query:
             if last is None:
                 return _success("vector", [])

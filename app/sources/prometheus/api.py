@@ -30,6 +30,7 @@ from specdec_collector.core.promql import (
     instances_selector,
     range_query,
     sample_spacing,
+    scrape_configs_query,
     scrape_time_query,
     scrapes_of,
     series_query,
@@ -197,6 +198,18 @@ class PrometheusAPI:
         until = max(until, end)
         held: dict[str, list[tuple[datetime, Series]]] = {}
         failed: dict[str, Failure] = {}
+        # A server two scrape configurations scrape (jobs, or target labels, that differ) has
+        # each series twice, under labels that differ: it would be counted twice.
+        configs = await self.query(scrape_configs_query(selector), until)
+        for instance, answer in split_by_instance(configs, "vector").items():
+            count = int(float(answer["data"]["result"][0]["value"][1]))
+            if count > 1:
+                failed[instance] = Failure(
+                    FailureKind.PROMETHEUS,
+                    f"Prometheus scrapes this server with {count} scrape configurations (jobs "
+                    "or target labels differ): its series would be counted twice; name it by a "
+                    'selector of one, such as {instance="host:port", job="..."}',
+                )
         if since is None:
             values = split_by_instance(await self.query(series_query(selector), start), "vector")
             times = split_by_instance(
@@ -222,6 +235,8 @@ class PrometheusAPI:
                         del held[instance]
         reads: dict[str, PrometheusRead | Failure] = dict(failed)
         for instance, points in held.items():
+            if instance in failed:
+                continue
             try:
                 kept = thin(Scrapes(points).until(end).points, self.max_points)
             except SourceError as exc:
