@@ -23,6 +23,7 @@ from specdec_collector.service.auth import (
     team_scope,
     writer,
 )
+from specdec_collector.service.middleware import OPEN_ANSWER
 from specdec_collector.service.state import Health, Services
 from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.stored import Actor
@@ -73,7 +74,9 @@ async def get_principal(request: Request) -> Principal:
     services = _services(request)
     authorization = request.headers.get("authorization")
     if authorization is None:
-        found = anonymous(await services.anonymous.is_open())
+        # The open-mode middleware may have asked already, for this request.
+        is_open = request.scope.get(OPEN_ANSWER)
+        found = anonymous(is_open if is_open is not None else await services.anonymous.is_open())
     else:
         found = principal_from_env_keys(authorization, services.env_keys)
     if found is None:

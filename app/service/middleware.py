@@ -119,10 +119,17 @@ class LoopbackHostOnly:
         await self.app(scope, receive, send)
 
 
+#: Where a request's scope keeps whether the service was open for it (asked once a request).
+OPEN_ANSWER = "specdec.open"
+
+
 async def _still_open(scope: Scope) -> bool:
     """Whether the service still serves requests without a key (it has none yet)."""
     services = (scope.get("state") or {}).get("services")
-    return services is None or bool(await services.anonymous.is_open())
+    if services is None:
+        return True
+    found = scope[OPEN_ANSWER] = bool(await services.anonymous.is_open())
+    return found
 
 
 def _refusal(host: str, origin: str | None) -> str | None:

@@ -19,7 +19,7 @@ class Health:
 
     last_beat: float | None = None
     last_answer: tuple[float, int, dict[str, str]] | None = None  # (when, status, body)
-    checking: asyncio.Lock = field(default_factory=asyncio.Lock)
+    check: "asyncio.Task[tuple[int, dict[str, str]]] | None" = None  # the one under way
 
     def beat_landed(self) -> None:
         self.last_beat = time.monotonic()

@@ -20,6 +20,7 @@ BENCHMARKS = [
     "replicas",
     "load",
     "prometheus_source",
+    "attacks",
 ]
 
 

@@ -26,6 +26,7 @@ from tests.support.collector import (
 )
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import InstanceCounters, drafts_payload, vllm_payload
+from tests.support.waiting import wait_for
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -118,8 +119,11 @@ def test_healthz_answers_while_another_writer_holds_the_database(tmp_path: Path)
         other = sqlite3.connect(database, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # holds the write lock until the rollback
         try:
-            time.sleep(ANSWER_KEPT_S + 0.1)  # the last check's answer expired
-            busy = health.get("/healthz")
+            # The next check's heartbeat waits for the lock, and its answer is the one after.
+            busy = wait_for(
+                lambda: a if (a := health.get("/healthz")).json().get("database") else None,
+                "a check that found the database busy",
+            )
         finally:
             other.execute("ROLLBACK")
             other.close()
