@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+from specdec_collector.config import Settings
+
 ROOT = Path(__file__).parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 LINKED = re.compile(r"\]\(((?:docs/)?[a-z-]+\.md|LICENSE)\)")
@@ -56,3 +58,11 @@ def test_every_folder_of_the_package_says_its_job() -> None:
 def test_the_license_is_the_one_pyproject_names() -> None:
     assert "Apache License" in (ROOT / "LICENSE").read_text()
     assert 'license = "Apache-2.0"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_every_setting_is_in_the_deployment_settings_table() -> None:
+    table = (ROOT / "docs" / "deployment.md").read_text()
+    written = {name.upper() for name in Settings.model_fields if f"SPECDEC_{name.upper()}" in table}
+    # The Prometheus credentials share one row: `SPECDEC_PROMETHEUS_BEARER_TOKEN` / ... / `_PASSWORD`.
+    written |= {"PROMETHEUS_PASSWORD"} if "/ `_PASSWORD`" in table else set()
+    assert {name.upper() for name in Settings.model_fields} == written
