@@ -243,6 +243,11 @@ class SamplePoint(BaseModel):
 class TargetSamples(BaseModel):
     target: str
     points: list[SamplePoint]
+    thinned: bool = Field(
+        default=False,
+        description="more snapshots than `max_points`: these are both ends, every restart and "
+        "evenly spaced others (each row's rates are of the interval before it)",
+    )
 
 
 class WindowSamples(BaseModel):

@@ -186,6 +186,69 @@ def interval_increases(chain: Sequence[Series]) -> list[Totals]:
     return steps
 
 
+class TooManyChanges(ValueError):
+    """More steps of a chain change its shape than the points it may keep."""
+
+    def __init__(self, changes: int) -> None:
+        super().__init__(f"{changes} steps change the chain's series")
+        self.changes = changes
+
+
+def _changes_shape(earlier: Series, later: Series) -> bool:
+    """Whether the step from `earlier` to `later` is one the arithmetic must see: a series
+    came or went, or a counter was reset (a gauge's ups and downs never matter)."""
+    if earlier.keys() != later.keys():
+        return True
+    return any(
+        key.role not in GAUGES and was_reset(earlier.get(key), value)
+        for key, value in later.items()
+    )
+
+
+def needed_points(chain: Sequence[Series], max_points: int, strict: bool = True) -> list[int]:
+    """The indexes of at most `max_points` snapshots of `chain` whose increases are those of
+    all of it: the first and the last, both ends of every step where a series came, went or
+    was reset, and evenly spaced others. Between two snapshots kept, every counter only grew
+    and no series came or went, so their difference is the sum of the steps dropped.
+    `TooManyChanges` if the ones needed are more than `max_points` (`strict`), else they are
+    all kept."""
+    if len(chain) <= max_points:
+        return list(range(len(chain)))
+    kept = {0, len(chain) - 1}
+    for index in range(1, len(chain)):
+        if _changes_shape(chain[index - 1], chain[index]):
+            kept.update((index - 1, index))
+    if len(kept) > max_points and strict:
+        raise TooManyChanges(len(kept) // 2)
+    room = max(0, max_points - len(kept))
+    others = [index for index in range(len(chain)) if index not in kept]
+    if room and others:
+        stride = len(others) / room
+        kept.update(others[int(i * stride)] for i in range(min(room, len(others))))
+    return sorted(kept)
+
+
+def thin_timeline(
+    points: Sequence[tuple[Any, str, Reading]], max_points: int
+) -> tuple[list[tuple[Any, str, Reading]], bool]:
+    """At most about `max_points` of a timeline's snapshots, and whether any were dropped:
+    the good ones as `needed_points` keeps them (every restart kept, however many: the
+    cumulative counts stay those of all of them), failed ones evenly spaced in what is left."""
+    if len(points) <= max_points:
+        return list(points), False
+    good = [i for i, (_, _, reading) in enumerate(points) if not isinstance(reading, Failure)]
+    failed = [i for i in range(len(points)) if i not in set(good)]
+    chain = [points[i][2] for i in good]
+    share = max(2, max_points * len(good) // len(points))
+    kept = {good[i] for i in needed_points(chain, share, strict=False)}  # type: ignore[arg-type]
+    kept.update((0, len(points) - 1))  # the ends, whatever they read
+    room = max(0, max_points - len(kept))
+    if room and failed:
+        stride = len(failed) / room
+        kept.update(failed[int(i * stride)] for i in range(min(room, len(failed))))
+    return [points[i] for i in sorted(kept)], True
+
+
 def window_increase(chain: Sequence[Series]) -> Totals:
     """Sum of per-series increases between consecutive snapshots of `chain`."""
     totals = Totals()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from specdec_collector.core.arithmetic import was_reset
+from specdec_collector.core.arithmetic import TooManyChanges, needed_points
 from specdec_collector.core.counters import (
     GAUGES,
     ROLE_OF_FAMILY,
@@ -292,43 +292,20 @@ def scrapes_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) 
     return Scrapes(points)
 
 
-def _changes_shape(earlier: Series, later: Series) -> bool:
-    """Whether the step from `earlier` to `later` is one the arithmetic must see: a series
-    came or went, or a counter was reset (a gauge's ups and downs never matter)."""
-    if earlier.keys() != later.keys():
-        return True
-    return any(
-        key.role not in GAUGES and was_reset(earlier.get(key), value)
-        for key, value in later.items()
-    )
-
-
 def thin(
     points: Sequence[tuple[datetime, Series]], max_points: int
 ) -> list[tuple[datetime, Series]]:
     """At most `max_points` of a target's scrapes that give the window the same result as all
-    of them: the first and the last, both ends of every step where a series came, went or was
-    reset, and evenly spaced others for the timeline. Between two scrapes kept, every counter
-    only grew and no series came or went, so their difference is the sum of the steps dropped.
-    `SourceError` if the steps that must be kept are more than `max_points`."""
-    if len(points) <= max_points:
-        return list(points)
-    kept = {0, len(points) - 1}
-    for index in range(1, len(points)):
-        if _changes_shape(points[index - 1][1], points[index][1]):
-            kept.update((index - 1, index))
-    if len(kept) > max_points:
+    of them (`arithmetic.needed_points`); `SourceError` if the ones needed are more."""
+    try:
+        kept = needed_points([series for _, series in points], max_points)
+    except TooManyChanges as exc:
         raise SourceError(
-            f"the target's series came, went or were reset in {len(kept) // 2} of its "
+            f"the target's series came, went or were reset in {exc.changes} of its "
             f"{len(points)} scrapes in the window: more than the {max_points} points kept per "
             "target (SPECDEC_PROMETHEUS_MAX_POINTS)"
-        )
-    room = max_points - len(kept)
-    others = [index for index in range(len(points)) if index not in kept]
-    if room and others:
-        stride = len(others) / room
-        kept.update(others[int(i * stride)] for i in range(min(room, len(others))))
-    return [points[index] for index in sorted(kept)]
+        ) from None
+    return [points[index] for index in kept]
 
 
 def chunks(start: datetime, end: datetime, span_s: float) -> list[tuple[datetime, datetime]]:

@@ -5,15 +5,15 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 
-from specdec_collector.core.arithmetic import timeline
+from specdec_collector.core.arithmetic import thin_timeline, timeline
 from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import WindowState, WindowView
-from specdec_collector.sources.protocol import CounterSource
+from specdec_collector.sources.protocol import CounterSource, TimelinePoint
 from specdec_collector.store.tables import as_utc
 from specdec_collector.windows.cache import ClosedResults
 from specdec_collector.windows.reads import read_results, read_timeline
 from specdec_collector.windows.storage import load_window, window_state
-from specdec_collector.windows.stored import StoredWindow
+from specdec_collector.windows.stored import StoredTarget, StoredWindow
 from specdec_collector.windows.views import read_view
 
 if TYPE_CHECKING:
@@ -71,8 +71,8 @@ def remember_results(
 
 
 async def timelines(
-    service: "WindowService", team: str, window_id: str, target_name: str | None
-) -> list[tuple[str, list[dict[str, Any]]]]:
+    service: "WindowService", team: str, window_id: str, target_name: str | None, max_points: int
+) -> list[tuple[str, list[dict[str, Any]], bool]]:
     """Each target's timeline (of `target_name`, or all): read live from its source while the
     window is open where the source says so (Prometheus), else from the store."""
     stored = await run_in_threadpool(load_window, service.database, team, window_id)
@@ -82,7 +82,16 @@ async def timelines(
         start = as_utc(stored.window.started_at)
         live = await source.read_open([t.parsed() for t in chosen], start)
         if live is not None:
-            return [
-                (target.name, timeline(points)) for target, points in zip(chosen, live, strict=True)
-            ]
-    return await run_in_threadpool(read_timeline, service.database, stored, target_name)
+            return await run_in_threadpool(_live_rows, chosen, live, max_points)
+    return await run_in_threadpool(read_timeline, service.database, stored, target_name, max_points)
+
+
+def _live_rows(
+    chosen: list[StoredTarget], live: list[list[TimelinePoint]], max_points: int
+) -> list[tuple[str, list[dict[str, Any]], bool]]:
+    """The rows of timelines read live, thinned as stored ones are (off the event loop)."""
+    rows = []
+    for target, points in zip(chosen, live, strict=True):
+        kept, thinned = thin_timeline(points, max_points)
+        rows.append((target.name, timeline(kept), thinned))
+    return rows

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from specdec_collector.core.arithmetic import compare_results, timeline
+from specdec_collector.core.arithmetic import compare_results, thin_timeline, timeline
 from specdec_collector.core.figures import bounded_result
 from specdec_collector.core.readings import Reading
 from specdec_collector.core.results import TargetResult
@@ -74,13 +74,15 @@ def _points_of(
 
 
 def read_timeline(
-    database: Engine, stored: StoredWindow, target_name: str | None
-) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(`host:port`, timeline rows) of the stored window's targets, or of the one named."""
-    return [
-        (target.name, timeline(points))
-        for target, points in _points_of(database, stored.targets_named(target_name))
-    ]
+    database: Engine, stored: StoredWindow, target_name: str | None, max_points: int
+) -> list[tuple[str, list[dict[str, Any]], bool]]:
+    """(`host:port`, timeline rows, whether thinned) of the stored window's targets, or of the
+    one named, at most about `max_points` rows each (`thin_timeline`)."""
+    found = []
+    for target, points in _points_of(database, stored.targets_named(target_name)):
+        kept, thinned = thin_timeline(points, max_points)
+        found.append((target.name, timeline(kept), thinned))
+    return found
 
 
 def read_bounded_results(

@@ -75,10 +75,11 @@ class WindowService:
         )
 
     async def timelines(
-        self, team: str, window_id: str, target_name: str | None
-    ) -> list[tuple[str, list[dict[str, Any]]]]:
-        """Every target's snapshots over time (of `target_name`, or all)."""
-        return await answers.timelines(self, team, window_id, target_name)
+        self, team: str, window_id: str, target_name: str | None, max_points: int
+    ) -> list[tuple[str, list[dict[str, Any]], bool]]:
+        """Every target's snapshots over time (of `target_name`, or all), at most about
+        `max_points` each, and whether some were left out."""
+        return await answers.timelines(self, team, window_id, target_name, max_points)
 
     async def page(
         self,

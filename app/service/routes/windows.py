@@ -254,13 +254,24 @@ async def get_samples(
     format: Annotated[
         Literal["json", "csv"] | None, Query(description="or Accept: text/csv")
     ] = None,
+    max_points: Annotated[
+        int, Query(ge=2, le=100_000, description="snapshots per target at most (about)")
+    ] = 2000,
 ) -> Response:
-    """Every snapshot of the window's targets over time (live while the window is open)."""
+    """Every snapshot of the window's targets over time (live while the window is open); past
+    `max_points` of a target, both ends, every restart and evenly spaced others (`thinned`)."""
     key = None if target is None else _target_name(target, "query")
-    series = await windows.timelines(scope, window_id, key)
+    series = await windows.timelines(scope, window_id, key, max_points)
     if _wants_csv(request, format):
-        return Response(timeline_csv(series), media_type="text/csv; charset=utf-8")
+        rows_only = [(name, rows) for name, rows, _ in series]
+        return Response(timeline_csv(rows_only), media_type="text/csv; charset=utf-8")
     body = WindowSamples.model_validate(
-        {"id": window_id, "series": [{"target": k, "points": rows} for k, rows in series]}
+        {
+            "id": window_id,
+            "series": [
+                {"target": name, "points": rows, "thinned": thinned}
+                for name, rows, thinned in series
+            ],
+        }
     )
     return Response(body.model_dump_json(), media_type="application/json")

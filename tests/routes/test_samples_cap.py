@@ -1,0 +1,65 @@
+"""`/samples` of a long window is capped: both ends, every restart and evenly spaced others,
+and the counts of the last row are still the window's."""
+
+from datetime import timedelta
+
+import httpx
+from sqlmodel import Session
+
+from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.readings import SnapshotPhase, TargetReading
+from specdec_collector.core.targets import parse_target
+from specdec_collector.store.db import open_database, write_alone
+from specdec_collector.store.tables import utcnow
+from specdec_collector.windows.storage import load_window, store_snapshots
+from tests.support.collector import serve_collector
+from tests.support.metrics_server import serve_metrics
+from tests.support.payloads import drafts_payload
+
+SAMPLES = 3000
+RESTART_AT = 1700
+
+
+def test_a_long_timeline_keeps_its_ends_and_restarts_within_max_points(database_url: str) -> None:
+    with (
+        serve_metrics(body=drafts_payload(10)) as server,
+        serve_collector(database_url) as collector,
+    ):
+        api = httpx.Client(base_url=collector, timeout=60)
+        assert api.post("/windows/long/start", json={"targets": [server.target]}).is_success
+        database = open_database(database_url)
+        stored = load_window(database, "default", "long")
+        target = parse_target(server.target)
+        began = utcnow()
+        # Drafts grow by 10 a sample; the engine restarts once (its counts fall to 8).
+        counts = [
+            10 + 10 * (i + 1) if i < RESTART_AT else 8 + 10 * (i - RESTART_AT)
+            for i in range(SAMPLES)
+        ]
+        readings = [
+            TargetReading(
+                target,
+                began + timedelta(milliseconds=i + 1),
+                extract_spec_decode(drafts_payload(count).decode()),
+            )
+            for i, count in enumerate(counts)
+        ]
+
+        def add(session: Session) -> None:
+            ids = {target.name: stored.targets[0].id}
+            store_snapshots(session, ids, SnapshotPhase.SAMPLE, readings)
+
+        write_alone(database, add)
+        database.dispose()
+        server.replace(drafts_payload(counts[-1] + 10))
+        result = api.post("/windows/long/stop").json()["targets"][0]["result"]
+        (series,) = api.get("/windows/long/samples", params={"max_points": 100}).json()["series"]
+        (full,) = api.get("/windows/long/samples", params={"max_points": 100_000}).json()["series"]
+    points = series["points"]
+    assert series["thinned"] is True and len(points) <= 102
+    assert points[0]["phase"] == "before" and points[-1]["phase"] == "after"
+    assert sum(p["restarts"] or 0 for p in points) == 1
+    assert (
+        points[-1]["num_drafts"] == result["data"]["num_drafts"] == full["points"][-1]["num_drafts"]
+    )
+    assert full["thinned"] is False and len(full["points"]) == SAMPLES + 2
