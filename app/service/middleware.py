@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from sqlalchemy.exc import SQLAlchemyError
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -128,7 +130,12 @@ async def _still_open(scope: Scope) -> bool:
     services = (scope.get("state") or {}).get("services")
     if services is None:
         return True
-    found = scope[OPEN_ANSWER] = bool(await services.anonymous.is_open())
+    try:
+        found = scope[OPEN_ANSWER] = bool(await services.anonymous.is_open())
+    except SQLAlchemyError:
+        # The database is away: checked as open (the stricter), and the route asks again,
+        # where its failure is a 503.
+        return True
     return found
 
 

@@ -9,7 +9,9 @@ another address; the figure is the poller's p99, held to 100 ms:
   spends itself, then its readings are `na`);
 - 600 idle connections from one address and 200 trickled request heads (the per-client
   bound and the head deadline close them);
-- keyless `/healthz` callers as fast as they can ask (their checks share one answer a second).
+- keyless `/healthz` callers as fast as they can ask (their checks share one answer a second);
+- a window read from Prometheus as long as the bound allows (a day of one server scraped every
+  15 s, from a stand-in Prometheus), its samples read every 0.5 s while open, then stopped.
 
 python -m tests.bench.bench_attacks
 """
@@ -20,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -28,6 +31,7 @@ from tests.bench.figures import Figure, show
 from tests.support.collector import CollectorProcess, run_collector
 from tests.support.metrics_server import MetricsServer, serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
+from tests.support.prometheus_standin import serve_standin_prometheus
 
 ATTACK_S = 8.0
 TARGET_MS = 100.0
@@ -129,12 +133,29 @@ def _keyless_flood(collector: CollectorProcess, server: MetricsServer, until: fl
         thread.join()
 
 
+def _long_prometheus_window(
+    collector: CollectorProcess, server: MetricsServer, until: float
+) -> None:
+    api = httpx.Client(base_url=collector.base_url, timeout=120)
+    at = datetime.fromtimestamp(time.time() - 86400 + 60, UTC).isoformat()
+    body = {"targets": [PROMETHEUS_INSTANCE], "source": "prometheus", "at": at}
+    api.post("/windows/day/start", json=body)
+    while time.monotonic() < until:
+        api.get("/windows/day/samples")
+        time.sleep(0.5)
+    api.post("/windows/day/stop", json={"at": datetime.now(UTC).isoformat()})
+
+
+PROMETHEUS_INSTANCE = "10.9.8.7:8000"
+
 ATTACKS: list[tuple[str, Callable[[CollectorProcess, MetricsServer, float], None], dict[str, str]]] = [
     ("the largest payload the caps allow, started and stopped in a loop", _payload_loop, {}),
     ("a target whose labels change on every scrape, sampled every 0.5 s", _churn, {}),
     ("800 idle connections a second from one address, a quarter trickling heads", _slowloris,
      {"SPECDEC_HEADER_TIMEOUT_S": "2"}),
     ("8 keyless clients asking /healthz as fast as they can", _keyless_flood, {}),
+    ("a day-long window read from Prometheus, its samples read every 0.5 s, then stopped",
+     _long_prometheus_window, {}),
 ]  # fmt: skip
 
 
@@ -142,9 +163,15 @@ def measure() -> list[Figure]:
     figures = []
     for what, attack, env in ATTACKS:
         with (
+            serve_standin_prometheus(PROMETHEUS_INSTANCE, time.time() - 2 * 86400, 15.0) as prom,
             tempfile.TemporaryDirectory() as folder,
             serve_metrics(body=largest_payload("a"), body_for=None) as server,
-            run_collector(f"sqlite:///{Path(folder) / 'a.db'}", Path(folder), **env) as collector,
+            run_collector(
+                f"sqlite:///{Path(folder) / 'a.db'}",
+                Path(folder),
+                SPECDEC_PROMETHEUS_URL=prom.url,
+                **env,
+            ) as collector,
         ):
             if attack is _churn:
                 server.body_for = churning
