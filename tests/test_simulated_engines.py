@@ -57,6 +57,19 @@ def test_llamacpp(measure: Measure) -> None:
     }
 
 
+def test_lmdeploy(measure: Measure) -> None:
+    result, steps = measure("lmdeploy")
+    drafts, accepted, at = _by_hand(steps)
+    assert (result["engine"], result["exact"]) == ("lmdeploy", True)
+    assert result["data"]["num_drafts"] == drafts
+    assert result["data"]["draft_tokens"] == K * drafts
+    assert result["data"]["accepted_tokens"] == accepted
+    assert result["data"]["per_position_acceptance_rates"] == {
+        str(i): n / drafts for i, n in enumerate(at)
+    }
+    assert result["lifetime"] and "acceptance_length" in result["lifetime"][0]
+
+
 def test_trtllm_at_its_own_endpoint(measure: Measure) -> None:
     result, steps = measure("trtllm", "/prometheus/metrics")
     drafts, accepted, at = _by_hand(steps)

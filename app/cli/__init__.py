@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--seed", type=int, help="random seed of the acceptance draws")
     simulate.add_argument(
         "--engine",
-        choices=["vllm", "llamacpp", "trtllm", "sglang", "vllm-v0"],
+        choices=["vllm", "llamacpp", "trtllm", "sglang", "lmdeploy", "vllm-v0"],
         default="vllm",
         help="whose spec-decode metrics to serve, with its names, endpoint and printing",
     )

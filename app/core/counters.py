@@ -21,6 +21,7 @@ class ServingEngine(StrEnum):
     LLAMACPP = "llamacpp"
     TRTLLM = "trtllm"
     SGLANG = "sglang"
+    LMDEPLOY = "lmdeploy"
 
 
 class Role(StrEnum):
@@ -48,10 +49,20 @@ class Role(StrEnum):
     # vLLM V0's lifetime ratios: gauges, shown as such, never counted.
     LIFETIME_ACCEPTANCE_RATE = "lifetime_acceptance_rate"
     LIFETIME_EFFICIENCY = "lifetime_efficiency"
+    # LMDeploy's lifetime ratios beside its counters: gauges too, never a window's figures.
+    LIFETIME_ACCEPTANCE_LENGTH = "lifetime_acceptance_length"
+    LIFETIME_POSITION_RATE = "lifetime_position_rate"
 
 
 #: Roles that are gauges: read from the family name itself, never treated as counters.
-GAUGES: frozenset[Role] = frozenset({Role.LIFETIME_ACCEPTANCE_RATE, Role.LIFETIME_EFFICIENCY})
+GAUGES: frozenset[Role] = frozenset(
+    {
+        Role.LIFETIME_ACCEPTANCE_RATE,
+        Role.LIFETIME_EFFICIENCY,
+        Role.LIFETIME_ACCEPTANCE_LENGTH,
+        Role.LIFETIME_POSITION_RATE,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +175,28 @@ SGLANG = CounterSchema(
     companions=frozenset({"sglang:generation_tokens", "sglang:num_requests"}),
 )
 
+# LMDeploy >= 0.18 (`lmdeploy/metrics/loggers.py`, `PrometheusStatLogger`): vLLM's four
+# counters under its own prefix, labels `model_name` and `engine` (the DP rank); the
+# per-position series appear at a position's first observation. Its gauges are lifetime ratios.
+_LMDEPLOY_WITNESSES = {
+    "lmdeploy:generation_tokens": Role.GENERATION_TOKENS,
+    "lmdeploy:prompt_tokens": Role.PROMPT_TOKENS,
+}
+LMDEPLOY = CounterSchema(
+    engine=ServingEngine.LMDEPLOY,
+    prefix="lmdeploy:spec_decode_",
+    families={**_under("lmdeploy:spec_decode_", _VLLM_NAMES), **_LMDEPLOY_WITNESSES},
+    position_label="position",
+    companions=frozenset(_LMDEPLOY_WITNESSES),
+    gauges={
+        "lmdeploy:spec_decode_mean_accept_rate": Role.LIFETIME_ACCEPTANCE_RATE,
+        "lmdeploy:spec_decode_mean_accept_length": Role.LIFETIME_ACCEPTANCE_LENGTH,
+        "lmdeploy:spec_decode_per_position_accept_rate": Role.LIFETIME_POSITION_RATE,
+    },
+)
+
 #: Every engine the extraction reads.
-SCHEMAS: tuple[CounterSchema, ...] = (VLLM_V1, LLAMACPP, TRTLLM, SGLANG)
+SCHEMAS: tuple[CounterSchema, ...] = (VLLM_V1, LLAMACPP, TRTLLM, SGLANG, LMDEPLOY)
 
 
 def escaped(name: str) -> str:

@@ -78,6 +78,7 @@ TURN_DRAFTING_ON = {
     ServingEngine.LLAMACPP: "start llama-server with a draft model (-md) or --spec-type "
     "(ngram-simple, for one)",
     ServingEngine.VLLM: "start vLLM with --speculative-config",
+    ServingEngine.LMDEPLOY: "start LMDeploy with --speculative-algorithm",
 }
 VARIABLE_DRAFT_LENGTH = (
     "drafts of variable length: {mean} draft tokens a draft on average, {positions} positions "
@@ -303,11 +304,17 @@ def _lifetime(after: Series) -> list[LifetimeRatios]:
     for key, value in after.items():
         if key.role in GAUGES and value.value is not None:
             entry = ratios.setdefault(key.labels, LifetimeRatios(labels=dict(key.labels)))
-            if key.role is Role.LIFETIME_ACCEPTANCE_RATE:
-                entry.draft_acceptance_rate = value.value
-            else:
-                entry.efficiency = value.value
+            setattr(entry, _LIFETIME_FIELDS[key.role], value.value)
     return list(ratios.values())
+
+
+#: The `LifetimeRatios` field of each gauge role.
+_LIFETIME_FIELDS = {
+    Role.LIFETIME_ACCEPTANCE_RATE: "draft_acceptance_rate",
+    Role.LIFETIME_EFFICIENCY: "efficiency",
+    Role.LIFETIME_ACCEPTANCE_LENGTH: "acceptance_length",
+    Role.LIFETIME_POSITION_RATE: "position_acceptance_rate",
+}
 
 
 @dataclass(frozen=True, slots=True)

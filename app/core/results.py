@@ -65,12 +65,14 @@ class ResultData(BaseModel):
 
 
 class LifetimeRatios(BaseModel):
-    """vLLM V0's lifetime gauges of one label set: ratios since the server started, shown as
-    such (never a window's figures)."""
+    """An engine's lifetime gauges of one label set (vLLM V0's, LMDeploy's): ratios since the
+    server started, shown as such (never a window's figures)."""
 
     labels: dict[str, str]
     draft_acceptance_rate: float | None = None
     efficiency: float | None = None
+    acceptance_length: float | None = None  # LMDeploy's mean, the bonus token included
+    position_acceptance_rate: float | None = None  # LMDeploy's, of the label set's position
 
 
 class EngineResult(BaseModel):

@@ -11,6 +11,9 @@ completes, as llama.cpp and SGLang count. Per engine:
 - `sglang` (`/metrics`): verify calls (one per draft), generated tokens (1 + the tokens of its
   steps, per request) and requests, with the interval gauges `spec_accept_length` /
   `spec_accept_rate` beside them.
+- `lmdeploy` (`/metrics`): vLLM's four counters under `lmdeploy:`, labels `model_name` and
+  `engine` (the DP rank), the per-position series from a position's first count, and the
+  lifetime gauges `spec_decode_mean_accept_rate` / `mean_accept_length` beside them.
 - `vllm-v0` (`/metrics`): V0's counters (draft, accepted and emitted tokens) and its lifetime
   gauges `spec_decode_draft_acceptance_rate` and `spec_decode_efficiency`.
 """
@@ -25,6 +28,7 @@ METRICS_PATHS: dict[str, str] = {
     "trtllm": "/prometheus/metrics",
     "sglang": "/metrics",
     "vllm-v0": "/metrics",
+    "lmdeploy": "/metrics",
 }
 
 
@@ -108,3 +112,30 @@ def vllm_v0(out: list[str], instances: Sequence[Counted], k: int, model: str) ->
             f"# TYPE vllm:spec_decode_{gauge} gauge",
             f"vllm:spec_decode_{gauge}{labels} {value}",
         ]
+
+
+def lmdeploy(out: list[str], instances: Sequence[Counted], k: int, model: str) -> None:
+    """LMDeploy: the three counters and the two lifetime gauges from the start, at 0 (made with
+    their labels in `PrometheusStatLogger.__init__`), one series per DP rank; a rank's
+    per-position series from its first speculative step (`record_specdecode`)."""
+    ranks = [(f'{{model_name="{model}",engine="{i}"}}', e) for i, e in enumerate(instances)]
+    name = "lmdeploy:spec_decode"
+    _counter(out, f"{name}_num_drafts_total", [(lb, float(e.drafts)) for lb, e in ranks], ".1f")
+    tokens = [(lb, float(e.drafts * k)) for lb, e in ranks]
+    _counter(out, f"{name}_num_draft_tokens_total", tokens, ".1f")
+    accepted = [(lb, float(sum(e.accepted_at))) for lb, e in ranks]
+    _counter(out, f"{name}_num_accepted_tokens_total", accepted, ".1f")
+    per_position = [
+        (lb[:-1] + f',position="{i}"}}', float(e.accepted_at[i]))
+        for lb, e in ranks
+        if e.drafts
+        for i in range(k)
+    ]
+    if per_position:
+        _counter(out, f"{name}_num_accepted_tokens_per_pos_total", per_position, ".1f")
+    # Lifetime ratios of the counters (`record_specdecode` sets them from the totals).
+    rates = [(lb, sum(e.accepted_at) / (e.drafts * k) if e.drafts else 0.0) for lb, e in ranks]
+    lengths = [(lb, 1 + sum(e.accepted_at) / e.drafts if e.drafts else 0.0) for lb, e in ranks]
+    for gauge, samples in (("mean_accept_rate", rates), ("mean_accept_length", lengths)):
+        out.append(f"# TYPE {name}_{gauge} gauge")
+        out += [f"{name}_{gauge}{labels} {value}" for labels, value in samples]

@@ -151,6 +151,8 @@ def _other_engine(out: list[str], server: SimulatedServer) -> None:
         families.trtllm(out, counted, k)
     elif server.engine == "sglang":
         families.sglang(out, counted, k, server.model_name)
+    elif server.engine == "lmdeploy":
+        families.lmdeploy(out, counted, k, server.model_name)
     else:
         families.vllm_v0(out, counted, k, server.model_name)
 

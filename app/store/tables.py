@@ -113,7 +113,7 @@ class EndpointSeries(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     endpoint: str = Field(max_length=2048)
-    family: str = Field(max_length=32)
+    family: str = Field(max_length=64)
     labels: str = Field(sa_column=Column(Text, nullable=False))
     labels_digest: str = Field(max_length=64)
 
