@@ -39,7 +39,7 @@ def test_a_long_timeline_keeps_its_ends_and_restarts_within_max_points(database_
         readings = [
             TargetReading(
                 target,
-                began + timedelta(milliseconds=i + 1),
+                began + timedelta(microseconds=i + 1),  # all before the stop
                 extract_spec_decode(drafts_payload(count).decode()),
             )
             for i, count in enumerate(counts)
