@@ -220,12 +220,16 @@ def needed_points(chain: Sequence[Series], max_points: int, strict: bool = True)
             kept.update((index - 1, index))
     if len(kept) > max_points and strict:
         raise TooManyChanges(len(kept) // 2)
+    _spread(kept, [index for index in range(len(chain)) if index not in kept], max_points)
+    return sorted(kept)
+
+
+def _spread(kept: set[int], others: Sequence[int], max_points: int) -> None:
+    """Add evenly spaced ones of `others` to `kept`, up to `max_points` in all."""
     room = max(0, max_points - len(kept))
-    others = [index for index in range(len(chain)) if index not in kept]
     if room and others:
         stride = len(others) / room
         kept.update(others[int(i * stride)] for i in range(min(room, len(others))))
-    return sorted(kept)
 
 
 def thin_timeline(
@@ -237,15 +241,12 @@ def thin_timeline(
     if len(points) <= max_points:
         return list(points), False
     good = [i for i, (_, _, reading) in enumerate(points) if not isinstance(reading, Failure)]
-    failed = [i for i in range(len(points)) if i not in set(good)]
+    failed = [i for i, (_, _, reading) in enumerate(points) if isinstance(reading, Failure)]
     chain = [points[i][2] for i in good]
     share = max(2, max_points * len(good) // len(points))
     kept = {good[i] for i in needed_points(chain, share, strict=False)}  # type: ignore[arg-type]
     kept.update((0, len(points) - 1))  # the ends, whatever they read
-    room = max(0, max_points - len(kept))
-    if room and failed:
-        stride = len(failed) / room
-        kept.update(failed[int(i * stride)] for i in range(min(room, len(failed))))
+    _spread(kept, failed, max_points)
     return [points[i] for i in sorted(kept)], True
 
 

@@ -98,13 +98,16 @@ def instance_selector(target_name: str) -> str:
     return '{instance="' + target_name.replace("\\", "\\\\").replace('"', '\\"') + '"}'
 
 
+def _matchers(selector: str) -> str:
+    """The matchers of `selector`, checked, as the inside of a PromQL selector."""
+    return ", ".join(f'{name}{op}"{value}"' for name, op, value in parse_selector(selector))
+
+
 def series_query(selector: str) -> str:
     """The instant-vector PromQL of every spec-decode series of `selector`: evaluated at a
     moment, the last sample of each at or before it (within Prometheus' lookback, 5 min by
     default); `scrape_time_query` gives the time of their scrape."""
-    matchers = parse_selector(selector)
-    inner = ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers)
-    return f'{{__name__=~"{NAME_PATTERN}", {inner}}}'
+    return f'{{__name__=~"{NAME_PATTERN}", {_matchers(selector)}}}'
 
 
 def scrape_time_query(selector: str, successful_only: bool = True) -> str:
@@ -113,8 +116,7 @@ def scrape_time_query(selector: str, successful_only: bool = True) -> str:
     target. (The spec-decode series cannot be asked: `timestamp()` drops their names, and two
     of one label set are refused. `timestamp()` of an expression is the query's time: the
     filter to successful scrapes comes after it, with `and`.)"""
-    matchers = parse_selector(selector)
-    up = "up{" + ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers) + "}"
+    up = "up{" + _matchers(selector) + "}"
     if not successful_only:
         return f"max by (instance) (timestamp({up}))"
     return f"max by (instance) (timestamp({up}) and {up} == 1)"
@@ -152,6 +154,12 @@ class Scrapes:
     """The samples of one target grouped by scrape: (time, series) in time order."""
 
     points: list[tuple[datetime, Series]] = field(default_factory=list)
+
+    def followed_by(self, more: Sequence[tuple[datetime, Series]]) -> "Scrapes":
+        """These points and those of `more` after the last of them (reads that overlap give
+        a scrape once)."""
+        last = self.points[-1][0] if self.points else None
+        return Scrapes([*self.points, *(p for p in more if last is None or p[0] > last)])
 
     def until(self, stop: datetime) -> "Scrapes":
         """The points up to the first one at or after `stop`, which ends a window (its scrape
@@ -221,8 +229,7 @@ def more_than_one_server(count: int) -> str:
 def scrape_configs_query(selector: str) -> str:
     """The PromQL of how many scrape configurations scrape each instance `selector` matches:
     one `up` series each (two jobs, or target labels that differ, scrape a server twice)."""
-    matchers = parse_selector(selector)
-    up = "up{" + ", ".join(f'{name}{op}"{value}"' for name, op, value in matchers) + "}"
+    up = "up{" + _matchers(selector) + "}"
     return f"count by (instance) ({up})"
 
 

@@ -266,12 +266,9 @@ def _over_budget(
             continue
         # Some may be stored already: only the ones that are not count.
         keys = [key for e, key in missing if e == endpoint]
-        texts = {labels_to_text(key.labels): key for key in keys}
+        digests = {labels_digest(labels_to_text(key.labels)) for key in keys}
         stored = {
-            (family, labels)
-            for _, _, family, labels in _stored_rows(
-                session, [endpoint], (labels_digest(t) for t in texts)
-            )
+            (family, labels) for _, _, family, labels in _stored_rows(session, [endpoint], digests)
         }
         unstored = [k for k in keys if (family_of(k), labels_to_text(k.labels)) not in stored]
         if counts.get(endpoint, 0) + len(unstored) > budget:

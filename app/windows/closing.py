@@ -185,7 +185,6 @@ def prepare_close_in(
     session: Session, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
 ) -> PreparedClose:
     """`prepare_close` through `session`."""
-    chains = _churn_refused(session, chains)
     stored_chains = snapshots_of(session, [t.id for t in stored.targets])
     read_up_to = max((s.id for chain in stored_chains.values() for s in chain), default=0)
     closed = _results(session, stored, stored_chains, chains, stopped_at)
@@ -210,7 +209,8 @@ def add_close(
     )
     if updated.rowcount != 1:
         return None
-    # Checked again, in the write: samples stored since may have spent an endpoint's budget.
+    # In the write, where the series are stored: an endpoint past its budget (rare: a hostile
+    # one) has its readings failures, and the results are computed again with them.
     chains = _churn_refused(session, prepared.chains)
     if chains is not prepared.chains or _latest_snapshot(session, ids) != prepared.read_up_to:
         closed = _results(session, stored, snapshots_of(session, ids), chains, stopped_at)

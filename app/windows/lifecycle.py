@@ -6,13 +6,14 @@ nothing here asks which one it is.
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.core.readings import Failure, FailureKind, Reading, TargetReading
+from specdec_collector.core.results import TargetResult
 from specdec_collector.core.safetext import has_control_characters, safe_error_text
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput, WindowConflict
@@ -38,8 +39,16 @@ logger = logging.getLogger(__name__)
 ON_LOOP_SERIES = 512
 
 
-def _series_in(readings: Iterable[Reading]) -> int:
-    return sum(len(reading) for reading in readings if not isinstance(reading, Failure))
+async def _view(
+    stored: StoredWindow,
+    baselines: dict[int, Reading],
+    results: dict[int, TargetResult | None] | None = None,
+) -> WindowView:
+    """The window's view, built off the event loop when its baselines hold many series."""
+    series = sum(len(r) for r in baselines.values() if not isinstance(r, Failure))
+    if series > ON_LOOP_SERIES:
+        return await run_in_threadpool(view_from, stored, baselines, results)
+    return view_from(stored, baselines, results)
 
 
 def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
@@ -154,11 +163,7 @@ async def start_window(
         "window %s/%s started by %s from %s: %d targets, %d failed",
         actor.team, window_id, actor.key, body.source, len(targets), failed,
     )  # fmt: skip
-    if _series_in(baselines.values()) > ON_LOOP_SERIES:
-        view = await run_in_threadpool(view_from, stored, baselines)
-    else:
-        view = view_from(stored, baselines)
-    return True, encoded_view(service, view)
+    return True, encoded_view(service, await _view(stored, baselines))
 
 
 FORCE_CLOSED = Failure(
@@ -203,10 +208,7 @@ async def stop_window(
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_view, database, actor.team, window_id)
     remember_results(service, actor.team, stored, closed.results)
-    if _series_in(closed.baselines.values()) > ON_LOOP_SERIES:
-        window = await run_in_threadpool(view_from, stored, closed.baselines, closed.results)
-    else:
-        window = view_from(stored, closed.baselines, closed.results)
+    window = await _view(stored, closed.baselines, closed.results)
     ok = sum(t.result is not None and t.result.ok for t in window.targets)
     logger.info(
         "window %s/%s %s by %s: %d of %d targets ok",

@@ -49,7 +49,7 @@ def view_from(
     results: dict[int, TargetResult | None] | None = None,
 ) -> WindowView:
     """The public view from what a start or stop just computed: no query (the results, if
-    any, carry their overlaps, as a stop stores them), so it is built on the event loop."""
+    any, carry their overlaps, as a stop stores them): a small one is built on the event loop."""
     targets = []
     for target in stored.targets:
         phase = baselines.get(target.id)

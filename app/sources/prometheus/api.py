@@ -224,9 +224,8 @@ class PrometheusAPI:
             for instance, scrapes in parts.items():
                 if instance in failed:
                     continue
-                points = held.setdefault(instance, [])
-                last = points[-1][0] if points else None
-                points.extend(p for p in scrapes.points if last is None or p[0] > last)
+                points = Scrapes(held.get(instance, [])).followed_by(scrapes.points).points
+                held[instance] = points
                 if len(points) > 2 * self.max_points:
                     try:
                         held[instance] = thin(points, self.max_points)

@@ -233,13 +233,8 @@ def _joined(
     """A target's samples read before, followed by those read since (thinned again)."""
     if isinstance(more, Failure) or isinstance(known, Failure):
         return more
-    last = known.scrapes.points[-1][0] if known.scrapes.points else None
-    points = [
-        *known.scrapes.points,
-        *(p for p in more.scrapes.points if last is None or p[0] > last),
-    ]
     try:
-        kept = thin(Scrapes(points).until(end).points, max_points)
+        kept = thin(known.scrapes.followed_by(more.scrapes.points).until(end).points, max_points)
     except SourceError as exc:
         return Failure(FailureKind.PROMETHEUS, str(exc))
     return PrometheusRead(Scrapes(kept), more.note)
