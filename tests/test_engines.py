@@ -79,6 +79,7 @@ def test_early_vllm_v1_gives_the_acceptance_rate_only() -> None:
         return extract_spec_decode(
             f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {draft_tokens}.0\n'
             f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {accepted}.0\n'
+            f'vllm:generation_tokens_total{{engine="0"}} {accepted * 3}.0\n'
         )
 
     result = build_result(URL, early(100, 60), early(500, 310))

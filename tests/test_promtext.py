@@ -1,6 +1,7 @@
 """Extraction of the spec-decode series, checked against prometheus_client's parsers."""
 
 import math
+from unittest.mock import ANY
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families as text_fami
 
 from specdec_collector.core.counters import (
     LLAMACPP,
+    POSITION_LABELS,
     ROLE_OF_FAMILY,
     SCHEMAS,
     VLLM_V1,
@@ -138,7 +140,15 @@ def test_other_names_with_the_prefix_are_ignored() -> None:
         "vllm:spec_decode_draft_acceptance_rates 0.5\n"
         'xvllm:spec_decode_num_drafts_total{a="\\nvllm:spec_decode_num_drafts_total 9"} 1\n'
     )
-    assert extract_spec_decode(text) == {}
+    # None is read as a counter; they are only named, as families no schema reads.
+    assert extract_spec_decode(text) == {
+        SeriesKey(Role.SPEC_LIKE, (("family", name),), ServingEngine.UNRECOGNISED): ANY
+        for name in [
+            "vllm:spec_decode_draft_acceptance_rates",
+            "vllm:spec_decode_num_drafts_totally",
+            "xvllm:spec_decode_num_drafts",
+        ]
+    }
 
 
 @pytest.mark.parametrize(
@@ -283,12 +293,16 @@ def test_payload_cut_mid_line_is_an_error() -> None:
 def test_every_schema_names_its_roles_within_its_prefix() -> None:
     counted = {Role.DRAFTS, Role.DRAFT_TOKENS, Role.ACCEPTED, Role.ACCEPTED_PER_POSITION}
     witnesses = {Role.GENERATION_TOKENS, Role.PROMPT_TOKENS}
-    assert set(VLLM_V1.families.values()) == counted | witnesses | {Role.EMITTED}
+    assert set(VLLM_V1.families.values()) == (
+        counted | witnesses | {Role.EMITTED, Role.DRAFTS_BY_LENGTH}
+    )
     assert set(LLAMACPP.families.values()) == counted | witnesses | {Role.DECODE_CALLS}
     for schema in SCHEMAS:
-        names = [*schema.families, *schema.gauges]
+        names = [*schema.families, *schema.gauges, *schema.samples, *schema.named_positions]
         assert all(n.startswith(schema.prefix) for n in names if n not in schema.companions)
-    assert {schema.position_label for schema in SCHEMAS} == {"position", "token_position"}
+    # TGI's histogram buckets are indexed by their bound, DSpark's drafts by their length.
+    assert {schema.position_label for schema in SCHEMAS} == {"position", "token_position", "le"}
+    assert POSITION_LABELS == {"position", "token_position", "le", "draft_length"}
 
 
 def test_a_family_outside_its_prefix_is_refused() -> None:

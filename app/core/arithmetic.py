@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from specdec_collector.core.counters import GAUGES, POSITION_LABELS, Role
+from specdec_collector.core.counters import GAUGES, POSITION_LABELS, Role, ServingEngine
 from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
 from specdec_collector.core.readings import Failure, Reading, SnapshotPhase
 from specdec_collector.core.results import Counts, ResultData, TargetResult
@@ -32,21 +32,34 @@ class Totals:
     verify_calls: float = 0.0  # SGLang
     generation_tokens: float = 0.0  # SGLang
     requests: float = 0.0  # SGLang
+    drafts_by_length: dict[int, float] = field(default_factory=dict)  # DSpark
+    batch_length_sum: float = 0.0  # Modular MAX: its histograms' sums and counts
+    batch_length_count: float = 0.0
+    batch_rate_sum: dict[int, float] = field(default_factory=dict)
+    batch_rate_count: dict[int, float] = field(default_factory=dict)
+    steps_at_most: dict[int, float] = field(default_factory=dict)  # TGI: steps by accepted
+    denoising_steps: float = 0.0  # vLLM's diffusion LLMs
+    canvas_positions: float = 0.0
+    committed_tokens: float = 0.0
     series_resets: int = 0  # series found reset
     restarts: int = 0  # engine instances found restarted: one per instance per interval
 
     def add(self, key: SeriesKey, amount: float) -> None:
-        """Add `amount` to the field of `key`'s role (per position for accepted per position)."""
+        """Add `amount` to the fields of `key`'s role (per position for the per-position
+        roles). An engine whose counters are not AISBench's adds each into the counters it
+        stands for (`_ADDED_INTO`): FastDeploy's emitted tokens minus its accepted ones are
+        its drafts, TGI's steps are drafts and the tokens they skipped accepted tokens."""
         role = key.role
         # Most series of a payload count accepted tokens at a position: that test comes first.
         if role is Role.ACCEPTED_PER_POSITION:
             _add_at(self.accepted_per_pos, key, amount)
-        elif role is Role.DRAFTED_PER_POSITION:
-            _add_at(self.drafted_per_pos, key, amount)
-        else:
-            name = _SUMMED_FIELD.get(role)
-            if name is not None:  # the other roles (witnesses, gauges) are not summed here
-                setattr(self, name, getattr(self, name) + amount)
+            return
+        by_position = _PER_POSITION_FIELD.get(role)
+        if by_position is not None:
+            _add_at(getattr(self, by_position), key, amount)
+            return
+        for name, factor in _ADDED_INTO.get((key.engine, role), ()):
+            setattr(self, name, getattr(self, name) + factor * amount)
 
     def absorb(self, other: "Totals") -> None:
         """Add every counter of `other` to this one."""
@@ -58,6 +71,15 @@ class Totals:
         self.verify_calls += other.verify_calls
         self.generation_tokens += other.generation_tokens
         self.requests += other.requests
+        _merge(self.drafts_by_length, other.drafts_by_length)
+        self.batch_length_sum += other.batch_length_sum
+        self.batch_length_count += other.batch_length_count
+        _merge(self.batch_rate_sum, other.batch_rate_sum)
+        _merge(self.batch_rate_count, other.batch_rate_count)
+        _merge(self.steps_at_most, other.steps_at_most)
+        self.denoising_steps += other.denoising_steps
+        self.canvas_positions += other.canvas_positions
+        self.committed_tokens += other.committed_tokens
         self.series_resets += other.series_resets
         self.restarts += other.restarts
 
@@ -88,12 +110,18 @@ def _merge(into: dict[int, float], more: dict[int, float]) -> None:
 # Asked for each per-position series of every snapshot summed; a server repeats its label sets.
 @lru_cache(maxsize=8192)
 def _position(labels: tuple[tuple[str, str], ...]) -> int | None:
+    """The position (or other index: a bucket's bound, a draft length) a series' labels
+    hold; None for one that is not a whole number (`le="+Inf"`)."""
     for name, value in labels:
         if name in POSITION_LABELS:
             try:
                 return int(value)
             except ValueError:
-                return None
+                try:  # a bucket bound written as a float: `le="2.0"`
+                    number = float(value)
+                except ValueError:
+                    return None
+                return int(number) if number.is_integer() else None
     return None
 
 
@@ -110,6 +138,37 @@ _SUMMED_FIELD: dict[Role, str] = {
     Role.VERIFY_CALLS: "verify_calls",
     Role.GENERATION_TOKENS: "generation_tokens",
     Role.REQUESTS: "requests",
+    Role.BATCH_LENGTH_SUM: "batch_length_sum",
+    Role.BATCH_LENGTH_COUNT: "batch_length_count",
+    Role.DENOISING_STEPS: "denoising_steps",
+    Role.CANVAS_POSITIONS: "canvas_positions",
+    Role.COMMITTED_TOKENS: "committed_tokens",
+}
+
+#: The per-position roles -> their field of `Totals` (keyed by position, or other index).
+_PER_POSITION_FIELD: dict[Role, str] = {
+    Role.DRAFTED_PER_POSITION: "drafted_per_pos",
+    Role.DRAFTS_BY_LENGTH: "drafts_by_length",
+    Role.BATCH_RATE_SUM: "batch_rate_sum",
+    Role.BATCH_RATE_COUNT: "batch_rate_count",
+    Role.STEPS_AT_MOST: "steps_at_most",
+}
+
+#: (engine, role) -> the fields of `Totals` a series adds into, and with which factor. Every
+#: engine's roles are in `_SUMMED_FIELD`'s field, but where its counters stand for others.
+_ADDED_INTO: dict[tuple[ServingEngine, Role], tuple[tuple[str, float], ...]] = {
+    **{
+        (engine, role): ((name, 1.0),)
+        for engine in ServingEngine
+        for role, name in _SUMMED_FIELD.items()
+    },
+    # FastDeploy: each step emits its accepted tokens and one more, so steps (its drafts)
+    # are emitted - accepted.
+    (ServingEngine.FASTDEPLOY, Role.EMITTED): (("num_drafts", 1.0),),
+    (ServingEngine.FASTDEPLOY, Role.ACCEPTED): (("num_accepted_tokens", 1.0), ("num_drafts", -1.0)),
+    # TGI: every step verifies a draft; the tokens beyond its first are the accepted ones.
+    (ServingEngine.TGI, Role.STEPS): (("num_drafts", 1.0),),
+    (ServingEngine.TGI, Role.SKIPPED_TOKENS): (("num_accepted_tokens", 1.0),),
 }
 
 

@@ -22,6 +22,14 @@ class ServingEngine(StrEnum):
     TRTLLM = "trtllm"
     SGLANG = "sglang"
     LMDEPLOY = "lmdeploy"
+    MAX = "max"  # Modular MAX Serve: batch histograms only
+    FASTDEPLOY = "fastdeploy"
+    TGI = "tgi"  # Hugging Face text-generation-inference: a histogram of accepted tokens
+    UNISERVE = "uniserve"  # vLLM's names under `uniserve:`
+    VLLM_DIFFUSION = "vllm-diffusion"  # vLLM serving a diffusion LLM: no drafts, commits
+    # A payload whose families look like spec decoding but no schema reads: its names are
+    # kept (role `SPEC_LIKE`, label `family`) so its result can say what it found.
+    UNRECOGNISED = "unrecognised"
 
 
 class Role(StrEnum):
@@ -52,6 +60,27 @@ class Role(StrEnum):
     # LMDeploy's lifetime ratios beside its counters: gauges too, never a window's figures.
     LIFETIME_ACCEPTANCE_LENGTH = "lifetime_acceptance_length"
     LIFETIME_POSITION_RATE = "lifetime_position_rate"
+    # The DSpark fork of vLLM: drafts counted by their length (label `draft_length`).
+    DRAFTS_BY_LENGTH = "drafts_by_length"
+    # Modular MAX: histograms of per-batch figures, read as their sums and counts.
+    BATCH_LENGTH_SUM = "batch_length_sum"
+    BATCH_LENGTH_COUNT = "batch_length_count"
+    BATCH_RATE_SUM = "batch_rate_sum"  # per position, in percent
+    BATCH_RATE_COUNT = "batch_rate_count"
+    # TGI: a histogram of the tokens each decoding step gave beyond the first (the accepted
+    # draft tokens): its count (steps), its sum, and its buckets (label `le`).
+    STEPS = "steps"
+    SKIPPED_TOKENS = "skipped_tokens"
+    STEPS_AT_MOST = "steps_at_most"
+    # SGLang >= 0.5.23: the draft tokens per step it is running with now (a gauge).
+    ACTIVE_DRAFT_TOKENS = "active_draft_tokens"
+    # vLLM's diffusion LLMs, in place of the spec-decode families.
+    DENOISING_STEPS = "denoising_steps"
+    CANVAS_POSITIONS = "canvas_positions"
+    COMMITTED_TOKENS = "committed_tokens"
+    # The name of a family no schema reads that looks like spec decoding (see
+    # `ServingEngine.UNRECOGNISED`): never counted.
+    SPEC_LIKE = "spec_like"
 
 
 #: Roles that are gauges: read from the family name itself, never treated as counters.
@@ -61,8 +90,13 @@ GAUGES: frozenset[Role] = frozenset(
         Role.LIFETIME_EFFICIENCY,
         Role.LIFETIME_ACCEPTANCE_LENGTH,
         Role.LIFETIME_POSITION_RATE,
+        Role.ACTIVE_DRAFT_TOKENS,
+        Role.SPEC_LIKE,
     }
 )
+
+#: Gauge roles that are an engine's lifetime ratios: shown under a result's `lifetime`.
+LIFETIME: frozenset[Role] = GAUGES - {Role.ACTIVE_DRAFT_TOKENS, Role.SPEC_LIKE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +111,15 @@ class CounterSchema:
     position_label: str
     # Gauge family name (the sample name itself) -> its role.
     gauges: dict[str, Role] = field(default_factory=dict)
+    # Samples read by their whole name as counters: the `_sum`, `_count` and `_bucket` parts
+    # of a histogram (its `_created`, where there is one, is that of its `_count`).
+    samples: dict[str, Role] = field(default_factory=dict)
+    # Labels other than `position_label` that index a family's series (a bucket's `le`, a
+    # draft length): like a position, never part of which engine instance a series is.
+    index_labels: frozenset[str] = frozenset()
+    # Gauges with the position in their name (FastDeploy's `..._rate_0`, `..._rate_1`):
+    # name without the position -> role; read for positions 0 to `MAX_NAMED_POSITIONS` - 1.
+    named_positions: dict[str, Role] = field(default_factory=dict)
     # A substring of the name of every family and gauge but the companions: the extraction
     # finds their lines by searching for it, in one pass shared by the schemas that share it.
     marker: str = "spec_decode_"
@@ -86,7 +129,7 @@ class CounterSchema:
     companions: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        names = [*self.families, *self.gauges]
+        names = [*self.families, *self.gauges, *self.samples, *self.named_positions]
         stray = [
             name
             for name in names
@@ -95,7 +138,7 @@ class CounterSchema:
         if stray:
             raise ValueError(f"{self.engine}: families outside prefix {self.prefix!r}: {stray}")
         unmarked = [n for n in names if self.marker not in n and n not in self.companions]
-        if unmarked or not self.companions <= self.families.keys():
+        if unmarked or not self.companions <= self.families.keys() | self.gauges.keys():
             raise ValueError(f"{self.engine}: families without marker {self.marker!r}: {unmarked}")
 
 
@@ -127,10 +170,19 @@ VLLM_V1 = CounterSchema(
     engine=ServingEngine.VLLM,
     prefix="vllm:spec_decode_",
     families={
-        **_under("vllm:spec_decode_", {**_VLLM_NAMES, "num_emitted_tokens": Role.EMITTED}),
+        **_under(
+            "vllm:spec_decode_",
+            {
+                **_VLLM_NAMES,
+                "num_emitted_tokens": Role.EMITTED,
+                # The DSpark fork (its exact name: a substring parser adds it to drafts).
+                "num_drafts_by_draft_length": Role.DRAFTS_BY_LENGTH,
+            },
+        ),
         **_VLLM_WITNESSES,
     },
     position_label="position",
+    index_labels=frozenset({"draft_length"}),
     companions=frozenset(_VLLM_WITNESSES),
     gauges={
         "vllm:spec_decode_draft_acceptance_rate": Role.LIFETIME_ACCEPTANCE_RATE,
@@ -170,9 +222,13 @@ SGLANG = CounterSchema(
         "sglang:num_requests": Role.REQUESTS,
     },
     position_label="position",
+    # SGLang 0.5.23: the draft tokens a verify call checks now (AutoSpec changes it).
+    gauges={"sglang:spec_num_draft_tokens": Role.ACTIVE_DRAFT_TOKENS},
     # Without the colon: OpenMetrics from prometheus_client >= 0.23 writes `sglang_spec_...`.
     marker="spec_verify_calls",
-    companions=frozenset({"sglang:generation_tokens", "sglang:num_requests"}),
+    companions=frozenset(
+        {"sglang:generation_tokens", "sglang:num_requests", "sglang:spec_num_draft_tokens"}
+    ),
 )
 
 # LMDeploy >= 0.18 (`lmdeploy/metrics/loggers.py`, `PrometheusStatLogger`): vLLM's four
@@ -195,8 +251,99 @@ LMDEPLOY = CounterSchema(
     },
 )
 
+# Modular MAX Serve (`max/python/max/serve/telemetry/metrics.py`, OpenTelemetry histograms
+# exported to Prometheus): a batch's mean acceptance length, and each position's acceptance
+# rate in percent, one observation per batch. The per-position histogram has unit `percent`,
+# which the exporter may append to its name: both spellings are read.
+_MAX_RATE = "maxserve_spec_decode_acceptance_rate_per_position"
+MAX = CounterSchema(
+    engine=ServingEngine.MAX,
+    prefix="maxserve_spec_decode_",
+    families={},
+    position_label="position",
+    samples={
+        "maxserve_spec_decode_avg_acceptance_length_sum": Role.BATCH_LENGTH_SUM,
+        "maxserve_spec_decode_avg_acceptance_length_count": Role.BATCH_LENGTH_COUNT,
+        f"{_MAX_RATE}_sum": Role.BATCH_RATE_SUM,
+        f"{_MAX_RATE}_count": Role.BATCH_RATE_COUNT,
+        f"{_MAX_RATE}_percent_sum": Role.BATCH_RATE_SUM,
+        f"{_MAX_RATE}_percent_count": Role.BATCH_RATE_COUNT,
+    },
+)
+
+# FastDeploy (`fastdeploy/metrics/metrics.py`, `_init_speculative_metrics`; counted in
+# `fastdeploy/output/token_processor.py`, `_record_speculative_decoding_mertics`): for every
+# step of a request, `accept_num` tokens emitted, of which `accept_num - 1` accepted drafts;
+# with MTP, `num_speculative_tokens` draft tokens a step. Its gauges are lifetime ratios.
+FASTDEPLOY = CounterSchema(
+    engine=ServingEngine.FASTDEPLOY,
+    prefix="fastdeploy:",
+    families={
+        "fastdeploy:spec_decode_num_accepted_tokens": Role.ACCEPTED,
+        "fastdeploy:spec_decode_num_emitted_tokens": Role.EMITTED,
+        "fastdeploy:spec_decode_num_draft_tokens": Role.DRAFT_TOKENS,
+        "fastdeploy:generation_tokens": Role.GENERATION_TOKENS,
+    },
+    position_label="position",
+    companions=frozenset({"fastdeploy:generation_tokens"}),
+    gauges={
+        "fastdeploy:spec_decode_draft_acceptance_rate": Role.LIFETIME_ACCEPTANCE_RATE,
+        "fastdeploy:spec_decode_efficiency": Role.LIFETIME_EFFICIENCY,
+    },
+    named_positions={
+        "fastdeploy:spec_decode_draft_single_head_acceptance_rate": Role.LIFETIME_POSITION_RATE,
+    },
+)
+
+# TGI (`router/src/infer/mod.rs`, `send_responses`: one observation per generation of a
+# request, the tokens it gave beyond the first; buckets 0..speculate set in
+# `router/src/server.rs`). The exporter writes a summary where no buckets are set: its
+# `_sum` and `_count` are read alike.
+TGI = CounterSchema(
+    engine=ServingEngine.TGI,
+    prefix="tgi_request_skipped_tokens",
+    families={},
+    position_label="le",
+    marker="tgi_request_skipped_tokens",
+    samples={
+        "tgi_request_skipped_tokens_count": Role.STEPS,
+        "tgi_request_skipped_tokens_sum": Role.SKIPPED_TOKENS,
+        "tgi_request_skipped_tokens_bucket": Role.STEPS_AT_MOST,
+    },
+)
+
+# Engines that write vLLM's names under a prefix of their own (`uniserve:`, a Rust server).
+UNISERVE = CounterSchema(
+    engine=ServingEngine.UNISERVE,
+    prefix="uniserve:spec_decode_",
+    families=_under("uniserve:spec_decode_", _VLLM_NAMES),
+    position_label="position",
+)
+
+# vLLM serving a diffusion LLM (`vllm/v1/spec_decode/metrics.py`, `is_diffusion`): the same
+# counters' places hold denoising steps, canvas positions evaluated and tokens committed.
+VLLM_DIFFUSION = CounterSchema(
+    engine=ServingEngine.VLLM_DIFFUSION,
+    prefix="vllm:diffusion_",
+    families=_under(
+        "vllm:diffusion_",
+        {
+            "num_denoising_steps": Role.DENOISING_STEPS,
+            "num_canvas_positions": Role.CANVAS_POSITIONS,
+            "num_committed_tokens": Role.COMMITTED_TOKENS,
+        },
+    ),
+    position_label="position",
+    marker="diffusion_num_",
+)
+
 #: Every engine the extraction reads.
-SCHEMAS: tuple[CounterSchema, ...] = (VLLM_V1, LLAMACPP, TRTLLM, SGLANG, LMDEPLOY)
+SCHEMAS: tuple[CounterSchema, ...] = (
+    VLLM_V1, LLAMACPP, TRTLLM, SGLANG, LMDEPLOY, MAX, FASTDEPLOY, TGI, UNISERVE, VLLM_DIFFUSION,
+)  # fmt: skip
+
+#: The most positions read from gauges that carry theirs in their name.
+MAX_NAMED_POSITIONS = 16
 
 
 def escaped(name: str) -> str:
@@ -221,13 +368,55 @@ ROLE_OF_FAMILY: dict[str, tuple[ServingEngine, Role]] = {
     for spelling in spellings(family)
 }
 
-#: Gauge family name (in both spellings) -> (engine, role), over every schema.
+#: Gauge family name (in both spellings) -> (engine, role), over every schema; gauges with
+#: their position in the name once per position.
 ROLE_OF_GAUGE: dict[str, tuple[ServingEngine, Role]] = {
     spelling: (schema.engine, role)
     for schema in SCHEMAS
-    for family, role in schema.gauges.items()
+    for family, role in [
+        *schema.gauges.items(),
+        *(
+            (f"{name}_{position}", role)
+            for name, role in schema.named_positions.items()
+            for position in range(MAX_NAMED_POSITIONS)
+        ),
+    ]
     for spelling in spellings(family)
 }
 
-#: The labels that hold a position, over every schema.
-POSITION_LABELS: frozenset[str] = frozenset(schema.position_label for schema in SCHEMAS)
+#: Gauge sample name (both spellings) -> the position its name holds.
+POSITION_IN_NAME: dict[str, str] = {
+    spelling: str(position)
+    for schema in SCHEMAS
+    for name in schema.named_positions
+    for position in range(MAX_NAMED_POSITIONS)
+    for spelling in spellings(f"{name}_{position}")
+}
+
+#: Sample names read whole as counters (histogram parts, both spellings) -> (engine, role).
+ROLE_OF_SAMPLE: dict[str, tuple[ServingEngine, Role]] = {
+    spelling: (schema.engine, role)
+    for schema in SCHEMAS
+    for name, role in schema.samples.items()
+    for spelling in spellings(name)
+}
+
+#: The labels that hold a position or another index, over every schema.
+POSITION_LABELS: frozenset[str] = frozenset(
+    label for schema in SCHEMAS for label in (schema.position_label, *schema.index_labels)
+)
+
+
+def role_of_sample(name: str) -> tuple[tuple[ServingEngine, Role] | None, bool]:
+    """The (engine, role) of a sample name, None for one no schema reads, and whether it is
+    a `_created` sample: a counter's `_total` and `_created`, a histogram's parts (its
+    `_count`'s `_created` too), a gauge by its name. Every source reads names through this."""
+    found = ROLE_OF_SAMPLE.get(name)
+    if found is not None:
+        return found, False
+    if name.endswith("_total"):
+        return ROLE_OF_FAMILY.get(name[: -len("_total")]), False
+    if name.endswith("_created"):
+        base = name[: -len("_created")]
+        return ROLE_OF_FAMILY.get(base) or ROLE_OF_SAMPLE.get(base + "_count"), True
+    return ROLE_OF_GAUGE.get(name), False

@@ -20,11 +20,11 @@ from typing import NamedTuple
 
 from specdec_collector.core.counters import (
     GAUGES,
-    ROLE_OF_FAMILY,
-    ROLE_OF_GAUGE,
+    POSITION_IN_NAME,
     SCHEMAS,
     Role,
     ServingEngine,
+    role_of_sample,
     spellings,
 )
 
@@ -135,15 +135,6 @@ _PARSED_MAX_ENTRIES = 16_384
 _PARSED_MAX_LINE = 512
 
 
-def _role_of(name: str) -> tuple[tuple[ServingEngine, Role] | None, bool]:
-    """The (engine, role) of a sample name, and whether it is a `_created` sample."""
-    if name.endswith("_total"):
-        return ROLE_OF_FAMILY.get(name[: -len("_total")]), False
-    if name.endswith("_created"):
-        return ROLE_OF_FAMILY.get(name[: -len("_created")]), True
-    return ROLE_OF_GAUGE.get(name), False
-
-
 def _sample_of(line: str, limits: ExtractionLimits) -> _Sample | None:
     """The sample of a line, None for a line of a family no schema reads; raises
     `ExtractionError` for a line that is not a readable counter."""
@@ -152,7 +143,7 @@ def _sample_of(line: str, limits: ExtractionLimits) -> _Sample | None:
     # The name first: a line of a family no schema reads (one that merely holds a marker in a
     # label, say) is skipped without the full match.
     end = _NAME_END.search(line)
-    found, is_created = _role_of(line[: end.start()] if end else line)
+    found, is_created = role_of_sample(line[: end.start()] if end else line)
     if found is None:
         return None
     engine, role = found
@@ -168,8 +159,11 @@ def _sample_of(line: str, limits: ExtractionLimits) -> _Sample | None:
     value = checked_value(number, match["value"], name, is_created or role in GAUGES)
     label_text = match["labels"] or ""
     _check_label_chars(len(label_text), name, limits)
-    return _Sample(SeriesKey(role, _parse_labels(label_text), engine), is_created, value,
-                   len(label_text))  # fmt: skip
+    labels = _parse_labels(label_text)
+    position = POSITION_IN_NAME.get(name)
+    if position is not None:  # a gauge with its position in its name: as a label
+        labels = tuple(sorted(dict(labels, position=position).items()))
+    return _Sample(SeriesKey(role, labels, engine), is_created, value, len(label_text))
 
 
 def _unquoted_name(line: str) -> str:
@@ -266,7 +260,54 @@ def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()
                 for family in schema.companions:  # its name is its own marker
                     for spelling in spellings(family):
                         _extract_marked(text, limit, spelling, series, limits, read)
-    return {key: value for key, value in series.items() if value.value is not None}
+    found = {key: value for key, value in series.items() if value.value is not None}
+    if not found:
+        return {
+            SeriesKey(Role.SPEC_LIKE, (("family", name),), ServingEngine.UNRECOGNISED):
+            SeriesValue(value=1.0)
+            for name in spec_like_families(text[:limit])
+        }  # fmt: skip
+    return found
+
+
+#: Substrings of the names of families that look like spec decoding.
+_SPEC_LIKE = ("spec_", "speculative", "draft", "accept")
+#: At most this many such names are told, each at most this long.
+SPEC_LIKE_MAX_NAMES = 8
+_SPEC_LIKE_MAX_CHARS = 120
+_SPEC_LIKE_MAX_HITS = 256  # lines looked at per substring
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum")
+
+
+def spec_like_families(text: str) -> list[str]:
+    """The names of the families of `text` that look like spec decoding (a substring of
+    `_SPEC_LIKE` in the name; the first `SPEC_LIKE_MAX_NAMES`, sorted): what a payload that
+    no schema reads holds, for its result to name. Found by substring search, as extraction
+    finds its lines; only a payload without any spec-decode series is looked at."""
+    names: set[str] = set()
+    for needle in _SPEC_LIKE:
+        found, hits = text.find(needle), 0
+        while found != -1 and hits < _SPEC_LIKE_MAX_HITS and len(names) < SPEC_LIKE_MAX_NAMES:
+            hits += 1
+            start = text.rfind("\n", 0, found) + 1
+            end = text.find("\n", found)
+            end = len(text) if end == -1 else end
+            line = text[start:end]
+            if line.startswith(("# TYPE ", "# HELP ")):
+                line = line[7:]
+            elif line.startswith("#"):
+                line = ""
+            name = _NAME.match(line)
+            if name is not None and needle in name[0] and len(name[0]) <= _SPEC_LIKE_MAX_CHARS:
+                base = name[0]
+                for suffix in _SUFFIXES:
+                    if base.endswith(suffix):
+                        base = base[: -len(suffix)]
+                        break
+                names.add(base)
+            found = text.find(needle, end)
+    return sorted(names)
 
 
 def _extract_marked(

@@ -22,15 +22,17 @@ from specdec_collector.core.arithmetic import (
     absolute_totals,
     as_number,
     derived,
+    interval_increases,
     reading_error,
     window_increase,
 )
-from specdec_collector.core.counters import GAUGES, Role, ServingEngine
-from specdec_collector.core.exposition import MAX_COUNTER, Series
+from specdec_collector.core.counters import GAUGES, LIFETIME, Role, ServingEngine
+from specdec_collector.core.exposition import MAX_COUNTER, SPEC_LIKE_MAX_NAMES, Series
 from specdec_collector.core.readings import Failure, Reading
 from specdec_collector.core.results import (
     Bounds,
     Counts,
+    DiffusionFigures,
     EngineResult,
     LifetimeRatios,
     Raw,
@@ -112,6 +114,75 @@ BEYOND_EXACT = (
     "a count of the window passed 2^53 ({count}): floats hold it to within a few units, so "
     "the figures are not exact"
 )
+MAX_NOTES = [
+    "Modular MAX exports per-batch histograms only: the acceptance length is the mean of its "
+    "batches' mean lengths and each position's rate the mean of its batches' rates "
+    "(change of the sum / change of the count), every batch weighing the same whatever its "
+    "tokens: approximate",
+    "the acceptance rate is the mean of the positions' rates; MAX counts no drafts or tokens",
+]
+FASTDEPLOY_NOTE = (
+    "FastDeploy counts no drafts: they are its decoding steps, derived exactly as emitted - "
+    "accepted tokens (each step emits its accepted tokens and one more); its per-head rates "
+    "are lifetime gauges (under `lifetime`), so per-position rates are not given"
+)
+FASTDEPLOY_NGRAM_NOTE = (
+    "FastDeploy counts draft tokens only for MTP: the acceptance rate needs the draft tokens "
+    "per step (draft_tokens_per_step)"
+)
+FASTDEPLOY_CONFIGURED = (
+    "draft tokens from the configured {k} per step (draft_tokens_per_step); n-gram drafts can "
+    "be shorter, so the acceptance rate is a lower bound"
+)
+TGI_NOTES = [
+    "TGI counts tokens per generation step (its tgi_request_skipped_tokens histogram): the "
+    "accepted tokens are exact, but every step is a draft here, the one that gives a request "
+    "its first token too, so the acceptance length and per-position rates are low by about "
+    "one step per request",
+]
+TGI_SPECULATE = "draft tokens are steps x speculate = {k} ({source})"
+TGI_NO_SPECULATE = (
+    "draft tokens and the acceptance rate need TGI's speculate: its histogram has no buckets "
+    "(an older TGI) and the start body gave no draft_tokens_per_step"
+)
+TGI_NO_BUCKETS = "per-position rates need the histogram's buckets, which this TGI does not write"
+SGLANG_ACTIVE = (
+    "draft tokens from sglang:spec_num_draft_tokens - 1 per verify call (the root of each "
+    "verified block is not a draft)"
+)
+SGLANG_ACTIVE_VARIED = (
+    "the server's draft tokens per verify call changed inside the window (AutoSpec: "
+    "sglang:spec_num_draft_tokens went from {low} to {high}): each interval's calls counted "
+    "with the value at its end, so the draft tokens are approximate; sample the window "
+    "(sample_interval_s) to follow it closer"
+)
+DSPARK_NOTE = (
+    "drafts counted by length (DSpark): per_drafted_position_acceptance_rates is each "
+    "position's rate over the drafts that reached it, exact"
+)
+DIFFUSION_REASON = (
+    "a diffusion LLM (vLLM's diffusion_* counters): it drafts nothing, so there is no "
+    "acceptance; it committed {tokens} tokens per denoising step in the window (under "
+    "`diffusion`)"
+)
+DIFFUSION_IDLE = (
+    "a diffusion LLM (vLLM's diffusion_* counters) that ran no denoising step in the window"
+)
+UNRECOGNISED_REASON = (
+    "No spec decode metrics the collector reads: the server shows families that look like "
+    "speculative decoding ({names}), of an engine it does not know; see docs/engines.md for "
+    "the engines it reads"
+)
+OLD_SGLANG_REASON = (
+    "SGLang before May 2026 (PR #25689) shows spec decoding only as interval gauges ({names}), "
+    "which cannot give a window: serve with an SGLang that has sglang:spec_verify_calls_total "
+    "(it appears after the first speculative request)"
+)
+VLLM_COMPATIBLE_NOTE = (
+    "vLLM-compatible: the payload has vLLM's spec-decode names but none of vLLM's own token "
+    "counters (vllm:generation_tokens), as servers that speak vLLM's names do (pegainfer, "
+    "tokenspeed); the figures take the counters in vLLM's meaning"
+)
 MIXED_NOTE = "the engines' figures do not mean the same: these are {first}'s; see `engines`"
 SUM_NOTE = "the sum over the engines {names}; each one's figures are under `engines`"
 # llama.cpp prints its counters with %g: six significant digits.
@@ -119,7 +190,19 @@ ROUNDED_FROM = 1_000_000
 
 # Engines whose counters mean the same (drafts, draft tokens, accepted, per position): their
 # figures may be summed.
-_SUMMABLE = frozenset({ServingEngine.VLLM, ServingEngine.LLAMACPP})
+_SUMMABLE = frozenset({ServingEngine.VLLM, ServingEngine.LLAMACPP, ServingEngine.UNISERVE})
+
+#: Engines whose spec-decode series appear only once they are first used: a server that had
+#: none at the start counts from 0, as a series absent earlier does.
+APPEAR_LATE = frozenset(
+    {
+        ServingEngine.TRTLLM,  # after its first speculative iteration
+        ServingEngine.SGLANG,  # spec_verify_calls, after the first speculative request
+        ServingEngine.MAX,  # a histogram, at its first observation
+        ServingEngine.TGI,
+        ServingEngine.FASTDEPLOY,  # its spec-decode metrics, made at the first step counted
+    }
+)
 
 
 def _split_by_engine(series: Series) -> dict[ServingEngine, Series]:
@@ -199,9 +282,40 @@ def _trtllm(totals: Totals) -> EngineResult:
     return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=[TRTLLM_NOTE])
 
 
-def _sglang(totals: Totals, per_step: int | None) -> EngineResult:
+@dataclass(frozen=True, slots=True)
+class ActiveDraftTokens:
+    """SGLang's draft tokens of a window from its `spec_num_draft_tokens` gauge: each
+    interval's verify calls times the gauge at the interval's end, less one (the root)."""
+
+    draft_tokens: float
+    low: float
+    high: float
+
+
+def active_draft_tokens(chain: Sequence[Series]) -> ActiveDraftTokens | None:
+    """The draft tokens of an SGLang chain by its gauge, None where a snapshot lacks it."""
+    values = []
+    for snapshot in chain:
+        shown = [
+            v.value
+            for k, v in snapshot.items()
+            if k.role is Role.ACTIVE_DRAFT_TOKENS and v.value is not None
+        ]
+        if not shown:
+            return None
+        values.append(sum(shown) / len(shown))
+    steps = interval_increases(chain)
+    ends = zip(steps, values[1:], strict=True)
+    drafted = sum(step.verify_calls * max(0.0, value - 1) for step, value in ends)
+    return ActiveDraftTokens(drafted, min(values), max(values))
+
+
+def _sglang(
+    totals: Totals, per_step: int | None, active: ActiveDraftTokens | None = None
+) -> EngineResult:
     """SGLang: drafts are verify calls V; accepted = G - R - V; length = (G - R) / V; draft
-    tokens and the rate only with the draft tokens per step the start body gave."""
+    tokens and the rate from its active-draft-tokens gauge (0.5.23) or the draft tokens per
+    step the start body gave."""
     engine = ServingEngine.SGLANG
     calls, generated, requests = totals.verify_calls, totals.generation_tokens, totals.requests
     if calls <= 0:
@@ -209,18 +323,171 @@ def _sglang(totals: Totals, per_step: int | None) -> EngineResult:
     accepted = generated - requests - calls
     if accepted < 0:
         return EngineResult(engine=engine, status="na", error=INCONSISTENT, exact=False)
-    draft_tokens = calls * per_step if per_step else None
+    notes = SGLANG_NOTES[:2]
+    draft_tokens: float | None = None
+    if active is not None and active.high > 1:
+        draft_tokens = active.draft_tokens
+        notes = [*notes, SGLANG_ACTIVE]
+        if active.low != active.high:
+            low, high = as_number(active.low), as_number(active.high)
+            notes.append(SGLANG_ACTIVE_VARIED.format(low=low, high=high))
+    elif per_step:
+        draft_tokens = calls * per_step
+        notes = [*notes, f"draft tokens from the configured {per_step} per step "
+                 "(draft_tokens_per_step)"]  # fmt: skip
+    else:
+        notes = [*notes, *SGLANG_NOTES[2:]]
     data = ResultData(
         num_drafts=as_number(calls), accepted_tokens=as_number(accepted),
         draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
-        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
+        acceptance_rate=None if not draft_tokens else accepted / draft_tokens * 100,
         acceptance_length=(generated - requests) / calls, per_position_acceptance_rates=None,
     )  # fmt: skip
-    notes = SGLANG_NOTES[:2] + (
-        [f"draft tokens from the configured {per_step} per step (draft_tokens_per_step)"]
-        if per_step else SGLANG_NOTES[2:]
-    )  # fmt: skip
     return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=notes)
+
+
+def _max(totals: Totals) -> EngineResult:
+    """Modular MAX: the mean of per-batch figures over the window (their histograms'
+    change of sum over change of count), batch-weighted."""
+    engine = ServingEngine.MAX
+    rates = {
+        str(position): totals.batch_rate_sum.get(position, 0.0) / count / 100
+        for position, count in sorted(totals.batch_rate_count.items())
+        if count > 0
+    }
+    if totals.batch_length_count <= 0 and not rates:
+        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
+    length = (
+        totals.batch_length_sum / totals.batch_length_count
+        if totals.batch_length_count > 0
+        else None
+    )
+    data = ResultData(
+        num_drafts=None, draft_tokens=None, accepted_tokens=None,
+        acceptance_rate=sum(rates.values()) / len(rates) * 100 if rates else None,
+        acceptance_length=length, per_position_acceptance_rates=rates or None,
+    )  # fmt: skip
+    if not data.is_finite():
+        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=False)
+    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=MAX_NOTES)
+
+
+def _fastdeploy(totals: Totals, per_step: int | None) -> EngineResult:
+    """FastDeploy: drafts are its steps (emitted - accepted tokens, added so in `Totals`);
+    draft tokens counted with MTP, else from the start body's draft tokens per step."""
+    engine = ServingEngine.FASTDEPLOY
+    drafts, accepted = totals.num_drafts, totals.num_accepted_tokens
+    if drafts <= 0:
+        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
+    notes, exact = [FASTDEPLOY_NOTE], True
+    draft_tokens: float | None = totals.num_draft_tokens or None
+    if draft_tokens is None:
+        if per_step:
+            draft_tokens = drafts * per_step
+            notes.append(FASTDEPLOY_CONFIGURED.format(k=per_step))
+            exact = False
+        else:
+            notes.append(FASTDEPLOY_NGRAM_NOTE)
+    if draft_tokens is not None and accepted > draft_tokens:
+        error = MORE_ACCEPTED.format(accepted=as_number(accepted), drafted=as_number(draft_tokens))
+        return EngineResult(engine=engine, status="na", error=error, exact=False)
+    data = ResultData(
+        num_drafts=as_number(drafts), accepted_tokens=as_number(accepted),
+        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
+        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
+        acceptance_length=1 + accepted / drafts, per_position_acceptance_rates=None,
+    )  # fmt: skip
+    return EngineResult(engine=engine, status="ok", data=data, exact=exact, notes=notes)
+
+
+def _tgi(totals: Totals, per_step: int | None) -> EngineResult:
+    """TGI: steps are drafts, the tokens they gave beyond the first accepted tokens; its
+    buckets (0..speculate) give speculate, the per-position rates and the distribution."""
+    engine = ServingEngine.TGI
+    steps, accepted = totals.num_drafts, totals.num_accepted_tokens
+    if steps <= 0:
+        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
+    notes = list(TGI_NOTES)
+    at_most = totals.steps_at_most
+    speculate = max(at_most) if at_most else None
+    complete = speculate is not None and all(n in at_most for n in range(speculate + 1))
+    if speculate is not None and speculate > 0:
+        notes.append(TGI_SPECULATE.format(k=speculate, source="the histogram's largest bucket"))
+    elif per_step:
+        speculate = per_step
+        notes.append(TGI_SPECULATE.format(k=per_step, source="draft_tokens_per_step"))
+    else:
+        speculate = None
+        notes.append(TGI_NO_SPECULATE)
+    draft_tokens = steps * speculate if speculate else None
+    if draft_tokens is not None and accepted > draft_tokens:
+        error = MORE_ACCEPTED.format(accepted=as_number(accepted), drafted=as_number(draft_tokens))
+        return EngineResult(engine=engine, status="na", error=error, exact=False)
+    rates = distribution = None
+    if complete and speculate:
+        rates = {str(i): (steps - at_most[i]) / steps for i in range(speculate)}
+        distribution = {
+            str(n): as_number(at_most[n] - (at_most[n - 1] if n else 0.0))
+            for n in range(speculate + 1)
+        }
+    else:
+        notes.append(TGI_NO_BUCKETS)
+    data = ResultData(
+        num_drafts=as_number(steps), accepted_tokens=as_number(accepted),
+        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
+        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
+        acceptance_length=1 + accepted / steps, per_position_acceptance_rates=rates,
+        accepted_distribution=distribution,
+    )  # fmt: skip
+    if not data.is_finite():
+        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=False)
+    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=notes)
+
+
+def _diffusion(totals: Totals) -> EngineResult:
+    """vLLM serving a diffusion LLM: committed tokens per denoising step, not acceptance."""
+    engine = ServingEngine.VLLM_DIFFUSION
+    steps = totals.denoising_steps
+    if steps <= 0:
+        return EngineResult(engine=engine, status="na", error=DIFFUSION_IDLE, exact=False)
+    figures = DiffusionFigures(
+        denoising_steps=as_number(steps),
+        canvas_positions=as_number(totals.canvas_positions),
+        committed_tokens=as_number(totals.committed_tokens),
+        tokens_per_step=totals.committed_tokens / steps,
+        committed_share=(
+            totals.committed_tokens / totals.canvas_positions * 100
+            if totals.canvas_positions > 0
+            else None
+        ),
+    )
+    error = DIFFUSION_REASON.format(tokens=f"{figures.tokens_per_step:.2f}")
+    return EngineResult(engine=engine, status="na", error=error, exact=True, diffusion=figures)
+
+
+def _unrecognised(after: Series) -> EngineResult:
+    """A payload no schema reads, with families that look like spec decoding: named."""
+    names = sorted(dict(key.labels).get("family", "") for key in after)
+    shown = ", ".join(names[:SPEC_LIKE_MAX_NAMES])
+    if names and all(name.startswith(("sglang:", "sglang_")) for name in names):
+        error = OLD_SGLANG_REASON.format(names=shown)
+    else:
+        error = UNRECOGNISED_REASON.format(names=shown)
+    return EngineResult(engine=ServingEngine.UNRECOGNISED, status="na", error=error, exact=False)
+
+
+def _per_drafted_position(totals: Totals) -> dict[str, float] | None:
+    """DSpark: accepted at position i / drafts of length > i, where drafts are counted by
+    length; None without that family (or where no draft reached a position counted)."""
+    if not totals.drafts_by_length:
+        return None
+    rates = {}
+    for position, accepted in sorted(totals.accepted_per_pos.items()):
+        reached = sum(n for length, n in totals.drafts_by_length.items() if length > position)
+        if reached <= 0:
+            return None
+        rates[str(position)] = accepted / reached
+    return rates
 
 
 def _inconsistency(totals: Totals, has_drafts: bool) -> str | None:
@@ -255,6 +522,14 @@ def _figures(
         return _trtllm(totals)
     if engine is ServingEngine.SGLANG:
         return _sglang(totals, hints.draft_tokens_per_step)
+    if engine is ServingEngine.MAX:
+        return _max(totals)
+    if engine is ServingEngine.FASTDEPLOY:
+        return _fastdeploy(totals, hints.draft_tokens_per_step)
+    if engine is ServingEngine.TGI:
+        return _tgi(totals, hints.draft_tokens_per_step)
+    if engine is ServingEngine.VLLM_DIFFUSION:
+        return _diffusion(totals)
     notes: list[str] = []
     exact = True
     if engine is ServingEngine.LLAMACPP:
@@ -284,6 +559,10 @@ def _figures(
         variable = _variable_draft_length(totals)
         if variable is not None:
             notes.append(variable)
+        per_drafted = _per_drafted_position(totals)
+        if per_drafted is not None:
+            data = data.model_copy(update={"per_drafted_position_acceptance_rates": per_drafted})
+            notes.append(DSPARK_NOTE)
     else:
         notes.append(EARLY_V1_NOTE)
         data = ResultData(
@@ -302,7 +581,7 @@ def _figures(
 def _lifetime(after: Series) -> list[LifetimeRatios]:
     ratios: dict[tuple[tuple[str, str], ...], LifetimeRatios] = {}
     for key, value in after.items():
-        if key.role in GAUGES and value.value is not None:
+        if key.role in LIFETIME and value.value is not None:
             entry = ratios.setdefault(key.labels, LifetimeRatios(labels=dict(key.labels)))
             setattr(entry, _LIFETIME_FIELDS[key.role], value.value)
     return list(ratios.values())
@@ -344,12 +623,20 @@ def _engine_windows(
             continue  # gone by the end of the window: nothing to measure
         if engine is ServingEngine.SGLANG and Role.VERIFY_CALLS not in _roles(own[-1]):
             continue  # an SGLang server without speculative decoding
+        if engine is ServingEngine.UNRECOGNISED:
+            if len(by_engine[-1]) == 1:  # nothing else at the end: say what was there
+                windows.append(_EngineWindow(engine, totals, _unrecognised(own[-1])))
+            continue
         kind = recognised(engine, own[-1])
         if kind is ServingEngine.VLLM_V0:
             result = EngineResult(engine=kind, status="na", error=V0_REASON, exact=False)
+        elif kind is ServingEngine.SGLANG:
+            result = _sglang(totals, hints.draft_tokens_per_step, active_draft_tokens(own))
         else:
             has_drafts = Role.DRAFTS in _roles(own[-1])
             result = _figures(kind, totals, has_drafts, (own[0], own[-1]), hints)
+            if kind is ServingEngine.VLLM and not _roles(own[-1]) & {Role.GENERATION_TOKENS}:
+                result = result.model_copy(update={"notes": [*result.notes, VLLM_COMPATIBLE_NOTE]})
         result = _restart_notes(result, totals.restarts, own)
         windows.append(_EngineWindow(kind, totals, result))
     return windows, everything
@@ -371,11 +658,11 @@ def _restart_notes(result: EngineResult, restarts: int, chain: Sequence[Series])
 
 
 def _appear_late(after: Reading) -> bool:
-    """Whether `after` holds only series of an engine that shows none before its first use."""
+    """Whether `after` holds only series of engines that show none before their first use."""
     return (
         bool(after)
         and not isinstance(after, Failure)
-        and all(key.engine is ServingEngine.TRTLLM for key in after)
+        and all(key.engine in APPEAR_LATE for key in after)
     )
 
 
@@ -401,7 +688,7 @@ def build_result(
         return TargetResult(status="na", url=url, error=MINDIE_REASON, engine="mindie", exact=False)
     errors = {name: reading_error(phase) for name, phase in (("before", before), ("after", after))}
     if errors["before"] == NO_METRICS and _appear_late(after):
-        # TensorRT-LLM shows its series only after its first speculative iteration: a server
+        # Some engines show their series only after their first use (`APPEAR_LATE`): a server
         # that had none at the start counts from 0, as a series absent earlier does.
         errors["before"] = None
     raw = Raw(before=_counts(before), after=_counts(after))
@@ -424,7 +711,7 @@ def build_result(
         return TargetResult(
             status=only.result.status, error=only.result.error, data=only.result.data,
             engine=only.engine, exact=only.result.exact, notes=only.result.notes,
-            lifetime=lifetime, **common,
+            lifetime=lifetime, diffusion=only.result.diffusion, **common,
         )  # fmt: skip
     return _combined(windows, lifetime, common)
 

@@ -23,10 +23,11 @@ from typing import Any
 from specdec_collector.core.arithmetic import TooManyChanges, needed_points
 from specdec_collector.core.counters import (
     GAUGES,
+    POSITION_IN_NAME,
     ROLE_OF_FAMILY,
     ROLE_OF_GAUGE,
-    Role,
-    ServingEngine,
+    ROLE_OF_SAMPLE,
+    role_of_sample,
 )
 from specdec_collector.core.exposition import (
     ExtractionError,
@@ -44,6 +45,8 @@ _FAMILIES = sorted(
     [f"{family}_total" for family in ROLE_OF_FAMILY]
     + [f"{family}_created" for family in ROLE_OF_FAMILY]
     + list(ROLE_OF_GAUGE)
+    + list(ROLE_OF_SAMPLE)
+    + [f"{name[: -len('_count')]}_created" for name in ROLE_OF_SAMPLE if name.endswith("_count")]
 )
 #: Every spec-decode sample name, as one regular expression for `__name__=~`.
 NAME_PATTERN = "|".join(re.escape(name) for name in _FAMILIES)
@@ -191,17 +194,13 @@ def _key(labels: dict[str, str]) -> tuple[tuple[SeriesKey, bool] | None, str | N
     name = labels.get("__name__", "")
     if any(has_control_characters(k + v) for k, v in labels.items()):
         raise SourceError("Prometheus holds a series whose labels are not printable text")
-    own = tuple(
-        sorted((k, v) for k, v in labels.items() if k != "__name__" and k not in TARGET_LABELS)
-    )
+    own_labels = {k: v for k, v in labels.items() if k != "__name__" and k not in TARGET_LABELS}
+    position = POSITION_IN_NAME.get(name)
+    if position is not None:  # a gauge with its position in its name: as a label
+        own_labels["position"] = position
+    own = tuple(sorted(own_labels.items()))
     instance = labels.get("instance")
-    found: tuple[ServingEngine, Role] | None
-    if name.endswith("_total"):
-        found, created = ROLE_OF_FAMILY.get(name[: -len("_total")]), False
-    elif name.endswith("_created"):
-        found, created = ROLE_OF_FAMILY.get(name[: -len("_created")]), True
-    else:
-        found, created = ROLE_OF_GAUGE.get(name), False
+    found, created = role_of_sample(name)
     if found is None:
         return None, instance
     engine, role = found

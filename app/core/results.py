@@ -48,11 +48,24 @@ class ResultData(BaseModel):
 
     num_drafts: Count | None
     draft_tokens: Count | None
-    accepted_tokens: Count
+    # Null only for an engine that counts no tokens (Modular MAX's batch histograms).
+    accepted_tokens: Count | None
     acceptance_rate: float | None = Field(description="accepted / draft tokens x 100, full float")
     acceptance_length: float | None = Field(description="1 + accepted / drafts, full float")
     per_position_acceptance_rates: dict[str, float] | None = Field(
         description="accepted at position N / drafts, full float, keys in numeric order"
+    )
+    # Beside AISBench's keys, left out where an engine's counters cannot give them.
+    per_drafted_position_acceptance_rates: dict[str, float] | None = Field(
+        default=None,
+        description="accepted at position N / drafts that reached position N (DSpark's drafts "
+        "by length), full float",
+        exclude_if=lambda value: value is None,
+    )
+    accepted_distribution: dict[str, Count] | None = Field(
+        default=None,
+        description="drafts that had exactly N tokens accepted (TGI's buckets)",
+        exclude_if=lambda value: value is None,
     )
 
     def is_finite(self) -> bool:
@@ -60,8 +73,23 @@ class ResultData(BaseModel):
         figures = [
             self.num_drafts, self.draft_tokens, self.accepted_tokens, self.acceptance_rate,
             self.acceptance_length, *(self.per_position_acceptance_rates or {}).values(),
+            *(self.per_drafted_position_acceptance_rates or {}).values(),
+            *(self.accepted_distribution or {}).values(),
         ]  # fmt: skip
         return all(math.isfinite(figure) for figure in figures if figure is not None)
+
+
+class DiffusionFigures(BaseModel):
+    """A diffusion LLM's window (vLLM's `diffusion_*` counters): no drafts, but how many
+    tokens each denoising step committed, of the canvas positions it evaluated."""
+
+    denoising_steps: Count
+    canvas_positions: Count
+    committed_tokens: Count
+    tokens_per_step: float = Field(description="committed tokens / denoising steps")
+    committed_share: float | None = Field(
+        description="committed tokens / canvas positions evaluated x 100"
+    )
 
 
 class LifetimeRatios(BaseModel):
@@ -84,6 +112,7 @@ class EngineResult(BaseModel):
     data: ResultData | None = None
     exact: bool
     notes: list[str] = Field(default_factory=list)
+    diffusion: DiffusionFigures | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SampleCount(BaseModel):
@@ -162,6 +191,7 @@ class TargetResult(BaseModel):
     lifetime: list[LifetimeRatios] | None = Field(
         default=None, exclude_if=lambda value: value is None
     )
+    diffusion: DiffusionFigures | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def ok(self) -> bool:
