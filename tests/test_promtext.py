@@ -302,7 +302,7 @@ def test_every_schema_names_its_roles_within_its_prefix() -> None:
         assert all(n.startswith(schema.prefix) for n in names if n not in schema.companions)
     # TGI's histogram buckets are indexed by their bound, DSpark's drafts by their length.
     assert {schema.position_label for schema in SCHEMAS} == {"position", "token_position", "le"}
-    assert POSITION_LABELS == {"position", "token_position", "le", "draft_length"}
+    assert {"position", "token_position", "le", "draft_length"} == POSITION_LABELS
 
 
 def test_a_family_outside_its_prefix_is_refused() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from specdec_collector.cli import remote, service
 from specdec_collector.schemas import KeyRole, Source
+from specdec_collector.simulator.families import METRICS_PATHS
 
 
 def _rates(text: str) -> list[float]:
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--seed", type=int, help="random seed of the acceptance draws")
     simulate.add_argument(
         "--engine",
-        choices=["vllm", "llamacpp", "trtllm", "sglang", "lmdeploy", "vllm-v0"],
+        choices=list(METRICS_PATHS),
         default="vllm",
         help="whose spec-decode metrics to serve, with its names, endpoint and printing",
     )

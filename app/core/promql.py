@@ -249,13 +249,26 @@ def baseline_of(values: dict[str, Any], latest: dict[str, Any]) -> list[dict[str
         for entry in _result(latest, "vector")
     }
     entries = []
+    shown = set()
     for entry in _result(values, "vector"):
         instance = (entry.get("metric") or {}).get("instance", "")
+        shown.add(instance)
         stamp = stamps.get(instance, float(entry["value"][0]))
         entries.append(
             {"metric": entry.get("metric") or {}, "values": [[stamp, entry["value"][1]]]}
         )
+    # A target scraped but without spec-decode series yet (engines that show theirs at first
+    # use): its baseline is that scrape, with none, as a direct scrape reads it.
+    entries += [
+        {"metric": {"__name__": EMPTY_SCRAPE, "instance": instance}, "values": [[stamp, "1"]]}
+        for instance, stamp in stamps.items()
+        if instance not in shown
+    ]
     return entries
+
+
+#: The name of a baseline entry that stands for a scrape without spec-decode series.
+EMPTY_SCRAPE = "up"
 
 
 def scrapes_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) -> Scrapes:
@@ -268,6 +281,11 @@ def scrapes_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) 
     for entry in [*baseline, *_result(answer, "matrix")]:
         parsed, instance = _key(entry.get("metric") or {})
         if parsed is None:
+            if (entry.get("metric") or {}).get("__name__") == EMPTY_SCRAPE:
+                for stamp, _ in entry.get("values") or []:
+                    by_time.setdefault(float(stamp), {})
+                if instance is not None:
+                    instances.add(instance)
             continue
         if instance is not None:
             instances.add(instance)

@@ -14,6 +14,18 @@ completes, as llama.cpp and SGLang count. Per engine:
 - `lmdeploy` (`/metrics`): vLLM's four counters under `lmdeploy:`, labels `model_name` and
   `engine` (the DP rank), the per-position series from a position's first count, and the
   lifetime gauges `spec_decode_mean_accept_rate` / `mean_accept_length` beside them.
+- `max`: Modular MAX's histograms `maxserve_spec_decode_avg_acceptance_length` and
+  `..._acceptance_rate_per_position_percent{position}`, one observation per request (the
+  simulator's batch), their `_sum` and `_count` (and a bucket), from the first request on.
+- `fastdeploy`: accepted, emitted (accepted + one per step) and, as with MTP, draft tokens,
+  unlabelled, from the first request on; its lifetime gauges beside them.
+- `tgi`: the histogram `tgi_request_skipped_tokens`, buckets 0..k, one observation per step
+  and one of 0 for each request's first token (TGI records its prefill's generation too).
+- `uniserve`: vLLM's four counters under `uniserve:`, in OpenMetrics with a final `# EOF`.
+- `dspark`: vLLM's families with `vllm:spec_decode_num_drafts_by_draft_length{draft_length}`
+  (every simulated draft is k long).
+- `vllm-diffusion`: vLLM's diffusion counters: a step is a denoising step over k + 1 canvas
+  positions that commits its tokens.
 - `vllm-v0` (`/metrics`): V0's counters (draft, accepted and emitted tokens) and its lifetime
   gauges `spec_decode_draft_acceptance_rate` and `spec_decode_efficiency`.
 """
@@ -29,6 +41,12 @@ METRICS_PATHS: dict[str, str] = {
     "sglang": "/metrics",
     "vllm-v0": "/metrics",
     "lmdeploy": "/metrics",
+    "max": "/metrics",
+    "fastdeploy": "/metrics",
+    "tgi": "/metrics",
+    "uniserve": "/metrics",
+    "dspark": "/metrics",
+    "vllm-diffusion": "/metrics",
 }
 
 
@@ -39,6 +57,8 @@ class Counted(Protocol):
     accepted_at: list[int]
     requests: int
     tokens: int
+    length_sum: float
+    rate_sum: list[float]
 
 
 def _counter(out: list[str], name: str, samples: Sequence[tuple[str, float]], fmt: str) -> None:
@@ -88,7 +108,10 @@ def sglang(out: list[str], instances: Sequence[Counted], k: int, model: str) -> 
     _counter(out, "sglang:generation_tokens_total", [(labels, generated)], ".1f")
     _counter(out, "sglang:num_requests_total", [(labels, requests)], ".1f")
     length = (generated - requests) / calls if calls else 0.0
-    for gauge, value in (("spec_accept_length", length), ("spec_accept_rate", 0.0)):
+    # SGLang 0.5.23's active draft size: k drafted tokens and the verified block's root.
+    gauges = (("spec_accept_length", length), ("spec_accept_rate", 0.0),
+              ("spec_num_draft_tokens", k + 1.0))  # fmt: skip
+    for gauge, value in gauges:
         out += [f"# TYPE sglang:{gauge} gauge", f"sglang:{gauge}{labels} {value:.4f}"]
     out += [
         "# TYPE sglang:time_to_first_token_seconds histogram",
@@ -139,3 +162,126 @@ def lmdeploy(out: list[str], instances: Sequence[Counted], k: int, model: str) -
     for gauge, samples in (("mean_accept_rate", rates), ("mean_accept_length", lengths)):
         out.append(f"# TYPE {name}_{gauge} gauge")
         out += [f"{name}_{gauge}{labels} {value}" for labels, value in samples]
+
+
+def _totals(instances: Sequence[Counted], k: int) -> tuple[float, float, list[float]]:
+    """Drafts, accepted tokens and accepted at each position, over every instance."""
+    at = [float(sum(e.accepted_at[i] for e in instances)) for i in range(k)]
+    return _sum(instances, "drafts"), sum(at), at
+
+
+def _histogram(
+    out: list[str], name: str, labels: str, count: float, total: float, top: float
+) -> None:
+    """A histogram's samples: one bucket holding every observation, `_sum`, `_count`."""
+    pairs = labels[1:-1] + "," if labels else ""
+    out.append(f'{name}_bucket{{{pairs}le="{top}"}} {count}')
+    out.append(f'{name}_bucket{{{pairs}le="+Inf"}} {count}')
+    out.append(f"{name}_sum{labels} {total}")
+    out.append(f"{name}_count{labels} {count}")
+
+
+def max_serve(out: list[str], instances: Sequence[Counted], k: int, model: str) -> None:
+    """Modular MAX: OpenTelemetry histograms, present from their first observation."""
+    requests = _sum(instances, "requests")
+    if not requests:
+        return
+    scope = 'otel_scope_name="max.serve"'
+    name = "maxserve_spec_decode_avg_acceptance_length"
+    out.append(f"# TYPE {name} histogram")
+    _histogram(out, name, f"{{{scope}}}", requests, _sum(instances, "length_sum"), float(k + 1))
+    name = "maxserve_spec_decode_acceptance_rate_per_position_percent"
+    out.append(f"# TYPE {name} histogram")
+    for position in range(k):
+        total = sum(e.rate_sum[position] for e in instances if e.rate_sum)
+        _histogram(out, name, f'{{{scope},position="{position}"}}', requests, total, 100.0)
+
+
+def fastdeploy(out: list[str], instances: Sequence[Counted], k: int, model: str) -> None:
+    """FastDeploy with MTP: its metrics are made at the first step it records."""
+    drafts, accepted, _ = _totals(instances, k)
+    if not drafts:
+        return
+    name = "fastdeploy:spec_decode_num"
+    _counter(out, f"{name}_accepted_tokens_total", [("", accepted)], ".1f")
+    _counter(out, f"{name}_emitted_tokens_total", [("", accepted + drafts)], ".1f")
+    _counter(out, f"{name}_draft_tokens_total", [("", drafts * k)], ".1f")
+    out += [
+        "# TYPE fastdeploy:spec_decode_draft_acceptance_rate gauge",
+        f"fastdeploy:spec_decode_draft_acceptance_rate {accepted / (drafts * k)}",
+    ]
+
+
+def tgi(out: list[str], instances: Sequence[Counted], k: int, model: str) -> None:
+    """TGI: one observation per step (its tokens beyond the first) and one 0 per request."""
+    drafts, accepted, at = _totals(instances, k)
+    requests = _sum(instances, "requests")
+    if not requests:
+        return
+    name = "tgi_request_skipped_tokens"
+    out.append(f"# TYPE {name} histogram")
+    for bound in range(k + 1):
+        at_most = requests + drafts - (at[bound] if bound < k else 0.0)
+        out.append(f'{name}_bucket{{le="{bound}"}} {at_most:.0f}')
+    out.append(f'{name}_bucket{{le="+Inf"}} {requests + drafts:.0f}')
+    out.append(f"{name}_sum {accepted:.0f}")
+    out.append(f"{name}_count {requests + drafts:.0f}")
+
+
+def uniserve(out: list[str], instances: Sequence[Counted], k: int, model: str) -> None:
+    """uniserve: vLLM's names under its own prefix, one series per engine, OpenMetrics."""
+    name = "uniserve:spec_decode_num"
+    ranks = [(f'{{engine="{i}",model_name="{model}"}}', e) for i, e in enumerate(instances)]
+    for family, values in (
+        ("drafts", [float(e.drafts) for _, e in ranks]),
+        ("draft_tokens", [float(e.drafts * k) for _, e in ranks]),
+        ("accepted_tokens", [float(sum(e.accepted_at)) for _, e in ranks]),
+    ):
+        out.append(f"# TYPE {name}_{family} counter")
+        out += [
+            f"{name}_{family}_total{lb} {v:.0f}" for (lb, _), v in zip(ranks, values, strict=True)
+        ]
+    out.append(f"# TYPE {name}_accepted_tokens_per_pos counter")
+    out += [
+        f'{name}_accepted_tokens_per_pos_total{lb[:-1]},position="{i}"}} {e.accepted_at[i]}'
+        for lb, e in ranks
+        for i in range(k)
+    ]
+    out.append("# EOF")
+
+
+def dspark(out: list[str], instances: Sequence[Counted], k: int, model: str) -> None:
+    """The DSpark fork of vLLM: vLLM's families and its drafts by length (all k long here)."""
+    drafts, accepted, at = _totals(instances, k)
+    labels = f'{{engine="0",model_name="{model}"}}'
+    tokens = _sum(instances, "requests") + _sum(instances, "tokens")
+    _counter(out, "vllm:generation_tokens_total", [(labels, tokens)], ".1f")
+    name = "vllm:spec_decode_num"
+    _counter(out, f"{name}_drafts_total", [(labels, drafts)], ".1f")
+    _counter(out, f"{name}_draft_tokens_total", [(labels, drafts * k)], ".1f")
+    _counter(out, f"{name}_accepted_tokens_total", [(labels, accepted)], ".1f")
+    per_position = [(labels[:-1] + f',position="{i}"}}', v) for i, v in enumerate(at)]
+    _counter(out, f"{name}_accepted_tokens_per_pos_total", per_position, ".1f")
+    by_length = [(f'{{draft_length="{k}",engine="0",model_name="{model}"}}', drafts)]
+    _counter(out, f"{name}_drafts_by_draft_length_total", by_length, ".1f")
+
+
+def vllm_diffusion(out: list[str], instances: Sequence[Counted], k: int, model: str) -> None:
+    """vLLM serving a diffusion LLM: each step denoises k + 1 positions, commits its tokens."""
+    steps = _sum(instances, "drafts")
+    labels = f'{{engine="0",model_name="{model}"}}'
+    name = "vllm:diffusion_num"
+    _counter(out, f"{name}_denoising_steps_total", [(labels, steps)], ".1f")
+    _counter(out, f"{name}_canvas_positions_total", [(labels, steps * (k + 1))], ".1f")
+    _counter(out, f"{name}_committed_tokens_total", [(labels, _sum(instances, "tokens"))], ".1f")
+
+
+#: The engines served by a function of this module's last part.
+MORE = {
+    "max": max_serve,
+    "fastdeploy": fastdeploy,
+    "tgi": tgi,
+    "uniserve": uniserve,
+    "dspark": dspark,
+    "vllm-diffusion": vllm_diffusion,
+}

@@ -63,6 +63,10 @@ class InstanceCounters:
     accepted_at: list[int] = field(default_factory=list)
     requests: int = 0
     tokens: int = 0  # emitted by its steps
+    # Each request's own acceptance length and per-position rates (percent), summed: Modular
+    # MAX's histograms observe one per batch, and the simulator's batch is one request.
+    length_sum: float = 0.0
+    rate_sum: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -110,16 +114,23 @@ class SimulatedServer:
             counters = self.counters[instance]
             steps: list[int] = []
             produced = 0
+            at = [0] * self.k
             while produced < max(1, max_tokens):
                 draw = self._random.random()
                 accepted = sum(draw < rate for rate in self.acceptance)
                 counters.drafts += 1
                 for position in range(accepted):
                     counters.accepted_at[position] += 1
+                    at[position] += 1
                 steps.append(accepted + 1)
                 produced += accepted + 1
             counters.requests += 1
             counters.tokens += produced
+            counters.length_sum += produced / len(steps)
+            if not counters.rate_sum:
+                counters.rate_sum = [0.0] * self.k
+            for position, count in enumerate(at):
+                counters.rate_sum[position] += count / len(steps) * 100
             self._requests += 1
             if self.reset_after and self._requests % self.reset_after == 0:
                 # Engine 0 restarts: counters from zero, a new `_created`.
@@ -153,6 +164,8 @@ def _other_engine(out: list[str], server: SimulatedServer) -> None:
         families.sglang(out, counted, k, server.model_name)
     elif server.engine == "lmdeploy":
         families.lmdeploy(out, counted, k, server.model_name)
+    elif server.engine in families.MORE:
+        families.MORE[server.engine](out, counted, k, server.model_name)
     else:
         families.vllm_v0(out, counted, k, server.model_name)
 
