@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="vllm",
         help="whose spec-decode metrics to serve, with its names, endpoint and printing",
     )
+    simulate.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=["none", "summary"],
+        default="none",
+        help="as vLLM's flag: each answer tells its drafts under metrics.speculative_decoding",
+    )
     simulate.set_defaults(handler=service.simulate)
 
     def client_command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -171,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--stream", action="store_true")
     load.add_argument("--model")
     load.add_argument("--temperature", type=float, default=0.0, help="sent with every request")
+    load.add_argument(
+        "--per-request",
+        metavar="FILE",
+        help="write each answer's own account of its drafts (vLLM's metrics.speculative_decoding, "
+        "llama.cpp's timings, SGLang's meta_info, a gateway's usage) and their summary as JSON",
+    )
     load.set_defaults(handler=remote.load)
 
     wait = commands.add_parser("wait-ready", help="wait until every URL answers 2xx (for scripts)")

@@ -3,6 +3,7 @@ to a server (`load`, `wait-ready`)."""
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import secrets
 import sys
@@ -249,6 +250,7 @@ def _run_past(args: argparse.Namespace, window_id: str, command: list[str]) -> i
 
 def load(args: argparse.Namespace) -> int:
     from specdec_collector.cli.runner import generate_load
+    from specdec_collector.core.request_accounts import render, summarise
 
     summary = asyncio.run(
         generate_load(
@@ -267,6 +269,13 @@ def load(args: argparse.Namespace) -> int:
         f"{summary.requests} requests ({summary.failed} failed), "
         f"{summary.completion_tokens} tokens{uncounted} in {summary.seconds:.1f} s"
     )
+    view = summarise(summary.accounts)
+    if view is not None:
+        print(render(view), end="")
+    if args.per_request is not None:
+        records = [dataclasses.asdict(account) for account in summary.accounts]
+        document = {"summary": None if view is None else view.as_json(), "requests": records}
+        Path(args.per_request).write_text(json.dumps(document, indent=2) + "\n")
     if summary.first_failure:
         print(f"specdec load: the first failed request: {summary.first_failure}", file=sys.stderr)
     return 1 if summary.failed else 0

@@ -33,6 +33,7 @@ from specdec_collector.client import (
     Target,
 )
 from specdec_collector.core.report import render_block
+from specdec_collector.core.request_accounts import RequestAccount, account_of, merged_chunks
 from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import Source
 
@@ -240,33 +241,49 @@ class LoadSummary:
     seconds: float
     uncounted: int = 0  # streamed answers that gave no usage
     first_failure: str | None = None  # why the first failed request failed
+    # What the answers told of each request's speculative decoding (`core.request_accounts`).
+    accounts: tuple[RequestAccount, ...] = ()
 
 
 #: httpx's words for a connection closed before any answer to the request came.
 STALE_CONNECTION = "Server disconnected without sending a response"
 
 
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """One completion: whether it was answered 200, why not, the tokens the server says it
+    generated (None for a streamed answer without usage), and its request's account."""
+
+    ok: bool
+    why: str | None = None
+    tokens: int | None = None
+    account: RequestAccount | None = None
+
+
 async def _one_request(
     http: httpx.AsyncClient, path: str, body: dict[str, Any], stream: bool
-) -> tuple[bool, str | None, int | None]:
-    """One completion: whether it was answered 200, why not, and the tokens the server says it
-    generated (None for a streamed answer without usage)."""
+) -> _Answer:
+    """Send one completion and read its answer (a stream's chunks merged into one)."""
     try:
         if stream:
-            usage = None
+            chunks = []
             async with http.stream("POST", path, json=body) as response:
                 async for line in response.aiter_lines():
                     if line.startswith("data: {"):
-                        usage = json.loads(line[6:]).get("usage") or usage
+                        chunks.append(json.loads(line[6:]))
             if response.status_code != 200:
-                return False, f"HTTP {response.status_code}", None
-            return True, None, None if usage is None else int(usage["completion_tokens"])
-        response = await http.post(path, json=body)
-        if response.status_code != 200:
-            return False, f"HTTP {response.status_code}", None
-        return True, None, int(response.json()["usage"]["completion_tokens"])
+                return _Answer(False, f"HTTP {response.status_code}")
+            answer = merged_chunks(chunks)
+        else:
+            response = await http.post(path, json=body)
+            if response.status_code != 200:
+                return _Answer(False, f"HTTP {response.status_code}")
+            answer = response.json()
     except httpx.HTTPError as exc:
-        return False, f"{type(exc).__name__}: {exc}", None
+        return _Answer(False, f"{type(exc).__name__}: {exc}")
+    usage = answer.get("usage")
+    tokens = None if not usage else int(usage["completion_tokens"])
+    return _Answer(True, None, tokens, account_of(answer))
 
 
 async def generate_load(
@@ -290,6 +307,7 @@ async def generate_load(
     queue = iter(range(requests))
     failed = tokens = uncounted = 0
     first_failure: str | None = None
+    accounts: list[RequestAccount] = []
 
     async def worker(http: httpx.AsyncClient) -> None:
         nonlocal failed, tokens, uncounted, first_failure
@@ -305,20 +323,23 @@ async def generate_load(
             else:
                 body["prompt"] = f"question {index}"
             for attempt in range(2):
-                ok, why, counted = await _one_request(http, path, body, stream)
+                answer = await _one_request(http, path, body, stream)
                 # A kept-alive connection that the server closed as the request left on it
                 # (llama-server does, now and then): no answer began, the request is sent once
                 # more on a new connection. The server's own counters tell if it had run.
-                if ok or attempt or STALE_CONNECTION not in (why or ""):
+                if answer.ok or attempt or STALE_CONNECTION not in (answer.why or ""):
                     break
-            if ok and counted is None:
+            if answer.ok and answer.tokens is None:
                 uncounted += 1
-            elif ok and counted is not None:
-                tokens += counted
-            failed += not ok
-            first_failure = first_failure or why
+            elif answer.ok and answer.tokens is not None:
+                tokens += answer.tokens
+            if answer.account is not None:
+                accounts.append(answer.account)
+            failed += not answer.ok
+            first_failure = first_failure or answer.why
 
     began = time.monotonic()
     async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=120) as http:
         await asyncio.gather(*(worker(http) for _ in range(max(1, concurrency))))
-    return LoadSummary(requests, failed, tokens, time.monotonic() - began, uncounted, first_failure)
+    seconds = time.monotonic() - began
+    return LoadSummary(requests, failed, tokens, seconds, uncounted, first_failure, tuple(accounts))

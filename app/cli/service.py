@@ -93,6 +93,7 @@ def simulate(args: argparse.Namespace) -> int:
             reset_after=args.reset_after,
             seed=args.seed,
             engine=args.engine,
+            per_request_metrics=args.per_request_spec_decode_metrics == "summary",
         )
     except ValueError as exc:
         print(f"specdec simulate: {exc}", file=sys.stderr)

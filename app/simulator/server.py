@@ -83,6 +83,9 @@ class SimulatedServer:
     seed: int | None = None
     # Whose families `/metrics` serves (see `simulator.families`).
     engine: str = "vllm"
+    # As vLLM's `--per-request-spec-decode-metrics summary`: each answer tells its request's
+    # drafts under `metrics.speculative_decoding`.
+    per_request_metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.engine not in METRICS_PATHS:
@@ -315,6 +318,7 @@ def _completion(server: SimulatedServer, body: CompletionRequest, chat: bool) ->
         "completion_tokens": sum(steps),
         "total_tokens": body.prompt_tokens() + sum(steps),
     }
+    extra = {"metrics": _spec_decode_metrics(steps, server.k)} if server.per_request_metrics else {}
 
     def choice(text: str, last: bool, streamed: bool) -> dict[str, Any]:
         finish = "length" if last else None
@@ -337,6 +341,7 @@ def _completion(server: SimulatedServer, body: CompletionRequest, chat: bool) ->
                 "model": model,
                 "choices": [choice(text, True, False)],
                 "usage": usage,
+                **extra,
             }
         )
 
@@ -348,11 +353,31 @@ def _completion(server: SimulatedServer, body: CompletionRequest, chat: bool) ->
             yield f"data: {json.dumps(chunk)}\n\n"
         if (body.stream_options or {}).get("include_usage"):
             last = {"id": ident, "object": chunk_kind, "created": created, "model": model,
-                    "choices": [], "usage": usage}  # fmt: skip
+                    "choices": [], "usage": usage, **extra}  # fmt: skip
             yield f"data: {json.dumps(last)}\n\n"
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _spec_decode_metrics(steps: Sequence[int], k: int) -> dict[str, Any]:
+    """vLLM's per-request `metrics` of a request's steps (`RequestSpecDecodeMetrics.to_dict`
+    of vllm/v1/metrics/stats.py): a histogram of accepted draft tokens per step, and sums."""
+    histogram = [0] * (k + 1)
+    for step in steps:
+        histogram[step - 1] += 1
+    accepted = sum(step - 1 for step in steps)
+    return {
+        "speculative_decoding": {
+            "mean_acceptance_length": 1 + accepted / len(steps),
+            "draft_acceptance_rate": accepted / (len(steps) * k),
+            "acceptance_histogram": histogram,
+            "num_spec_steps": len(steps),
+            "num_accepted_draft_tokens": accepted,
+            "num_draft_tokens": len(steps) * k,
+            "num_spec_tokens": k,
+        }
+    }
 
 
 def create_simulator_app(server: SimulatedServer) -> FastAPI:

@@ -1,0 +1,110 @@
+"""Each answer's own account of its request's drafts: read from every shape a server writes,
+summed and spread, and held against a window's counters over the same load."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specdec_collector.core.request_accounts import (
+    DIFFERENCES,
+    RequestAccount,
+    account_of,
+    merged_chunks,
+    render,
+    summarise,
+)
+from tests.support.collector import run_simulator, specdec_command
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (  # vLLM 0.32 `--per-request-spec-decode-metrics summary` (RequestSpecDecodeMetrics)
+            {"metrics": {"speculative_decoding": {"num_spec_steps": 10, "num_draft_tokens": 40,
+                                                  "num_accepted_draft_tokens": 17}}},
+            RequestAccount("vllm", 40, 17, 10),
+        ),
+        ({"timings": {"draft_n": 64, "draft_n_accepted": 31}}, RequestAccount("llamacpp", 64, 31)),
+        (  # SGLang's three generations of meta_info names
+            {"meta_info": {"spec_num_proposed_drafts": 30, "spec_num_correct_drafts": 12,
+                           "spec_verify_ct": 10}},
+            RequestAccount("sglang", 30, 12, 10),
+        ),
+        ({"meta_info": {"spec_proposed_drafts": 9, "spec_accepted_drafts": 4}},
+         RequestAccount("sglang", 9, 4)),
+        ({"meta_info": {"spec_draft_token_num": 6, "spec_accept_token_num": 5}},
+         RequestAccount("sglang", 6, 5)),
+        (  # a gateway's OpenAI usage fields
+            {"usage": {"completion_tokens": 50, "completion_tokens_details": {
+                "accepted_prediction_tokens": 20, "rejected_prediction_tokens": 8}}},
+            RequestAccount("usage", 28, 20),
+        ),
+        ({"usage": {"completion_tokens": 50}}, None),
+        # Odd or hostile values are no account, never a crash.
+        ({"timings": {"draft_n": -1, "draft_n_accepted": 3}}, None),
+        ({"timings": {"draft_n": "64", "draft_n_accepted": 3}}, None),
+        ({"metrics": {"speculative_decoding": {"num_draft_tokens": 1.5,
+                                               "num_accepted_draft_tokens": 1}}}, None),
+        ({"metrics": "no", "timings": None, "meta_info": [1]}, None),
+    ],
+)  # fmt: skip
+def test_every_shape_of_account(answer: dict[str, object], expected: RequestAccount | None) -> None:
+    assert account_of(answer) == expected
+
+
+def test_a_streams_final_usage_chunk_carries_the_account() -> None:
+    chunks = [
+        {"choices": [{"text": "a"}], "usage": None},
+        {"choices": [], "usage": {"completion_tokens": 2},
+         "metrics": {"speculative_decoding": {"num_spec_steps": 1, "num_draft_tokens": 4,
+                                              "num_accepted_draft_tokens": 1}}},
+    ]  # fmt: skip
+    assert account_of(merged_chunks(chunks)) == RequestAccount("vllm", 4, 1, 1)
+
+
+def test_the_view_spreads_acceptance_over_requests() -> None:
+    accounts = [RequestAccount("vllm", 40, n, 10) for n in range(0, 41, 4)]  # 11 requests
+    view = summarise(accounts)
+    assert view is not None and view.accounted == 11 and view.steps == 110
+    assert view.drafted == 440 and view.accepted == sum(range(0, 41, 4))
+    assert view.acceptance_rate is not None and view.acceptance_length is not None
+    # Rates 0, 10, ..., 100 %: the inclusive deciles are 10 and 90, the median 50.
+    assert (view.acceptance_rate.p10, view.acceptance_rate.p50, view.acceptance_rate.p90) == (
+        pytest.approx(10.0), 50.0, pytest.approx(90.0),
+    )  # fmt: skip
+    assert view.acceptance_length.p50 == 1 + 20 / 10
+    text = render(view)
+    assert "11 answers with accounts, vllm" in text and DIFFERENCES["vllm"] in text
+    assert summarise([]) is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_per_request_view_beside_a_windows_counters(
+    api: httpx.Client, tmp_path: Path, stream: bool
+) -> None:
+    """`specdec load` against a simulator that tells each request's drafts as vLLM's
+    `--per-request-spec-decode-metrics summary` does: the sums are the window's counts."""
+    args = ("--drafts-per-s", "0", "--per-request-spec-decode-metrics", "summary", "--seed", "3")
+    with run_simulator(*args) as url:
+        window = f"accounts-{stream}"
+        assert api.post(f"/windows/{window}/start", json={"targets": [url]}).is_success
+        out = tmp_path / "requests.json"
+        run = subprocess.run(
+            [*specdec_command(), "load", "--url", url, "--requests", "9", "--concurrency", "3",
+             "--max-tokens", "30", "--per-request", str(out), *(["--stream"] if stream else [])],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        result = api.post(f"/windows/{window}/stop").json()["targets"][0]["result"]
+    written = json.loads(out.read_text())
+    requests = written["requests"]
+    assert len(requests) == 9 and {r["source"] for r in requests} == {"vllm"}
+    data = result["data"]
+    assert sum(r["steps"] for r in requests) == data["num_drafts"] == written["summary"]["steps"]
+    assert sum(r["drafted"] for r in requests) == data["draft_tokens"]
+    assert sum(r["accepted"] for r in requests) == data["accepted_tokens"]
+    assert f"{data['draft_tokens']} draft tokens, {data['accepted_tokens']} accepted" in run.stdout
+    rates = sorted(r["accepted"] / r["drafted"] * 100 for r in requests)
+    assert written["summary"]["acceptance_rate"]["p50"] == rates[4]
