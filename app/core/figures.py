@@ -183,6 +183,19 @@ VLLM_COMPATIBLE_NOTE = (
     "counters (vllm:generation_tokens), as servers that speak vLLM's names do (pegainfer, "
     "tokenspeed); the figures take the counters in vLLM's meaning"
 )
+#: What each verification mode a start body names does to the acceptance (vLLM's
+#: `rejection_sample_method`; the counters cannot tell them apart).
+VERIFICATION_NOTES = {
+    "standard": None,
+    "block": "block verification (as the start body says) accepts at least as many draft tokens "
+    "as standard verification of the same drafts: compare it with windows of block "
+    "verification only",
+    "fly": "fly verification (as the start body says) is lossy: it accepts drafts the target "
+    "model would not have sampled, so its acceptance is not comparable with a lossless one's",
+    "synthetic": "synthetic verification (as the start body says) accepts at the configured "
+    "synthetic_acceptance_rates whatever the drafts: the figures measure the test stand, "
+    "not a drafter",
+}
 MIXED_NOTE = "the engines' figures do not mean the same: these are {first}'s; see `engines`"
 SUM_NOTE = "the sum over the engines {names}; each one's figures are under `engines`"
 # llama.cpp prints its counters with %g: six significant digits.
@@ -682,8 +695,24 @@ def build_result(
 
     `samples` are the background scrapes between the two, in time order; failed ones are
     skipped, so the chain continues from the last good snapshot. `hints` are what the start
-    body told of the target's engine.
+    body told of the target's engine; its verification mode is kept on the result, with what
+    it does to the acceptance in the notes.
     """
+    result = _result(url, before, after, samples, hints)
+    if hints.verification is None:
+        return result
+    note = VERIFICATION_NOTES.get(hints.verification)
+    notes = result.notes if note is None else [*(result.notes or []), note]
+    return result.model_copy(update={"verification": hints.verification, "notes": notes})
+
+
+def _result(
+    url: str,
+    before: Reading,
+    after: Reading,
+    samples: Sequence[Reading],
+    hints: EngineHints,
+) -> TargetResult:
     if hints.engine == "mindie":
         return TargetResult(status="na", url=url, error=MINDIE_REASON, engine="mindie", exact=False)
     errors = {name: reading_error(phase) for name, phase in (("before", before), ("after", after))}

@@ -192,6 +192,8 @@ class TargetResult(BaseModel):
         default=None, exclude_if=lambda value: value is None
     )
     diffusion: DiffusionFigures | None = Field(default=None, exclude_if=lambda v: v is None)
+    # How the server verified drafts, where the start body said (`core.targets.VERIFICATIONS`).
+    verification: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def ok(self) -> bool:

@@ -26,16 +26,25 @@ _HOSTNAME = re.compile(
 
 #: Engines a target may be named as in a start body (those recognised from payloads, and
 #: MindIE, whose metrics cannot give a window).
-NAMED_ENGINES = ("vllm", "vllm-v0", "llamacpp", "trtllm", "sglang", "mindie")
+NAMED_ENGINES = (
+    "vllm", "vllm-v0", "llamacpp", "trtllm", "sglang", "lmdeploy", "max", "fastdeploy", "tgi",
+    "uniserve", "mindie",
+)  # fmt: skip
+
+#: How a server verifies drafts (vLLM's `rejection_sample_method`), as a start body may tell
+#: it: the counters cannot.
+VERIFICATIONS = ("standard", "block", "fly", "synthetic")
 
 
 @dataclass(frozen=True, slots=True)
 class EngineHints:
-    """What a start body may tell of a target's engine that its metrics do not: its name, and
-    the draft tokens per step (SGLang's `--speculative-num-draft-tokens` - 1 when chained)."""
+    """What a start body may tell of a target's engine that its metrics do not: its name, the
+    draft tokens per step (SGLang's `--speculative-num-draft-tokens` - 1 when chained), and how
+    it verifies drafts (`VERIFICATIONS`)."""
 
     engine: str | None = None
     draft_tokens_per_step: int | None = None
+    verification: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,15 +230,18 @@ def _parse_hints(value: Mapping[str, Any]) -> EngineHints:
         isinstance(per_step, bool) or not isinstance(per_step, int) or not 1 <= per_step <= 64
     ):
         raise ValueError("draft_tokens_per_step must be a whole number of 1-64")
-    return EngineHints(engine, per_step)
+    verification = value.get("verification")
+    if verification is not None and verification not in VERIFICATIONS:
+        raise ValueError(f"verification must be one of {', '.join(VERIFICATIONS)}")
+    return EngineHints(engine, per_step, verification)
 
 
 def parse_target(value: str | Mapping[str, Any]) -> Target:
     """Parse one target in any accepted form; raise `ValueError` saying what is wrong.
 
     Objects are an AISBench model entry (`host_ip`, `host_port`) or `{"url": ...}`; either may
-    carry `headers` to send with each scrape (for targets behind auth), and `engine` and
-    `draft_tokens_per_step` (`EngineHints`).
+    carry `headers` to send with each scrape (for targets behind auth), and `engine`,
+    `draft_tokens_per_step` and `verification` (`EngineHints`).
     """
     if isinstance(value, Mapping):
         headers = _parse_headers(value.get("headers"))

@@ -91,6 +91,7 @@ class WindowTarget(SQLModel, table=True):
     # What the start body told of the target's engine (`core.targets.EngineHints`).
     named_engine: str | None = Field(default=None, max_length=16)
     draft_tokens_per_step: int | None = Field(default=None)
+    verification: str | None = Field(default=None, max_length=16)
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     # Copied from `result` at stop, so that lists filter and sort on them in SQL.
     status: str | None = Field(default=None, max_length=8)

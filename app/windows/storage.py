@@ -37,7 +37,8 @@ _WINDOW_BY_ID = select(Window).where(
 )
 _TARGETS_OF = (
     sa_select(_TARGETS.c.id, _TARGETS.c.target, _TARGETS.c.url, _TARGETS.c.result,
-              _TARGETS.c.headers, _TARGETS.c.named_engine, _TARGETS.c.draft_tokens_per_step)
+              _TARGETS.c.headers, _TARGETS.c.named_engine, _TARGETS.c.draft_tokens_per_step,
+              _TARGETS.c.verification)
     .where(_TARGETS.c.window_pk == bindparam("window_pk"))
     .order_by(_TARGETS.c.ordinal)
 )  # fmt: skip
@@ -93,8 +94,8 @@ def targets_of(session: Session, window_pk: int) -> list[StoredTarget]:
     rows = session.execute(_TARGETS_OF, {"window_pk": window_pk})
     return [
         StoredTarget(row_id, key, url, result, tuple((headers or {}).items()),
-                     EngineHints(database, per_step))
-        for row_id, key, url, result, headers, database, per_step in rows
+                     EngineHints(database, per_step, verification))
+        for row_id, key, url, result, headers, database, per_step, verification in rows
     ]  # fmt: skip
 
 
@@ -243,7 +244,8 @@ def add_window(
         {"window_pk": window.id, "ordinal": ordinal, "target": target.name,
          "url": target.url, "headers": dict(target.headers) or None,
          "named_engine": target.hints.engine,
-         "draft_tokens_per_step": target.hints.draft_tokens_per_step}
+         "draft_tokens_per_step": target.hints.draft_tokens_per_step,
+         "verification": target.hints.verification}
         for ordinal, target in enumerate(targets)
     ]  # fmt: skip
     session.execute(_INSERT_TARGETS, rows)

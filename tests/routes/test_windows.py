@@ -450,7 +450,7 @@ def test_a_start_body_tells_an_sglang_targets_draft_tokens_per_step(api: httpx.C
         ).encode()
 
     with serve_metrics(body=payload(0, 0, 0)) as server:
-        bad = {"url": server.url, "engine": "tgi"}
+        bad = {"url": server.url, "engine": "tgi-2"}
         refused = api.post("/windows/sg/start", json={"targets": [bad]})
         assert refused.status_code == 422 and "engine must be one of" in refused.text
         target = {"url": server.url, "engine": "sglang", "draft_tokens_per_step": 3}
@@ -462,6 +462,23 @@ def test_a_start_body_tells_an_sglang_targets_draft_tokens_per_step(api: httpx.C
     assert result["data"]["accepted_tokens"] == 140
     assert result["data"]["acceptance_rate"] == 140 / 150 * 100
     assert result["data"]["acceptance_length"] == (200 - 10) / 50
+
+
+def test_a_start_body_tells_how_a_target_verifies_drafts(api: httpx.Client) -> None:
+    """vLLM's counters cannot tell a lossy verification (`fly`) from a lossless one: the start
+    body can, and the result keeps it (stored with the target, read back at the stop)."""
+    with serve_metrics(body=vllm_payload([InstanceCounters(0, 0, [0, 0])]).encode()) as server:
+        bad = {"url": server.url, "verification": "lossy"}
+        refused = api.post("/windows/vf/start", json={"targets": [bad]})
+        assert refused.status_code == 422 and "verification must be one of" in refused.text
+        target = {"url": server.url, "verification": "fly"}
+        assert api.post("/windows/vf/start", json={"targets": [target]}).is_success
+        server.replace(vllm_payload([InstanceCounters(10, 20, [8, 5])]).encode())
+        result = api.post("/windows/vf/stop").json()["targets"][0]["result"]
+        again = api.get("/windows/vf").json()["targets"][0]["result"]
+    assert result["verification"] == again["verification"] == "fly"
+    assert result["exact"] is True  # the arithmetic is; the comparison is what is not
+    assert any("lossy" in note and "not comparable" in note for note in result["notes"])
 
 
 def test_sources_are_never_mixed_and_need_a_prometheus(api: httpx.Client) -> None:
