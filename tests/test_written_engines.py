@@ -6,6 +6,7 @@ from pathlib import Path
 from specdec_collector.core.counters import SCHEMAS
 from specdec_collector.core.exposition import Series, SeriesKey, extract_spec_decode
 from specdec_collector.core.figures import build_result
+from specdec_collector.core.report import render_block
 from specdec_collector.core.results import TargetResult
 from specdec_collector.core.targets import EngineHints
 from specdec_collector.store.tables import TABLES
@@ -97,6 +98,9 @@ def test_a_max_window_is_the_mean_of_its_batches_and_says_it_is_approximate() ->
     )
     assert result.notes is not None and "approximate" in result.notes[0]
     assert "every batch weighing the same" in result.notes[0]
+    block = render_block("max:8000", result)
+    assert "Accepted tokens                               N/A" in block
+    assert "Engine                                        max (approximate: see notes)" in block
 
 
 def test_fastdeploy_drafts_are_its_steps_emitted_minus_accepted() -> None:

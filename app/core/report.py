@@ -56,7 +56,7 @@ def render_block(target: str, result: TargetResult) -> str:
             _row("Acceptance length", _fixed(data.acceptance_length)),
             _row("Drafts", _shown(data.num_drafts)),
             _row("Draft tokens", _shown(data.draft_tokens)),
-            _row("Accepted tokens", data.accepted_tokens),
+            _row("Accepted tokens", _shown(data.accepted_tokens)),
             _row("Per-position acceptance rates", "N/A" if rates is None else _per_position(rates)),
         ]
     else:
@@ -65,7 +65,7 @@ def render_block(target: str, result: TargetResult) -> str:
     if whole is not None:
         counted = (
             f"{_shown(whole.num_drafts)} drafts, {_shown(whole.draft_tokens)} draft tokens, "
-            f"{whole.accepted_tokens} accepted tokens"
+            f"{_shown(whole.accepted_tokens)} accepted tokens"
         )
         rows.append(_row("Whole command", counted))
     if result.restarts:

@@ -257,6 +257,36 @@ def test_specdec_load_stream_counts_the_engines_tokens(
     assert run.stdout.startswith(f"3 requests (0 failed), {generated} tokens in "), run.stdout
 
 
+@pytest.mark.parametrize("which", ["vllm", "llamacpp"])
+def test_specdec_loads_per_request_accounts_sum_to_the_engines_counters(
+    which: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """`specdec load --per-request`: vLLM's `metrics.speculative_decoding` (it runs with
+    `--per-request-spec-decode-metrics summary`) and llama.cpp's `timings`, read from every
+    answer, sum to the increase of the engine's own counters over the load."""
+    engine: servers.Engine = request.getfixturevalue(
+        {"vllm": "vllm", "llamacpp": "llama"}[which] + "_engine"
+    )
+    prefix = {"vllm": "vllm:", "llamacpp": "llamacpp:"}[which]
+    before = counters(engine.metrics(), prefix)
+    out = tmp_path / "requests.json"
+    run = subprocess.run(
+        [*specdec_command(), "load", "--url", engine.base, "--requests", "3", "--concurrency",
+         "1", "--max-tokens", "32", "--model", servers.MODEL, "--per-request", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    truth = increase(before, counters(engine.metrics(), prefix))
+    accounts = json.loads(out.read_text())["requests"]
+    assert len(accounts) == 3 and {a["source"] for a in accounts} == {which}
+    assert sum(a["drafted"] for a in accounts) == truth.draft_tokens > 0
+    assert sum(a["accepted"] for a in accounts) == truth.accepted
+    steps = [a["steps"] for a in accounts]
+    # vLLM tells its verify steps; llama.cpp's timings do not.
+    assert (sum(steps) == truth.drafts) if which == "vllm" else steps == [None, None, None]
+    assert f"{int(truth.draft_tokens)} draft tokens, {int(truth.accepted)} accepted" in run.stdout
+
+
 def test_specdec_run_around_a_load_on_vllm(
     vllm_engine: servers.Engine, collector: CollectorProcess, tmp_path: Path
 ) -> None:

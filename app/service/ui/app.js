@@ -170,7 +170,7 @@ async function windowPage(id) {
       <dl class="kv"><dt>Acceptance rate</dt><dd class="rate">${fmt(data.acceptance_rate, 2)} %</dd>
       <dt>Acceptance length</dt><dd class="length">${fmt(data.acceptance_length, 2)}</dd>
       <dt>Drafts</dt><dd>${esc(data.num_drafts ?? "–")}</dd><dt>Draft tokens</dt><dd>${esc(data.draft_tokens ?? "–")}</dd>
-      <dt>Accepted tokens</dt><dd>${esc(data.accepted_tokens)}</dd>${engine}</dl>${notes}<h2>Per-position acceptance</h2>`
+      <dt>Accepted tokens</dt><dd>${esc(data.accepted_tokens ?? "–")}</dd>${engine}</dl>${notes}<h2>Per-position acceptance</h2>`
       : result ? `<p class="error">N/A: ${esc(result.error)}</p><dl class="kv">${engine}</dl>${notes}` : `<p class="muted">open: results come with the stop</p>`);
     if (data) card.appendChild(positionChart([{ name: window_.id, rates: data.per_position_acceptance_rates }]));
     const heading = document.createElement("h2");
