@@ -270,8 +270,10 @@ def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()
     return found
 
 
-#: Substrings of the names of families that look like spec decoding.
-_SPEC_LIKE = ("spec_", "speculative", "draft", "accept")
+#: Substrings of the names of families that look like spec decoding (`speculative`,
+#: `spec_decode`, `draft_tokens`, ...). Few, as each is one search of the whole payload: a
+#: payload without spec decoding (vLLM with it off) pays for them at every scrape.
+_SPEC_LIKE = ("spec", "draft")
 #: At most this many such names are told, each at most this long.
 SPEC_LIKE_MAX_NAMES = 8
 _SPEC_LIKE_MAX_CHARS = 120
@@ -281,8 +283,8 @@ _SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum")
 
 
 def spec_like_families(text: str) -> list[str]:
-    """The names of the families of `text` that look like spec decoding (a substring of
-    `_SPEC_LIKE` in the name; the first `SPEC_LIKE_MAX_NAMES`, sorted): what a payload that
+    """The names of the families of `text` that look like spec decoding (`spec` or `draft` in
+    the name; the first `SPEC_LIKE_MAX_NAMES`, sorted): what a payload that
     no schema reads holds, for its result to name. Found by substring search, as extraction
     finds its lines; only a payload without any spec-decode series is looked at."""
     names: set[str] = set()
