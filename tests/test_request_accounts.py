@@ -29,6 +29,8 @@ from tests.support.collector import run_simulator, specdec_command
             RequestAccount("vllm", 40, 17, 10),
         ),
         ({"timings": {"draft_n": 64, "draft_n_accepted": 31}}, RequestAccount("llamacpp", 64, 31)),
+        # llama.cpp leaves both out of the timings of a request that drafted nothing.
+        ({"timings": {"predicted_n": 12, "predicted_ms": 80.0}}, RequestAccount("llamacpp", 0, 0)),
         (  # SGLang's three generations of meta_info names
             {"meta_info": {"spec_num_proposed_drafts": 30, "spec_num_correct_drafts": 12,
                            "spec_verify_ct": 10}},

@@ -264,3 +264,16 @@ def test_specdec_load_sends_again_once_on_a_connection_closed_before_any_answer(
         summary = asyncio.run(generate_load("http://server.test", 2, 1, 8))
     assert (summary.completion_tokens, summary.failed) == (8, 1)
     assert summary.first_failure == f"RemoteProtocolError: {stale}"
+
+
+def test_specdec_load_sends_the_prompt_it_is_given_numbered() -> None:
+    prompts: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        prompts.append(json.loads(request.content)["prompt"])
+        return httpx.Response(200, json={"usage": {"completion_tokens": 4}})
+
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post("http://server.test/v1/completions").mock(side_effect=answer)
+        asyncio.run(generate_load("http://server.test", 3, 1, 8, prompt="Text {index}: go on"))
+    assert sorted(prompts) == ["Text 0: go on", "Text 1: go on", "Text 2: go on"]

@@ -178,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--model")
     load.add_argument("--temperature", type=float, default=0.0, help="sent with every request")
     load.add_argument(
+        "--prompt",
+        default="question {index}",
+        help="every request's prompt; {index} is replaced by the request's number "
+        "(default: %(default)s)",
+    )
+    load.add_argument(
         "--per-request",
         metavar="FILE",
         help="write each answer's own account of its drafts (vLLM's metrics.speculative_decoding, "

@@ -262,6 +262,7 @@ def load(args: argparse.Namespace) -> int:
             stream=args.stream,
             model=args.model,
             temperature=args.temperature,
+            prompt=args.prompt,
         )
     )
     uncounted = f" ({summary.uncounted} answers without usage)" if summary.uncounted else ""

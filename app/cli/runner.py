@@ -296,8 +296,10 @@ async def generate_load(
     stream: bool = False,
     model: str | None = None,
     temperature: float = 0.0,
+    prompt: str = "question {index}",
 ) -> LoadSummary:
-    """Send `requests` OpenAI completion requests, `concurrency` at a time.
+    """Send `requests` OpenAI completion requests, `concurrency` at a time; each one's prompt
+    is `prompt` with `{index}` replaced by the request's number.
 
     Tokens are the server's own count, `usage.completion_tokens`; streamed requests ask for it
     with `stream_options.include_usage`, and a streamed answer without it is counted as such
@@ -318,10 +320,11 @@ async def generate_load(
             }  # fmt: skip
             if stream:
                 body["stream_options"] = {"include_usage": True}
+            text = prompt.replace("{index}", str(index))
             if chat:
-                body["messages"] = [{"role": "user", "content": f"question {index}"}]
+                body["messages"] = [{"role": "user", "content": text}]
             else:
-                body["prompt"] = f"question {index}"
+                body["prompt"] = text
             for attempt in range(2):
                 answer = await _one_request(http, path, body, stream)
                 # A kept-alive connection that the server closed as the request left on it

@@ -5,7 +5,8 @@ The shapes read (docs/engines.md, "Per-request accounts"):
 - vLLM >= 0.32 with `--per-request-spec-decode-metrics summary|detailed`:
   `metrics.speculative_decoding` (`num_spec_steps`, `num_draft_tokens`,
   `num_accepted_draft_tokens`), on a plain answer and on a stream's final usage chunk;
-- llama.cpp: `timings.draft_n` and `timings.draft_n_accepted`;
+- llama.cpp: `timings.draft_n` and `timings.draft_n_accepted` (both left out when the request
+  drafted nothing: its `timings` still tell it, by `predicted_n`);
 - SGLang's `meta_info`: `spec_num_proposed_drafts` / `spec_num_correct_drafts` (0.5.12 on), before
   that `spec_proposed_drafts` / `spec_accepted_drafts`, and first `spec_draft_token_num` /
   `spec_accept_token_num`; `spec_verify_ct` is its verify calls;
@@ -81,8 +82,9 @@ def account_of(answer: Mapping[str, Any]) -> RequestAccount | None:
         if drafted is not None and accepted is not None:
             return RequestAccount("vllm", drafted, accepted, _count(spec.get("num_spec_steps")))
     timings = _mapping(answer.get("timings"))
-    if "draft_n" in timings:
-        drafted, accepted = _count(timings.get("draft_n")), _count(timings.get("draft_n_accepted"))
+    if "draft_n" in timings or "predicted_n" in timings:
+        drafted = _count(timings.get("draft_n", 0))
+        accepted = _count(timings.get("draft_n_accepted", 0))
         if drafted is not None and accepted is not None:
             return RequestAccount("llamacpp", drafted, accepted)
     meta = _mapping(answer.get("meta_info"))

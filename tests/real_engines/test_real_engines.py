@@ -272,7 +272,8 @@ def test_specdec_loads_per_request_accounts_sum_to_the_engines_counters(
     out = tmp_path / "requests.json"
     run = subprocess.run(
         [*specdec_command(), "load", "--url", engine.base, "--requests", "3", "--concurrency",
-         "1", "--max-tokens", "32", "--model", servers.MODEL, "--per-request", str(out)],
+         "1", "--max-tokens", "32", "--model", servers.MODEL, "--per-request", str(out),
+         "--prompt", prompt(0).replace("Text 0.", "Text {index}.")],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr

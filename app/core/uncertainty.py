@@ -1,0 +1,84 @@
+"""How sure a sampled window's figures are: 95 % confidence intervals from the variation
+between its sample intervals. Pure functions.
+
+Each figure is a ratio of two sums over the window's intervals: the acceptance rate is
+accepted / draft tokens, the acceptance length 1 + accepted / drafts, a position's rate
+accepted there / drafts. The ratio estimator's standard error comes from the linearised
+residuals `y - R x` (Cochran, *Sampling Techniques*, 3rd ed., 1977, section 6.4: the variance
+of the ratio estimate). Consecutive intervals are not independent (a request running across
+an interval's end, an engine that counts requests when they complete), so the intervals are
+first summed into batches of consecutive ones and the batches are the observations (the
+method of batch means: Schmeiser, "Batch size effects in the analysis of simulation output",
+Operations Research 30(3), 1982): at most `MAX_BATCHES` batches, every one of at least
+`MIN_PER_BATCH` intervals, with Student's t of `batches - 1` degrees of freedom.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Fewer sample intervals give no interval (too few batches for a t interval to mean much).
+MIN_INTERVALS = 20
+MIN_PER_BATCH = 2
+MAX_BATCHES = 30
+LEVEL = 0.95
+
+# Student's t, two-sided 95 %, by degrees of freedom (1 to 29): the batches are at most 30.
+_T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+    2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+    2.052, 2.048, 2.045,
+)  # fmt: skip
+
+TOO_FEW = (
+    "no confidence interval: {n} sample intervals, {need} are needed (sample the window more "
+    "often, or for longer)"
+)
+METHOD = (
+    "95 % interval of a ratio estimator over batches of consecutive sample intervals "
+    "(batch means, Student's t)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A figure's confidence interval."""
+
+    low: float
+    high: float
+
+
+def batches(n: int) -> int:
+    """How many batches `n` intervals are summed into (0: too few for an interval)."""
+    if n < MIN_INTERVALS:
+        return 0
+    return min(MAX_BATCHES, n // MIN_PER_BATCH)
+
+
+def _batched(values: Sequence[float], count: int) -> list[float]:
+    """`values` summed into `count` batches of consecutive ones, as equal in size as can be."""
+    bounds = [round(i * len(values) / count) for i in range(count + 1)]
+    return [math.fsum(values[bounds[i] : bounds[i + 1]]) for i in range(count)]
+
+
+def ratio_interval(
+    numerators: Sequence[float], denominators: Sequence[float], scale: float = 1.0,
+    offset: float = 0.0,
+) -> Interval | None:  # fmt: skip
+    """The interval of `offset + scale * sum(numerators) / sum(denominators)` over intervals
+    (one pair each, in time order); None with too few intervals or nothing counted."""
+    count = batches(len(numerators))
+    if not count:
+        return None
+    ys, xs = _batched(numerators, count), _batched(denominators, count)
+    total_x = math.fsum(xs)
+    if total_x <= 0:
+        return None
+    ratio = math.fsum(ys) / total_x
+    residuals = [y - ratio * x for y, x in zip(ys, xs, strict=True)]
+    variance = math.fsum(d * d for d in residuals) / (count - 1)
+    mean_x = total_x / count
+    error = math.sqrt(variance / count) / mean_x
+    half = _T_975[count - 2] * error * scale
+    centre = offset + scale * ratio
+    return Interval(centre - half, centre + half)
