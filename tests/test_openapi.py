@@ -104,6 +104,7 @@ def test_the_schema_describes_a_result_field_by_field(schema: dict[str, Any]) ->
         "lifetime",
         "diffusion",
         "verification",
+        "confidence",
     ]  # fmt: skip  (AISBench's keys first, in its order)
     assert list(models["ResultData"]["properties"]) == [
         "num_drafts", "draft_tokens", "accepted_tokens", "acceptance_rate", "acceptance_length",

@@ -2,12 +2,23 @@
 known, the 95 % intervals cover the true figures in about 95 % of windows, and narrow as the
 window grows."""
 
+import json
 import random
 import statistics
 
+import pytest
+
 from specdec_collector.core.arithmetic import interval_increases
-from specdec_collector.core.exposition import extract_spec_decode
-from specdec_collector.core.uncertainty import MIN_INTERVALS, Interval, ratio_interval
+from specdec_collector.core.exposition import Series, extract_spec_decode
+from specdec_collector.core.figures import build_result
+from specdec_collector.core.report import render_block
+from specdec_collector.core.results import TargetResult
+from specdec_collector.core.uncertainty import (
+    MIN_INTERVALS,
+    TOO_FEW,
+    Interval,
+    ratio_interval,
+)
 from specdec_collector.simulator.server import SimulatedServer
 
 RATES = [0.8, 0.5, 0.3]
@@ -76,3 +87,72 @@ def test_too_few_intervals_give_none() -> None:
     assert ratio_interval([s[2] for s in steps], [s[1] for s in steps]) is None
     steps = _window(MIN_INTERVALS, 1)
     assert ratio_interval([s[2] for s in steps], [s[1] for s in steps]) is not None
+
+
+def _chain(intervals: int, seed: int = 7, engine: str = "llamacpp") -> list[Series]:
+    server = SimulatedServer(
+        instances=2, k=3, drafts_per_s=0, acceptance=RATES, seed=seed, engine=engine
+    )
+    draw = random.Random(seed)
+    chain = [extract_spec_decode(server.render())]
+    for _ in range(intervals):
+        for _ in range(draw.randint(1, 4)):
+            server.generate(draw.randint(8, 64))
+        chain.append(extract_spec_decode(server.render()))
+    return chain
+
+
+def test_a_sampled_windows_result_carries_its_intervals_around_its_figures() -> None:
+    chain = _chain(40)
+    result = build_result("http://h:1/metrics", chain[0], chain[-1], chain[1:-1])
+    assert result.data is not None and result.confidence is not None
+    confidence = result.confidence
+    assert (confidence.intervals, confidence.batches, confidence.reason) == (40, 20, None)
+    for interval, figure in [
+        (confidence.acceptance_rate, result.data.acceptance_rate),
+        (confidence.acceptance_length, result.data.acceptance_length),
+    ]:
+        assert interval is not None and figure is not None
+        assert interval.low < figure < interval.high
+        assert (interval.low + interval.high) / 2 == pytest.approx(figure)
+    rates = result.data.per_position_acceptance_rates or {}
+    positions = confidence.per_position_acceptance_rates or {}
+    assert positions.keys() == rates.keys() == {"0", "1", "2"}
+    assert all(positions[p].low < rates[p] < positions[p].high for p in rates)
+    # Beside AISBench's keys, never in them; kept through storage's JSON.
+    assert "confidence" not in result.as_json()["data"]
+    stored = TargetResult.from_stored(json.loads(result.as_stored()), result.url)
+    assert stored.confidence == confidence
+
+
+def test_too_few_samples_say_why_and_an_unsampled_window_has_none() -> None:
+    chain = _chain(5)
+    few = build_result("http://h:1/metrics", chain[0], chain[-1], chain[1:-1])
+    assert few.confidence is not None and few.confidence.acceptance_rate is None
+    assert few.confidence.reason == TOO_FEW.format(n=5, need=MIN_INTERVALS)
+    assert build_result("http://h:1/metrics", chain[0], chain[-1]).confidence is None
+
+
+@pytest.mark.parametrize("engine", ["sglang", "max"])
+def test_engines_of_other_ratios_get_the_intervals_their_figures_allow(engine: str) -> None:
+    chain = _chain(30, engine=engine)
+    result = build_result("http://h:1/metrics", chain[0], chain[-1], chain[1:-1])
+    assert result.data is not None and result.confidence is not None
+    length = result.confidence.acceptance_length
+    assert length is not None and result.data.acceptance_length is not None
+    assert length.low < result.data.acceptance_length < length.high
+    if engine == "max":  # its per-position rates are ratios of its histograms' sums and counts
+        assert (result.confidence.per_position_acceptance_rates or {}).keys() == {"0", "1", "2"}
+
+
+def test_the_console_block_shows_the_intervals_below_aisbenchs_rows() -> None:
+    chain = _chain(40)
+    result = build_result("http://h:1/metrics", chain[0], chain[-1], chain[1:-1])
+    assert result.confidence is not None and result.confidence.acceptance_rate is not None
+    block = render_block("h:1", result)
+    rate = result.confidence.acceptance_rate
+    assert f"{rate.low:.2f} to {rate.high:.2f}" in block
+    lines = block.splitlines()
+    assert lines.index(next(x for x in lines if x.startswith("Per-position"))) < lines.index(
+        next(x for x in lines if x.startswith("Acceptance rate, 95% interval"))
+    )

@@ -31,9 +31,11 @@ from specdec_collector.core.exposition import MAX_COUNTER, SPEC_LIKE_MAX_NAMES, 
 from specdec_collector.core.readings import Failure, Reading
 from specdec_collector.core.results import (
     Bounds,
+    Confidence,
     Counts,
     DiffusionFigures,
     EngineResult,
+    FigureInterval,
     LifetimeRatios,
     Raw,
     ResultData,
@@ -41,6 +43,14 @@ from specdec_collector.core.results import (
     TargetResult,
 )
 from specdec_collector.core.targets import EngineHints
+from specdec_collector.core.uncertainty import (
+    METHOD,
+    MIN_INTERVALS,
+    TOO_FEW,
+    Interval,
+    batches,
+    ratio_interval,
+)
 
 V0_REASON = (
     "vLLM V0 (the legacy engine) adds running totals to its spec-decode counters every few "
@@ -651,8 +661,84 @@ def _engine_windows(
             if kind is ServingEngine.VLLM and not _roles(own[-1]) & {Role.GENERATION_TOKENS}:
                 result = result.model_copy(update={"notes": [*result.notes, VLLM_COMPATIBLE_NOTE]})
         result = _restart_notes(result, totals.restarts, own)
+        confidence = confidence_of(kind, own, result)
+        if confidence is not None:
+            result = result.model_copy(update={"confidence": confidence})
         windows.append(_EngineWindow(kind, totals, result))
     return windows, everything
+
+
+#: Engines whose figures are AISBench's ratios of drafts, draft tokens and accepted tokens.
+_COUNTED = frozenset(
+    {
+        ServingEngine.VLLM,
+        ServingEngine.LLAMACPP,
+        ServingEngine.LMDEPLOY,
+        ServingEngine.UNISERVE,
+        ServingEngine.FASTDEPLOY,
+        ServingEngine.TGI,
+    }
+)
+
+
+def _shown(interval: Interval | None) -> FigureInterval | None:
+    return None if interval is None else FigureInterval(low=interval.low, high=interval.high)
+
+
+def confidence_of(
+    engine: ServingEngine, chain: Sequence[Series], result: EngineResult
+) -> Confidence | None:
+    """The 95 % intervals of a sampled window's figures, each the ratio of two sums over its
+    sample intervals (`core.uncertainty`); None for an unsampled window, a result without
+    figures, or an engine whose figures are not such ratios (TensorRT-LLM mixes iteration and
+    request counts)."""
+    if len(chain) <= 2 or result.status != "ok" or result.data is None:
+        return None
+    steps = interval_increases(chain)
+    count = batches(len(steps))
+    if not count:
+        reason = TOO_FEW.format(n=len(steps), need=MIN_INTERVALS)
+        return Confidence(method=METHOD, intervals=len(steps), batches=0, reason=reason)
+    data = result.data
+    rate = length = None
+    positions: dict[str, FigureInterval] = {}
+    if engine in _COUNTED:
+        accepted = [s.num_accepted_tokens for s in steps]
+        drafts = [s.num_drafts for s in steps]
+        if data.acceptance_rate is not None and data.draft_tokens:
+            counted = [s.num_draft_tokens for s in steps]
+            if sum(counted) > 0:  # TGI's draft tokens are not counted: steps x speculate
+                rate = ratio_interval(accepted, counted, scale=100.0)
+        if data.acceptance_length is not None:
+            length = ratio_interval(accepted, drafts, offset=1.0)
+        for key in data.per_position_acceptance_rates or {}:
+            at = [s.accepted_per_pos.get(int(key), 0.0) for s in steps]
+            found = ratio_interval(at, drafts)
+            if found is not None:
+                positions[key] = FigureInterval(low=found.low, high=found.high)
+    elif engine is ServingEngine.SGLANG and data.acceptance_length is not None:
+        length = ratio_interval(
+            [s.generation_tokens - s.requests for s in steps], [s.verify_calls for s in steps]
+        )
+    elif engine is ServingEngine.MAX:
+        if data.acceptance_length is not None:
+            length = ratio_interval(
+                [s.batch_length_sum for s in steps], [s.batch_length_count for s in steps]
+            )
+        for key in data.per_position_acceptance_rates or {}:
+            found = ratio_interval(
+                [s.batch_rate_sum.get(int(key), 0.0) for s in steps],
+                [s.batch_rate_count.get(int(key), 0.0) for s in steps],
+                scale=0.01,
+            )
+            if found is not None:
+                positions[key] = FigureInterval(low=found.low, high=found.high)
+    else:
+        return None
+    return Confidence(
+        method=METHOD, intervals=len(steps), batches=count, acceptance_rate=_shown(rate),
+        acceptance_length=_shown(length), per_position_acceptance_rates=positions or None,
+    )  # fmt: skip
 
 
 def _restart_notes(result: EngineResult, restarts: int, chain: Sequence[Series]) -> EngineResult:
@@ -740,7 +826,8 @@ def _result(
         return TargetResult(
             status=only.result.status, error=only.result.error, data=only.result.data,
             engine=only.engine, exact=only.result.exact, notes=only.result.notes,
-            lifetime=lifetime, diffusion=only.result.diffusion, **common,
+            lifetime=lifetime, diffusion=only.result.diffusion,
+            confidence=only.result.confidence, **common,
         )  # fmt: skip
     return _combined(windows, lifetime, common)
 

@@ -59,6 +59,15 @@ def render_block(target: str, result: TargetResult) -> str:
             _row("Accepted tokens", _shown(data.accepted_tokens)),
             _row("Per-position acceptance rates", "N/A" if rates is None else _per_position(rates)),
         ]
+        confidence = result.confidence
+        if confidence is not None and confidence.acceptance_rate is not None:
+            low, high = confidence.acceptance_rate.low, confidence.acceptance_rate.high
+            rows.append(
+                _row("Acceptance rate, 95% interval (%)", f"{_fixed(low)} to {_fixed(high)}")
+            )
+        if confidence is not None and confidence.acceptance_length is not None:
+            low, high = confidence.acceptance_length.low, confidence.acceptance_length.high
+            rows.append(_row("Acceptance length, 95% interval", f"{_fixed(low)} to {_fixed(high)}"))
     else:
         rows = [_row("Status", "N/A"), _row("Reason", result.error)]
     whole = result.whole_command

@@ -103,6 +103,27 @@ class LifetimeRatios(BaseModel):
     position_acceptance_rate: float | None = None  # LMDeploy's, of the label set's position
 
 
+class FigureInterval(BaseModel):
+    """A figure's 95 % confidence interval."""
+
+    low: float
+    high: float
+
+
+class Confidence(BaseModel):
+    """How sure a sampled window's figures are (`core.uncertainty`): each one's 95 % interval
+    from the variation between sample intervals; none, with the reason, where too few."""
+
+    level: float = 0.95
+    method: str
+    intervals: int = Field(description="sample intervals of the window")
+    batches: int = Field(description="batches of consecutive intervals the estimate used")
+    acceptance_rate: FigureInterval | None = None
+    acceptance_length: FigureInterval | None = None
+    per_position_acceptance_rates: dict[str, FigureInterval] | None = None
+    reason: str | None = Field(default=None, exclude_if=lambda value: value is None)
+
+
 class EngineResult(BaseModel):
     """One engine's result within a target that serves several (a proxy, a Dynamo worker)."""
 
@@ -113,6 +134,7 @@ class EngineResult(BaseModel):
     exact: bool
     notes: list[str] = Field(default_factory=list)
     diffusion: DiffusionFigures | None = Field(default=None, exclude_if=lambda v: v is None)
+    confidence: Confidence | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SampleCount(BaseModel):
@@ -194,6 +216,8 @@ class TargetResult(BaseModel):
     diffusion: DiffusionFigures | None = Field(default=None, exclude_if=lambda v: v is None)
     # How the server verified drafts, where the start body said (`core.targets.VERIFICATIONS`).
     verification: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A sampled window's 95 % intervals (beside AISBench's keys, never in them).
+    confidence: Confidence | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def ok(self) -> bool:
