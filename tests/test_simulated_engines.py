@@ -85,6 +85,9 @@ def test_llamacpp(measure: Measure) -> None:
     assert result["data"]["per_position_acceptance_rates"] == {
         str(i): n / drafts for i, n in enumerate(at)
     }
+    # Every draft is k long: how many drafts had exactly n accepted, as the client saw them.
+    seen = {str(n): sum(step - 1 == n for step in steps) for n in range(K + 1)}
+    assert result["data"]["accepted_distribution"] == seen
 
 
 def test_lmdeploy(measure: Measure) -> None:

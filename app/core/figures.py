@@ -166,6 +166,9 @@ SGLANG_ACTIVE_VARIED = (
     "with the value at its end, so the draft tokens are approximate; sample the window "
     "(sample_interval_s) to follow it closer"
 )
+NO_DISTRIBUTION = (
+    "the distribution of accepted tokens per draft needs drafts of one length: not given"
+)
 DSPARK_NOTE = (
     "drafts counted by length (DSpark): per_drafted_position_acceptance_rates is each "
     "position's rate over the drafts that reached it, exact"
@@ -281,6 +284,25 @@ def _variable_draft_length(totals: Totals) -> str | None:
         return None
     mean = totals.num_draft_tokens / totals.num_drafts
     return VARIABLE_DRAFT_LENGTH.format(mean=f"{mean:.2f}", positions=positions)
+
+
+def accepted_distribution(totals: Totals) -> dict[str, int | float] | None:
+    """Drafts that had exactly n tokens accepted, n = 0..k, from cumulative per-position
+    counts (a draft accepted at position i was accepted at every earlier one, so exactly n
+    accepted is accepted at n - 1 and not at n); None unless every draft was k long (then
+    a short draft's missing positions would count as rejections) and the counts are so
+    shaped."""
+    k = len(totals.accepted_per_pos)
+    at = totals.accepted_per_pos
+    if not k or totals.num_drafts <= 0 or set(at) != set(range(k)):
+        return None
+    if totals.num_draft_tokens != k * totals.num_drafts:
+        return None
+    reached = [totals.num_drafts, *(at[i] for i in range(k)), 0.0]
+    exactly = [reached[n] - reached[n + 1] for n in range(k + 1)]
+    if any(count < 0 for count in exactly):
+        return None
+    return {str(n): as_number(count) for n, count in enumerate(exactly)}
 
 
 def _trtllm(totals: Totals) -> EngineResult:
@@ -582,6 +604,10 @@ def _figures(
         variable = _variable_draft_length(totals)
         if variable is not None:
             notes.append(variable)
+            notes.append(NO_DISTRIBUTION)
+        distribution = accepted_distribution(totals)
+        if distribution is not None:
+            data = data.model_copy(update={"accepted_distribution": distribution})
         per_drafted = _per_drafted_position(totals)
         if per_drafted is not None:
             data = data.model_copy(update={"per_drafted_position_acceptance_rates": per_drafted})

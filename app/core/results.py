@@ -64,7 +64,8 @@ class ResultData(BaseModel):
     )
     accepted_distribution: dict[str, Count] | None = Field(
         default=None,
-        description="drafts that had exactly N tokens accepted (TGI's buckets)",
+        description="drafts that had exactly N tokens accepted, N = 0..k (from cumulative "
+        "per-position counts where every draft was k long; TGI's buckets)",
         exclude_if=lambda value: value is None,
     )
 

@@ -52,8 +52,9 @@ def increase(before: Counters, after: Counters) -> Counters:
 
 
 def expected_data(window: Counters) -> dict[str, object]:
-    """The AISBench `data` block of an increase, by the seed formulas."""
-    return {
+    """The AISBench `data` block of an increase, by the seed formulas; and, where every draft
+    was k long (draft tokens = k x drafts), how many drafts had exactly n tokens accepted."""
+    data: dict[str, object] = {
         "num_drafts": int(window.drafts),
         "draft_tokens": int(window.draft_tokens),
         "accepted_tokens": int(window.accepted),
@@ -63,6 +64,12 @@ def expected_data(window: Counters) -> dict[str, object]:
             str(p): n / window.drafts for p, n in sorted(window.per_position.items())
         },
     }
+    k = len(window.per_position)
+    if k and window.draft_tokens == k * window.drafts:
+        # accepted at n - 1 and not at n: exactly n (position -1: every draft; k: none)
+        at = [window.drafts] + [window.per_position[p] for p in range(k)] + [0.0]
+        data["accepted_distribution"] = {str(n): int(at[n] - at[n + 1]) for n in range(k + 1)}
+    return data
 
 
 def generated_tokens(text: str, name: str) -> int:
