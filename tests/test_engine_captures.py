@@ -18,7 +18,13 @@ from specdec_collector.core.figures import (
     VARIABLE_DRAFT_LENGTH,
     build_result,
 )
-from tests.real_engines.accounting import counters, expected_data, generated_tokens, increase
+from tests.real_engines.accounting import (
+    counters,
+    expected_data,
+    expected_distribution,
+    generated_tokens,
+    increase,
+)
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import FIXTURES
 
@@ -43,6 +49,7 @@ def test_a_window_over_a_real_engines_payloads(engine: str) -> None:
     result = build_result(URL, extract_spec_decode(before), extract_spec_decode(after))
     assert (result.status, result.engine, result.restarts) == ("ok", engine, 0)
     assert result.data is not None and result.data.model_dump() == expected_data(truth)
+    assert result.accepted_distribution == expected_distribution(truth)
     assert truth.drafts > 0
     # n-gram drafts may be shorter than the positions (llama.cpp's here are)
     positions = len(truth.per_position)

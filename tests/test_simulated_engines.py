@@ -87,7 +87,7 @@ def test_llamacpp(measure: Measure) -> None:
     }
     # Every draft is k long: how many drafts had exactly n accepted, as the client saw them.
     seen = {str(n): sum(step - 1 == n for step in steps) for n in range(K + 1)}
-    assert result["data"]["accepted_distribution"] == seen
+    assert result["accepted_distribution"] == seen
 
 
 def test_lmdeploy(measure: Measure) -> None:
@@ -196,7 +196,7 @@ def test_tgi(measure_requests: MeasureRequests) -> None:
     }
     exactly = [sum(step - 1 == n for step in steps) for n in range(K + 1)]
     exactly[0] += requests
-    assert result["data"]["accepted_distribution"] == {str(n): c for n, c in enumerate(exactly)}
+    assert result["accepted_distribution"] == {str(n): c for n, c in enumerate(exactly)}
 
 
 @pytest.mark.parametrize("engine", ["uniserve", "dspark"])
@@ -213,7 +213,7 @@ def test_vllms_names_elsewhere(measure: Measure, engine: str) -> None:
         str(i): n / drafts for i, n in enumerate(at)
     }
     if engine == "dspark":  # every draft is k long: a drafted position's rate is over all
-        assert result["data"]["per_drafted_position_acceptance_rates"] == {
+        assert result["per_drafted_position_acceptance_rates"] == {
             str(i): n / drafts for i, n in enumerate(at)
         }
 

@@ -155,7 +155,7 @@ def test_tgi_accepted_tokens_per_step_come_from_its_histogram() -> None:
     assert result.data.per_position_acceptance_rates == {
         str(i): reached[i] / steps for i in range(3)
     }
-    assert result.data.accepted_distribution == {str(n): c for n, c in enumerate(window)}
+    assert result.accepted_distribution == {str(n): c for n, c in enumerate(window)}
     assert result.notes is not None and "first token too" in result.notes[0]
 
 
@@ -182,7 +182,7 @@ def test_dspark_drafts_by_length_give_each_drafted_positions_rate_and_are_not_dr
     assert result.data.per_position_acceptance_rates == {
         str(i): n / drafts for i, n in enumerate(per_position)
     }
-    assert result.data.per_drafted_position_acceptance_rates == {
+    assert result.per_drafted_position_acceptance_rates == {
         str(i): n / sum(c for length, c in by_length.items() if length > i)
         for i, n in enumerate(per_position)
     }

@@ -9,6 +9,7 @@ engines gets one result per engine under `engines`; its own figures are their su
 mean the same, else the first engine's (and a note says so). Pure functions.
 """
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from specdec_collector.core.results import (
     DiffusionFigures,
     EngineResult,
     FigureInterval,
+    Flag,
+    FlagKind,
     LifetimeRatios,
     Raw,
     ResultData,
@@ -482,11 +485,13 @@ def _tgi(totals: Totals, per_step: int | None) -> EngineResult:
         draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
         acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
         acceptance_length=1 + accepted / steps, per_position_acceptance_rates=rates,
-        accepted_distribution=distribution,
     )  # fmt: skip
     if not data.is_finite():
         return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=False)
-    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=notes)
+    return EngineResult(
+        engine=engine, status="ok", data=data, exact=False, notes=notes,
+        accepted_distribution=distribution,
+    )  # fmt: skip
 
 
 def _diffusion(totals: Totals) -> EngineResult:
@@ -599,6 +604,7 @@ def _figures(
     if beyond > MAX_COUNTER:
         notes.append(BEYOND_EXACT.format(count=as_number(beyond)))
         exact = False
+    distribution = per_drafted = None
     if has_drafts:
         data = derived(totals)
         variable = _variable_draft_length(totals)
@@ -606,11 +612,8 @@ def _figures(
             notes.append(variable)
             notes.append(NO_DISTRIBUTION)
         distribution = accepted_distribution(totals)
-        if distribution is not None:
-            data = data.model_copy(update={"accepted_distribution": distribution})
         per_drafted = _per_drafted_position(totals)
         if per_drafted is not None:
-            data = data.model_copy(update={"per_drafted_position_acceptance_rates": per_drafted})
             notes.append(DSPARK_NOTE)
     else:
         notes.append(EARLY_V1_NOTE)
@@ -624,7 +627,10 @@ def _figures(
         # Counters are read only up to 2**53, so this is a backstop: nothing stored may hold
         # a figure that JSON, PostgreSQL or a later read cannot.
         return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=exact)
-    return EngineResult(engine=engine, status="ok", data=data, exact=exact, notes=notes)
+    return EngineResult(
+        engine=engine, status="ok", data=data, exact=exact, notes=notes,
+        accepted_distribution=distribution, per_drafted_position_acceptance_rates=per_drafted,
+    )  # fmt: skip
 
 
 def _lifetime(after: Series) -> list[LifetimeRatios]:
@@ -688,8 +694,9 @@ def _engine_windows(
                 result = result.model_copy(update={"notes": [*result.notes, VLLM_COMPATIBLE_NOTE]})
         result = _restart_notes(result, totals.restarts, own)
         confidence = confidence_of(kind, own, result)
-        if confidence is not None:
-            result = result.model_copy(update={"confidence": confidence})
+        flags = flags_of(own, result)
+        if confidence is not None or flags:
+            result = result.model_copy(update={"confidence": confidence, "flags": flags or None})
         windows.append(_EngineWindow(kind, totals, result))
     return windows, everything
 
@@ -765,6 +772,64 @@ def confidence_of(
         method=METHOD, intervals=len(steps), batches=count, acceptance_rate=_shown(rate),
         acceptance_length=_shown(length), per_position_acceptance_rates=positions or None,
     )  # fmt: skip
+
+
+#: Below this share of draft tokens accepted, over at least `NEAR_ZERO_DRAFT_TOKENS`, a
+#: window's acceptance is flagged as near 0 %.
+NEAR_ZERO_PERCENT = 1.0
+NEAR_ZERO_DRAFT_TOKENS = 1000
+#: Fewer drafts than this are flagged as too few for the figures to mean much.
+FEW_DRAFTS = 100
+#: A sample interval's mean draft length this far from another's (tokens) is flagged, when
+#: both intervals had at least `LENGTH_MIN_DRAFTS` drafts.
+LENGTH_SPREAD = 0.5
+LENGTH_MIN_DRAFTS = 20
+FLAG_TEXTS = {
+    FlagKind.NEAR_ZERO: "acceptance near 0 % ({rate:.2f} %) over {tokens} draft tokens: drafts "
+    "that are padded or skipped (vLLM issue #34734 reports it for long sequences), or a drafter "
+    "that does not fit the model",
+    FlagKind.RISING_POSITIONS: "position {later} was accepted more often than position "
+    "{earlier} ({high:.4f} > {low:.4f}): counted cumulatively, a later position cannot be; a "
+    "tree drafter's positions, or a server's fault",
+    FlagKind.LENGTH_VARIED: "the draft length varied inside the window (from {low:.2f} to "
+    "{high:.2f} draft tokens a draft between samples): the figures mix drafts of several lengths",
+    FlagKind.FEW_DRAFTS: "only {drafts} drafts: too few for the figures to mean much (a "
+    "sampled window says how sure they are, under confidence)",
+}
+
+
+def flags_of(chain: Sequence[Series], result: EngineResult) -> list[Flag]:
+    """Reasons to doubt an `ok` result's figures, each said (`FlagKind`)."""
+    data = result.data
+    if result.status != "ok" or data is None:
+        return []
+    flags = []
+    tokens = data.draft_tokens or 0
+    rate = data.acceptance_rate
+    if rate is not None and rate < NEAR_ZERO_PERCENT and tokens >= NEAR_ZERO_DRAFT_TOKENS:
+        text = FLAG_TEXTS[FlagKind.NEAR_ZERO].format(rate=rate, tokens=tokens)
+        flags.append(Flag(kind=FlagKind.NEAR_ZERO, reason=text))
+    rates = sorted((int(p), r) for p, r in (data.per_position_acceptance_rates or {}).items())
+    for (earlier, low), (later, high) in itertools.pairwise(rates):
+        if high > low:
+            text = FLAG_TEXTS[FlagKind.RISING_POSITIONS].format(
+                earlier=earlier, later=later, low=low, high=high
+            )
+            flags.append(Flag(kind=FlagKind.RISING_POSITIONS, reason=text))
+            break
+    if len(chain) > 2 and tokens:
+        lengths = [
+            step.num_draft_tokens / step.num_drafts
+            for step in interval_increases(chain)
+            if step.num_drafts >= LENGTH_MIN_DRAFTS and step.num_draft_tokens > 0
+        ]
+        if lengths and max(lengths) - min(lengths) > LENGTH_SPREAD:
+            text = FLAG_TEXTS[FlagKind.LENGTH_VARIED].format(low=min(lengths), high=max(lengths))
+            flags.append(Flag(kind=FlagKind.LENGTH_VARIED, reason=text))
+    if data.num_drafts is not None and data.num_drafts < FEW_DRAFTS:
+        text = FLAG_TEXTS[FlagKind.FEW_DRAFTS].format(drafts=data.num_drafts)
+        flags.append(Flag(kind=FlagKind.FEW_DRAFTS, reason=text))
+    return flags
 
 
 def _restart_notes(result: EngineResult, restarts: int, chain: Sequence[Series]) -> EngineResult:
@@ -853,7 +918,10 @@ def _result(
             status=only.result.status, error=only.result.error, data=only.result.data,
             engine=only.engine, exact=only.result.exact, notes=only.result.notes,
             lifetime=lifetime, diffusion=only.result.diffusion,
-            confidence=only.result.confidence, **common,
+            confidence=only.result.confidence, flags=only.result.flags,
+            accepted_distribution=only.result.accepted_distribution,
+            per_drafted_position_acceptance_rates=only.result.per_drafted_position_acceptance_rates,
+            **common,
         )  # fmt: skip
     return _combined(windows, lifetime, common)
 

@@ -77,6 +77,8 @@ def render_block(target: str, result: TargetResult) -> str:
             f"{_shown(whole.accepted_tokens)} accepted tokens"
         )
         rows.append(_row("Whole command", counted))
+    for flag in result.flags or []:
+        rows.append(_row("Flag", flag.reason))
     if result.restarts:
         # The figures lost what the engine counted before a restart: never shown without it.
         rows.append(_row("Restarts", f"{result.restarts} (see notes)"))

@@ -13,12 +13,17 @@ window's overlaps are known, as the service has always answered.
 
 import math
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypedDict  # pydantic reads only this one's on Python < 3.12
 
 UNREADABLE_RESULT = "The stored result of this target cannot be read (invalid figures)"
+OVERLAPS_FLAG = (
+    "{n} other window(s) ran on this server during the window: their benchmarks' drafts are in "
+    "these counters (see overlaps)"
+)
 
 Count = int | float
 """A counter: an integer, or a float where a server exposed a fractional value."""
@@ -55,27 +60,12 @@ class ResultData(BaseModel):
     per_position_acceptance_rates: dict[str, float] | None = Field(
         description="accepted at position N / drafts, full float, keys in numeric order"
     )
-    # Beside AISBench's keys, left out where an engine's counters cannot give them.
-    per_drafted_position_acceptance_rates: dict[str, float] | None = Field(
-        default=None,
-        description="accepted at position N / drafts that reached position N (DSpark's drafts "
-        "by length), full float",
-        exclude_if=lambda value: value is None,
-    )
-    accepted_distribution: dict[str, Count] | None = Field(
-        default=None,
-        description="drafts that had exactly N tokens accepted, N = 0..k (from cumulative "
-        "per-position counts where every draft was k long; TGI's buckets)",
-        exclude_if=lambda value: value is None,
-    )
 
     def is_finite(self) -> bool:
         """Whether every figure is a finite number (JSON and the stores hold no others)."""
         figures = [
             self.num_drafts, self.draft_tokens, self.accepted_tokens, self.acceptance_rate,
             self.acceptance_length, *(self.per_position_acceptance_rates or {}).values(),
-            *(self.per_drafted_position_acceptance_rates or {}).values(),
-            *(self.accepted_distribution or {}).values(),
         ]  # fmt: skip
         return all(math.isfinite(figure) for figure in figures if figure is not None)
 
@@ -125,6 +115,23 @@ class Confidence(BaseModel):
     reason: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
+class FlagKind(StrEnum):
+    """What makes a figure suspicious (`Flag`)."""
+
+    NEAR_ZERO = "near_zero"  # acceptance near 0 % over many drafts
+    RISING_POSITIONS = "rising_positions"  # a later position accepted more often
+    LENGTH_VARIED = "length_varied"  # the draft length changed inside the window
+    FEW_DRAFTS = "few_drafts"  # too few drafts for the figures to mean much
+    OVERLAPS = "overlaps"  # other benchmarks' traffic is in the counters
+
+
+class Flag(BaseModel):
+    """A reason to doubt a result's figures, said in a sentence."""
+
+    kind: FlagKind
+    reason: str
+
+
 class EngineResult(BaseModel):
     """One engine's result within a target that serves several (a proxy, a Dynamo worker)."""
 
@@ -136,6 +143,20 @@ class EngineResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     diffusion: DiffusionFigures | None = Field(default=None, exclude_if=lambda v: v is None)
     confidence: Confidence | None = Field(default=None, exclude_if=lambda v: v is None)
+    flags: list[Flag] | None = Field(default=None, exclude_if=lambda v: not v)
+    # Beside AISBench's `data`, where an engine's counters give them.
+    per_drafted_position_acceptance_rates: dict[str, float] | None = Field(
+        default=None,
+        description="accepted at position N / drafts that reached position N (DSpark's drafts "
+        "by length), full float",
+        exclude_if=lambda value: value is None,
+    )
+    accepted_distribution: dict[str, Count] | None = Field(
+        default=None,
+        description="drafts that had exactly N tokens accepted, N = 0..k (from cumulative "
+        "per-position counts where every draft was k long; TGI's buckets)",
+        exclude_if=lambda value: value is None,
+    )
 
 
 class SampleCount(BaseModel):
@@ -219,14 +240,34 @@ class TargetResult(BaseModel):
     verification: str | None = Field(default=None, exclude_if=lambda v: v is None)
     # A sampled window's 95 % intervals (beside AISBench's keys, never in them).
     confidence: Confidence | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Reasons to doubt the figures (beside AISBench's keys); left out where there are none.
+    flags: list[Flag] | None = Field(default=None, exclude_if=lambda v: not v)
+    # Beside AISBench's `data`, where an engine's counters give them.
+    per_drafted_position_acceptance_rates: dict[str, float] | None = Field(
+        default=None,
+        description="accepted at position N / drafts that reached position N (DSpark's drafts "
+        "by length), full float",
+        exclude_if=lambda value: value is None,
+    )
+    accepted_distribution: dict[str, Count] | None = Field(
+        default=None,
+        description="drafts that had exactly N tokens accepted, N = 0..k (from cumulative "
+        "per-position counts where every draft was k long; TGI's buckets)",
+        exclude_if=lambda value: value is None,
+    )
 
     @property
     def ok(self) -> bool:
         return self.status == "ok" and self.data is not None
 
     def with_overlaps(self, overlaps: Overlaps) -> "TargetResult":
-        """This result with `overlaps` (a stop stores them; reads of older results add them)."""
-        return self.model_copy(update={"overlaps": overlaps})
+        """This result with `overlaps` (a stop stores them; reads of older results add them),
+        flagged where other benchmarks ran on the server meanwhile."""
+        flags = [flag for flag in self.flags or [] if flag.kind is not FlagKind.OVERLAPS]
+        others = len(overlaps.windows) + overlaps.other_teams.windows
+        if others and self.ok:
+            flags.append(Flag(kind=FlagKind.OVERLAPS, reason=OVERLAPS_FLAG.format(n=others)))
+        return self.model_copy(update={"overlaps": overlaps, "flags": flags or None})
 
     @classmethod
     def from_stored(cls, stored: Any, url: str) -> "TargetResult":

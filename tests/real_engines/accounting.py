@@ -52,9 +52,8 @@ def increase(before: Counters, after: Counters) -> Counters:
 
 
 def expected_data(window: Counters) -> dict[str, object]:
-    """The AISBench `data` block of an increase, by the seed formulas; and, where every draft
-    was k long (draft tokens = k x drafts), how many drafts had exactly n tokens accepted."""
-    data: dict[str, object] = {
+    """The AISBench `data` block of an increase, by the seed formulas."""
+    return {
         "num_drafts": int(window.drafts),
         "draft_tokens": int(window.draft_tokens),
         "accepted_tokens": int(window.accepted),
@@ -64,12 +63,16 @@ def expected_data(window: Counters) -> dict[str, object]:
             str(p): n / window.drafts for p, n in sorted(window.per_position.items())
         },
     }
+
+
+def expected_distribution(window: Counters) -> dict[str, int] | None:
+    """How many drafts had exactly n tokens accepted, where every draft was k long (draft
+    tokens = k x drafts): accepted at n - 1 and not at n (position -1: every draft; k: none)."""
     k = len(window.per_position)
-    if k and window.draft_tokens == k * window.drafts:
-        # accepted at n - 1 and not at n: exactly n (position -1: every draft; k: none)
-        at = [window.drafts] + [window.per_position[p] for p in range(k)] + [0.0]
-        data["accepted_distribution"] = {str(n): int(at[n] - at[n + 1]) for n in range(k + 1)}
-    return data
+    if not k or window.draft_tokens != k * window.drafts:
+        return None
+    at = [window.drafts] + [window.per_position[p] for p in range(k)] + [0.0]
+    return {str(n): int(at[n] - at[n + 1]) for n in range(k + 1)}
 
 
 def generated_tokens(text: str, name: str) -> int:

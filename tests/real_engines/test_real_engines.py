@@ -23,6 +23,7 @@ from tests.real_engines.accounting import (
     Counters,
     counters,
     expected_data,
+    expected_distribution,
     generated_tokens,
     increase,
 )
@@ -144,6 +145,7 @@ def test_a_vllm_window_equals_its_metrics_and_its_per_request_accounts(
     assert truth.drafts > 0
     assert (result["status"], result["engine"], result["exact"]) == ("ok", "vllm", True)
     assert result["data"] == expected_data(truth)
+    assert result.get("accepted_distribution") == expected_distribution(truth)
     assert (truth.drafts, truth.draft_tokens, truth.accepted) == (steps, drafted, accepted)
 
 
