@@ -163,6 +163,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="AISBench perf runs: measure the whole command, not only the inference phase "
         "(by default bounded by AISBench's own request records, sampled every 1 s)",
     )
+    run.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="FIGURE>=VALUE",
+        help="a gate on every target's result, e.g. 'acceptance_rate>=60' or "
+        "'acceptance_length>=2.5'; a failed gate exits with code 86 (the command's own code wins "
+        "when it failed)",
+    )
+    run.add_argument("--baseline", metavar="ID", help="a window to compare with (--max-drop)")
+    run.add_argument(
+        "--max-drop",
+        action="append",
+        default=[],
+        metavar="FIGURE=VALUE",
+        help="at most this much below the baseline, judged on the 95%% interval of the drop "
+        "where both windows were sampled, e.g. 'acceptance_rate=2' (points)",
+    )
+    run.add_argument("--junit", metavar="FILE", help="write the gates' verdicts as JUnit XML")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     run.set_defaults(handler=remote.run)
 

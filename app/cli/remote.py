@@ -18,6 +18,7 @@ from specdec_collector.schemas import Source
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from specdec_collector.cli.runner import Gates
     from specdec_collector.client import CollectorClient
 
 
@@ -206,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(
             "specdec run: give the command after --, e.g. specdec run --target h:p -- ais_bench ..."
         )
+    gates = _gates(args)
     targets, work_dir, problem, aisbench_perf = _run_targets(args, command, Path.cwd())
     inference_only = aisbench_perf and not args.whole_command
     interval = args.sample_interval
@@ -223,9 +225,30 @@ def run(args: argparse.Namespace) -> int:
         nothing_to_measure=problem,
         aisbench_inference=inference_only,
         from_prometheus=prometheus,
+        gates=gates,
     )
     with _client(args) as client:
         return run_wrapped(client, options)
+
+
+def _gates(args: argparse.Namespace) -> "Gates | None":
+    """The gates `specdec run` was given; a usage error naming the option for a bad one."""
+    from specdec_collector.cli.runner import Gates
+    from specdec_collector.core.gates import parse_max_drop, parse_requirement
+
+    if args.max_drop and not args.baseline:
+        raise SystemExit("specdec run: --max-drop needs --baseline ID (the window to compare with)")
+    try:
+        requirements = [parse_requirement(text) for text in args.require]
+        drops = [parse_max_drop(text) for text in args.max_drop]
+    except ValueError as exc:
+        raise SystemExit(f"specdec run: --require/--max-drop {exc}") from None
+    if not requirements and not drops:
+        if args.junit:
+            raise SystemExit("specdec run: --junit writes the verdicts of --require/--max-drop")
+        return None
+    junit = Path(args.junit) if args.junit else None
+    return Gates(tuple(requirements), tuple(drops), args.baseline, junit)
 
 
 def _run_past(args: argparse.Namespace, window_id: str, command: list[str]) -> int:

@@ -32,6 +32,8 @@ from specdec_collector.client import (
     StartFrom,
     Target,
 )
+from specdec_collector.core.gates import GATE_FAILED_EXIT, MaxDrop, Requirement, judge, junit_xml
+from specdec_collector.core.gates import render as render_verdicts
 from specdec_collector.core.report import render_block
 from specdec_collector.core.request_accounts import RequestAccount, account_of, merged_chunks
 from specdec_collector.core.results import TargetResult
@@ -56,6 +58,18 @@ class RunOptions:
     aisbench_inference: bool = False
     # Read the window from the collector's Prometheus instead of scraping.
     from_prometheus: bool = False
+    # Requirements the results must meet (CI gates), judged after the stop.
+    gates: "Gates | None" = None
+
+
+@dataclass(frozen=True, slots=True)
+class Gates:
+    """`specdec run --require/--baseline/--max-drop/--junit`."""
+
+    requirements: tuple[Requirement, ...] = ()
+    max_drops: tuple[MaxDrop, ...] = ()
+    baseline: str | None = None
+    junit: Path | None = None
 
 
 def run_command(command: Sequence[str], say: Callable[[str], None]) -> int:
@@ -119,13 +133,13 @@ def run_wrapped(
     began = time.time()
     code = run_command(options.command, say)
     if not started:
-        return code
+        return _judged(client, options, [], code, out, say)
     try:
         stopped = client.stop(options.window_id)
     except (CollectorError, CollectorUnavailable) as exc:
         say(f"specdec: could not stop window {options.window_id} ({exc})")
         say(f"specdec: stop it later with: specdec stop {options.window_id}")
-        return code
+        return _judged(client, options, [], code, out, say)
     run_folder = newest_output_dir(Path.cwd() / options.work_dir, began - 1)
     results = [(t.target, t.result) for t in stopped.targets if t.result is not None]
     footer = f"(specdec-collector, window {options.window_id})\n"
@@ -155,7 +169,44 @@ def run_wrapped(
                 say(f"specdec: {difference}")
         else:
             say(f"specdec: wrote {written.path}")
-    return code
+    return _judged(client, options, results, code, out, say)
+
+
+def _judged(
+    client: CollectorClient,
+    options: RunOptions,
+    results: Sequence[tuple[str, TargetResult]],
+    code: int,
+    out: TextIO,
+    say: Callable[[str], None],
+) -> int:
+    """The gates' verdicts printed (and written as JUnit XML); the exit code: the command's
+    when it failed, else `GATE_FAILED_EXIT` when a gate failed (a window that gave no results
+    fails every gate: a CI job must not pass on figures it never had)."""
+    gates = options.gates
+    if gates is None:
+        return code
+    # No results (the collector could not be reached): one verdict per gate, each failed.
+    measured: list[tuple[str, TargetResult | None]] = list(results) or [("(no result)", None)]
+    baseline: dict[str, TargetResult] = {}
+    if gates.baseline is not None and gates.max_drops:
+        try:
+            view = client.get(gates.baseline)
+            baseline = {t.target: t.result for t in view.targets if t.result is not None}
+        except (CollectorError, CollectorUnavailable) as exc:
+            say(f"specdec: could not read the baseline window {gates.baseline} ({exc})")
+    verdicts = judge(measured, gates.requirements, gates.max_drops, baseline)
+    print(render_verdicts(verdicts), file=out, end="", flush=True)
+    if gates.junit is not None:
+        gates.junit.parent.mkdir(parents=True, exist_ok=True)
+        gates.junit.write_text(junit_xml(verdicts, f"specdec run {options.window_id}"))
+        say(f"specdec: wrote {gates.junit}")
+    failed = sum(not verdict.passed for verdict in verdicts)
+    if failed:
+        say(f"specdec: {failed} of {len(verdicts)} gate(s) failed")
+    if code != 0:
+        return code
+    return GATE_FAILED_EXIT if failed else 0
 
 
 INFERENCE_NOTE = (

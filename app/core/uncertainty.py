@@ -30,6 +30,15 @@ _T_975 = (
     2.052, 2.048, 2.045,
 )  # fmt: skip
 
+
+def t_975(df: int) -> float:
+    """Student's t quantile of a two-sided 95 % interval with `df` degrees of freedom (a
+    table to 29; beyond, 1.96 + 2.4 / df, within 0.002 of it)."""
+    if df < 1:
+        raise ValueError("degrees of freedom are at least 1")
+    return _T_975[df - 1] if df <= len(_T_975) else 1.96 + 2.4 / df
+
+
 TOO_FEW = (
     "no confidence interval: {n} sample intervals, {need} are needed (sample the window more "
     "often, or for longer)"
@@ -79,6 +88,6 @@ def ratio_interval(
     variance = math.fsum(d * d for d in residuals) / (count - 1)
     mean_x = total_x / count
     error = math.sqrt(variance / count) / mean_x
-    half = _T_975[count - 2] * error * scale
+    half = t_975(count - 1) * error * scale
     centre = offset + scale * ratio
     return Interval(centre - half, centre + half)
