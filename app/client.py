@@ -18,6 +18,7 @@ import httpx
 from specdec_collector.schemas import (
     BoundedResults,
     BoundedTargetResult,
+    Comparison,
     Source,
     WindowSummary,
     WindowView,
@@ -164,6 +165,14 @@ class BaseClient:
         )
 
     @staticmethod
+    def comparing(window_ids: Sequence[str]) -> Call:
+        return Call("GET", "/compare", params={"windows": ",".join(window_ids)})
+
+    @staticmethod
+    def comparison_of(response: httpx.Response) -> Comparison:
+        return Comparison.model_validate(response.json())
+
+    @staticmethod
     def window_of(response: httpx.Response) -> WindowView:
         return WindowView.model_validate(response.json())
 
@@ -239,6 +248,10 @@ class CollectorClient(BaseClient):
         """The team's windows, newest first."""
         return self.windows_of(self._send(self.listing(limit, state)))
 
+    def compare(self, window_ids: Sequence[str]) -> Comparison:
+        """The windows side by side per target, each difference judged (`GET /compare`)."""
+        return self.comparison_of(self._send(self.comparing(window_ids)))
+
 
 class AsyncCollectorClient(BaseClient):
     """The same calls for asyncio code."""
@@ -305,3 +318,7 @@ class AsyncCollectorClient(BaseClient):
     async def list(self, limit: int = 50, state: str | None = None) -> list[WindowSummary]:
         """The team's windows, newest first."""
         return self.windows_of(await self._send(self.listing(limit, state)))
+
+    async def compare(self, window_ids: Sequence[str]) -> Comparison:
+        """The windows side by side per target, each difference judged (`GET /compare`)."""
+        return self.comparison_of(await self._send(self.comparing(window_ids)))

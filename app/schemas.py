@@ -6,7 +6,7 @@ SQLModel or FastAPI). The tables are `store.tables`.
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field, field_validator, model_validator
 
@@ -194,15 +194,34 @@ class ComparedResult(BaseModel):
     per_position_acceptance_rates: dict[str, float] | None
 
 
+class FigureVerdict(BaseModel):
+    """One figure's difference between two windows, judged on its 95 % interval (both windows
+    sampled): better (the interval above 0), worse (below), or no significant difference; and
+    the smallest difference this pair of windows could have detected (80 % power). Without
+    intervals, only the difference, and `reason` says why there is no verdict."""
+
+    difference: float | None
+    low: float | None
+    high: float | None
+    detectable: float | None
+    verdict: Literal["better", "worse", "no significant difference"] | None
+    reason: str | None
+
+
 class ResultDifference(BaseModel):
     """How a window's result differs from the first window's with an `ok` result (`versus`):
-    acceptance rate in points, acceptance length, and the rate at each position both have."""
+    acceptance rate in points, acceptance length, and the rate at each position both have;
+    each judged (`verdicts`, `per_position_verdicts`); settings that differ where a comparison
+    needs them equal (engine, draft positions, verification) in `mismatches`."""
 
     window: str
     versus: str
     acceptance_rate: float | None
     acceptance_length: float | None
     per_position_acceptance_rates: dict[str, float]
+    verdicts: dict[str, FigureVerdict]
+    per_position_verdicts: dict[str, FigureVerdict]
+    mismatches: list[str]
 
 
 class ComparedTarget(BaseModel):

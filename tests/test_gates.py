@@ -8,6 +8,7 @@ from xml.etree import ElementTree
 
 import pytest
 
+from specdec_collector.core.arithmetic import NO_INTERVAL
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.figures import build_result
 from specdec_collector.core.gates import (
@@ -116,6 +117,11 @@ def test_specdec_run_exits_with_the_gates_code_and_keeps_a_failed_commands(
         drop = run("--target", target, "--id", "g-drop", "--baseline", "g-pass",
                    "--max-drop", "acceptance_rate=50", "--", *load)  # fmt: skip
         usage = run("--target", target, "--max-drop", "acceptance_rate=2", "--", "true")
+        compared = subprocess.run(
+            [*specdec_command(), "compare", "--server", team.base_url, "--api-key", team.key,
+             "g-pass", "g-fail"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
     assert passed.returncode == 0, passed.stderr
     assert f"PASS  {target}  acceptance_rate>=1" in passed.stdout
     assert ElementTree.parse(tmp_path / "out/junit.xml").getroot().get("failures") == "0"
@@ -124,3 +130,6 @@ def test_specdec_run_exits_with_the_gates_code_and_keeps_a_failed_commands(
     assert both.returncode == 1  # the command's own failure wins
     assert drop.returncode == 0 and "judged on the figures" in drop.stdout
     assert usage.returncode not in (0, GATE_FAILED_EXIT) and "needs --baseline" in usage.stderr
+    # `specdec compare`: the two runs' differences, without verdicts (unsampled), saying why.
+    assert compared.returncode == 0, compared.stderr
+    assert "g-fail versus g-pass:" in compared.stdout and NO_INTERVAL in compared.stdout

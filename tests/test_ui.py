@@ -147,6 +147,10 @@ def test_dashboard_pages_draw_real_data(
     # Accepted / draft tokens of each, shown to 2 decimals.
     eagle, ngram = float(Fraction(210 * 100, 300)), float(Fraction(100 * 100, 300))
     assert f"+{eagle - ngram:.2f}" in page.locator(".card table").inner_text()
+    # Each difference judged, or why not: these windows were not sampled.
+    verdicts = page.locator(".card ul.verdicts").first.inner_text()
+    assert "eagle-run versus ngram-run" in page.locator(".card").first.inner_text()
+    assert "acceptance rate" in verdicts and "no verdict" in verdicts
     page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
 
     # Another engine: said on its card (with why it is approximate) and in the list.

@@ -156,3 +156,39 @@ def test_the_console_block_shows_the_intervals_below_aisbenchs_rows() -> None:
     assert lines.index(next(x for x in lines if x.startswith("Per-position"))) < lines.index(
         next(x for x in lines if x.startswith("Acceptance rate, 95% interval"))
     )
+
+
+def test_compare_gives_a_verdict_on_each_figures_interval() -> None:
+    """Two windows of one drafter: no significant difference; a worse drafter: worse, with
+    the smallest difference the pair could have detected; other settings are flagged."""
+    from specdec_collector.core.arithmetic import compare_results
+
+    def sampled(rates: list[float], seed: int) -> TargetResult:
+        server = SimulatedServer(instances=1, k=len(rates), drafts_per_s=0, acceptance=rates,
+                                 seed=seed, engine="llamacpp")  # fmt: skip
+        draw = random.Random(seed)
+        chain = [extract_spec_decode(server.render())]
+        for _ in range(40):
+            for _ in range(draw.randint(2, 5)):
+                server.generate(draw.randint(16, 64))
+            chain.append(extract_spec_decode(server.render()))
+        return build_result("http://h:1/metrics", chain[0], chain[-1], chain[1:-1])
+
+    base, same, worse = sampled(RATES, 11), sampled(RATES, 12), sampled([0.6, 0.3, 0.1], 13)
+    shorter = sampled([0.8, 0.5], 14)
+    rows = compare_results(
+        [("a", {"h:1": base}), ("b", {"h:1": same}), ("c", {"h:1": worse}),
+         ("d", {"h:1": shorter})]
+    )  # fmt: skip
+    by_window = {d["window"]: d for d in rows[0]["differences"]}
+    rate_b, rate_c = (
+        by_window["b"]["verdicts"]["acceptance_rate"],
+        by_window["c"]["verdicts"]["acceptance_rate"],
+    )
+    assert rate_b["verdict"] == "no significant difference"
+    assert rate_b["low"] < 0 < rate_b["high"] and rate_b["detectable"] > 0
+    assert rate_c["verdict"] == "worse" and rate_c["high"] < 0
+    assert abs(rate_c["difference"]) > rate_c["detectable"]
+    assert by_window["c"]["per_position_verdicts"]["2"]["verdict"] == "worse"
+    assert by_window["b"]["mismatches"] == []
+    assert by_window["d"]["mismatches"] == ["draft positions (k): 3 then 2"]

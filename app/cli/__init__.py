@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     report = client_command("report", "print a window's AISBench console report")
     report.add_argument("id")
     report.set_defaults(handler=remote.report)
+    compare = client_command(
+        "compare", "compare windows per target: each difference, its interval and verdict"
+    )
+    compare.add_argument("ids", nargs="+", metavar="ID", help="two or more window ids")
+    compare.add_argument("--json", action="store_true", help="print the answer as JSON")
+    compare.set_defaults(handler=remote.compare)
     ls = client_command("ls", "list your team's windows, newest first")
     ls.add_argument("--limit", type=_positive_int, default=50)
     ls.set_defaults(handler=remote.ls)

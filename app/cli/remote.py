@@ -175,6 +175,18 @@ def report(args: argparse.Namespace) -> int:
     return _print_text(args, lambda client: client.report(args.id))
 
 
+def compare(args: argparse.Namespace) -> int:
+    from specdec_collector.core.report import render_comparison
+
+    def call(client: "CollectorClient") -> int:
+        comparison = client.compare(args.ids).model_dump(mode="json")
+        print(json.dumps(comparison, indent=2) if args.json else render_comparison(comparison),
+              end="\n" if args.json else "")  # fmt: skip
+        return 0
+
+    return _client_call(args, call)
+
+
 def ls(args: argparse.Namespace) -> int:
     def call(client: "CollectorClient") -> int:
         windows = client.list(limit=args.limit)

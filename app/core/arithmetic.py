@@ -14,6 +14,7 @@ from specdec_collector.core.counters import GAUGES, POSITION_LABELS, Role, Servi
 from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
 from specdec_collector.core.readings import Failure, Reading, SnapshotPhase
 from specdec_collector.core.results import Counts, ResultData, TargetResult
+from specdec_collector.core.uncertainty import difference, standard_error
 
 NO_METRICS = "No spec decode metrics found on server"
 NO_ACTIVITY = "No spec decode activity detected during benchmark window"
@@ -441,9 +442,13 @@ def compare_results(
         differences = []
         if good:
             base_id, base = good[0]
+            base_result = dict(windows)[base_id][target]
             for window_id, data in good[1:]:
                 rates = data.per_position_acceptance_rates or {}
                 base_rates = base.per_position_acceptance_rates or {}
+                result = dict(windows)[window_id][target]
+                assert result is not None and base_result is not None
+                shared = sorted(set(rates) & set(base_rates), key=int)
                 differences.append(
                     {
                         "window": window_id,
@@ -453,13 +458,87 @@ def compare_results(
                             data.acceptance_length, base.acceptance_length
                         ),
                         "per_position_acceptance_rates": {
-                            pos: rates[pos] - base_rates[pos]
-                            for pos in sorted(set(rates) & set(base_rates), key=int)
+                            pos: rates[pos] - base_rates[pos] for pos in shared
                         },
+                        "verdicts": {
+                            figure: _verdict(result, base_result, figure)
+                            for figure in ("acceptance_rate", "acceptance_length")
+                        },
+                        "per_position_verdicts": {
+                            pos: _verdict(result, base_result, "per_position", pos)
+                            for pos in shared
+                        },
+                        "mismatches": _mismatches(result, base_result),
                     }
                 )
         rows.append({"target": target, "results": entries, "differences": differences})
     return rows
+
+
+NO_INTERVAL = (
+    "no verdict: both windows need confidence intervals (sample them, at least 20 intervals each)"
+)
+
+
+def _interval_of(
+    result: TargetResult, figure: str, position: str | None
+) -> tuple[float, float, int] | None:
+    """A result's (low, high, degrees of freedom) of a figure, where it has one."""
+    confidence = result.confidence
+    if confidence is None or confidence.batches < 2:
+        return None
+    if position is None:
+        interval = getattr(confidence, figure)
+    else:
+        interval = (confidence.per_position_acceptance_rates or {}).get(position)
+    return None if interval is None else (interval.low, interval.high, confidence.batches - 1)
+
+
+def _verdict(
+    result: TargetResult, base: TargetResult, figure: str, position: str | None = None
+) -> dict[str, Any]:
+    """`result`'s figure minus `base`'s, its 95 % interval, the smallest difference the pair
+    could have detected, and the verdict: better (the interval above 0: more accepted),
+    worse, or no significant difference."""
+    assert result.data is not None and base.data is not None
+    if position is None:
+        value, before = getattr(result.data, figure), getattr(base.data, figure)
+    else:
+        value = (result.data.per_position_acceptance_rates or {}).get(position)
+        before = (base.data.per_position_acceptance_rates or {}).get(position)
+    found: dict[str, Any] = dict.fromkeys(
+        ("difference", "low", "high", "detectable", "verdict", "reason")
+    )
+    if value is None or before is None:
+        found["reason"] = "the figure is not given in both windows"
+        return found
+    found["difference"] = value - before
+    ours, theirs = _interval_of(result, figure, position), _interval_of(base, figure, position)
+    if ours is None or theirs is None:
+        found["reason"] = NO_INTERVAL
+        return found
+    change = difference(
+        value, standard_error(*ours), ours[2], before, standard_error(*theirs), theirs[2]
+    )
+    verdict = (
+        "better" if change.low > 0 else "worse" if change.high < 0 else "no significant difference"
+    )
+    found.update(low=change.low, high=change.high, detectable=change.detectable, verdict=verdict)
+    return found
+
+
+def _mismatches(result: TargetResult, base: TargetResult) -> list[str]:
+    """Settings in which two windows' results differ where a comparison needs them equal."""
+    said = []
+    if result.engine != base.engine:
+        said.append(f"engine: {base.engine} then {result.engine}")
+    positions = len((result.data.per_position_acceptance_rates or {}) if result.data else {})
+    base_positions = len((base.data.per_position_acceptance_rates or {}) if base.data else {})
+    if positions != base_positions:
+        said.append(f"draft positions (k): {base_positions} then {positions}")
+    if result.verification != base.verification:
+        said.append(f"verification: {base.verification} then {result.verification}")
+    return said
 
 
 def _difference(value: float | None, base: float | None) -> float | None:

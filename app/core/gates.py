@@ -8,7 +8,6 @@ difference where both windows were sampled (`core.uncertainty`): it fails only w
 either window has no interval it is judged on the figures, and the verdict says so.
 """
 
-import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +16,7 @@ from enum import StrEnum
 from xml.etree import ElementTree
 
 from specdec_collector.core.results import Confidence, FigureInterval, TargetResult
-from specdec_collector.core.uncertainty import t_975
+from specdec_collector.core.uncertainty import difference, standard_error
 
 #: The exit code of `specdec run` when the command succeeded and a gate failed.
 GATE_FAILED_EXIT = 86
@@ -136,10 +135,13 @@ def _drop(
             f"{drop:+.4g} below the baseline ({before:.4g} to {value:.4g}); judged on the figures: "
             "a window without a confidence interval (sample both windows to judge on it)",
         )  # fmt: skip
-    # Each interval's standard error back from its half width; independent windows.
-    errors = [(i.high - i.low) / 2 / t_975(df) for i, df in (ours, theirs)]
-    half = t_975(min(ours[1], theirs[1])) * math.sqrt(sum(e * e for e in errors))
-    low, high = drop - half, drop + half
+    (interval, df), (base_interval, base_df) = ours, theirs
+    # The baseline minus this run: a difference of independent windows.
+    change = difference(
+        before, standard_error(base_interval.low, base_interval.high, base_df), base_df,
+        value, standard_error(interval.low, interval.high, df), df,
+    )  # fmt: skip
+    low, high = change.low, change.high
     passed = low <= gate.value
     said = "beyond" if not passed else ("within" if high <= gate.value else "not surely beyond")
     return Verdict(

@@ -44,6 +44,38 @@ def _per_position(rates: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def render_comparison(comparison: dict[str, Any]) -> str:
+    """`GET /compare`'s answer for a terminal: per target, each window's figures and, for
+    each later window, its differences from the first with their verdicts."""
+    lines = []
+    for row in comparison["targets"]:
+        lines.append(f"{row['target']}")
+        for result in row["results"]:
+            if result is None:
+                continue
+            rate, length = _fixed(result["acceptance_rate"]), _fixed(result["acceptance_length"])
+            shown = f"{result['window']:<32} {result['status']:<4}"
+            lines.append(f"  {shown} acceptance {rate} %, length {length}")
+        for change in row["differences"]:
+            lines.append(f"  {change['window']} versus {change['versus']}:")
+            for figure, verdict in change["verdicts"].items():
+                lines.append(f"    {figure:<18} {_verdict_text(verdict)}")
+            lines += [f"    settings differ: {said}" for said in change["mismatches"]]
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_text(verdict: dict[str, Any]) -> str:
+    if verdict["difference"] is None:
+        return str(verdict["reason"])
+    change = f"{verdict['difference']:+.4f}"
+    if verdict["verdict"] is None:
+        return f"{change} ({verdict['reason']})"
+    return (
+        f"{change}, 95 % interval {verdict['low']:+.4f} to {verdict['high']:+.4f}: "
+        f"{verdict['verdict']} (the smallest this pair could detect: {verdict['detectable']:.4f})"
+    )
+
+
 def render_block(target: str, result: TargetResult) -> str:
     """One target's block: a blank line, the framed title, then one row per value."""
     title = f"========== Speculative Decoding Metrics  [{target}] =========="

@@ -39,6 +39,37 @@ def t_975(df: int) -> float:
     return _T_975[df - 1] if df <= len(_T_975) else 1.96 + 2.4 / df
 
 
+#: The normal quantile of 80 % power: a difference of (t + this) standard errors is found in
+#: four of five pairs of windows (the smallest difference a pair could have detected).
+_Z_POWER = 0.8416
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """A difference of two windows' figures: its 95 % interval and the smallest difference
+    this pair of windows could have detected (80 % power)."""
+
+    value: float
+    low: float
+    high: float
+    detectable: float
+
+
+def standard_error(low: float, high: float, df: int) -> float:
+    """A figure's standard error back from its 95 % interval."""
+    return (high - low) / 2 / t_975(df)
+
+
+def difference(
+    value: float, error: float, df: int, base: float, base_error: float, base_df: int
+) -> Difference:
+    """`value - base` of two independent windows, with the t of the fewer degrees of freedom."""
+    spread = math.sqrt(error * error + base_error * base_error)
+    t = t_975(min(df, base_df))
+    change = value - base
+    return Difference(change, change - t * spread, change + t * spread, (t + _Z_POWER) * spread)
+
+
 TOO_FEW = (
     "no confidence interval: {n} sample intervals, {need} are needed (sample the window more "
     "often, or for longer)"

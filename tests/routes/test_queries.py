@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from specdec_collector.core.arithmetic import NO_INTERVAL
 from tests.support.metrics_server import MetricsServer, serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
 
@@ -135,7 +136,12 @@ def test_compare_two_configurations(api: httpx.Client, stored: dict[str, Any]) -
     one = by_target[stored["one"]]
     assert [r["window"] if r else None for r in one["results"]] == ["eagle-1", "ngram-1", None]
     assert [(r["engine"], r["exact"]) for r in one["results"] if r] == [("vllm", True)] * 2
-    assert one["differences"] == [
+    (difference,) = one["differences"]
+    # Unsampled windows: differences, but no verdict, saying why; the settings agree.
+    assert {v["reason"] for v in difference.pop("verdicts").values()} == {NO_INTERVAL}
+    assert {v["reason"] for v in difference.pop("per_position_verdicts").values()} == {NO_INTERVAL}
+    assert difference.pop("mismatches") == []
+    assert [difference] == [
         {"window": "ngram-1", "versus": "eagle-1",
          "acceptance_rate": pytest.approx(float(Fraction(35) - 80), rel=1e-15),
          "acceptance_length": pytest.approx(float(Fraction(105, 100) - Fraction(240, 100)), rel=1e-15),

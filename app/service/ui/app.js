@@ -166,11 +166,12 @@ async function windowPage(id) {
     const data = result && result.data;
     const engine = result && result.engine ? `<dt>Engine</dt><dd class="engine">${esc(result.engine)}, ${result.exact ? "exact" : "approximate"}</dd>` : "";
     const notes = result && result.notes && result.notes.length ? `<ul class="notes">${result.notes.map((n) => `<li>${esc(n)}</li>`).join("")}</ul>` : "";
+    const flags = result && result.flags && result.flags.length ? `<ul class="flags">${result.flags.map((f) => `<li data-kind="${esc(f.kind)}">${esc(f.reason)}</li>`).join("")}</ul>` : "";
     card.innerHTML = `<h3>${esc(target.target)}</h3>` + (data ? `
       <dl class="kv"><dt>Acceptance rate</dt><dd class="rate">${fmt(data.acceptance_rate, 2)} %</dd>
       <dt>Acceptance length</dt><dd class="length">${fmt(data.acceptance_length, 2)}</dd>
       <dt>Drafts</dt><dd>${esc(data.num_drafts ?? "–")}</dd><dt>Draft tokens</dt><dd>${esc(data.draft_tokens ?? "–")}</dd>
-      <dt>Accepted tokens</dt><dd>${esc(data.accepted_tokens ?? "–")}</dd>${engine}</dl>${notes}<h2>Per-position acceptance</h2>`
+      <dt>Accepted tokens</dt><dd>${esc(data.accepted_tokens ?? "–")}</dd>${engine}</dl>${flags}${notes}<h2>Per-position acceptance</h2>`
       : result ? `<p class="error">N/A: ${esc(result.error)}</p><dl class="kv">${engine}</dl>${notes}` : `<p class="muted">open: results come with the stop</p>`);
     if (data) card.appendChild(positionChart([{ name: window_.id, rates: data.per_position_acceptance_rates }]));
     const heading = document.createElement("h2");
@@ -180,6 +181,19 @@ async function windowPage(id) {
     cards.appendChild(card);
   }
   if (window_.state === "open") refresh = setTimeout(route, 2000);
+}
+
+function verdictText(v) {
+  if (v.difference === null) return esc(v.reason);
+  const change = `${v.difference >= 0 ? "+" : ""}${fmt(v.difference, 3)}`;
+  if (v.verdict === null) return `${change}: ${esc(v.reason)}`;
+  return `${change} (95 % interval ${fmt(v.low, 3)} to ${fmt(v.high, 3)}): <b>${esc(v.verdict)}</b>; the smallest this pair could detect: ${fmt(v.detectable, 3)}`;
+}
+
+function verdictList(d) {
+  const figures = Object.entries(d.verdicts).map(([name, v]) => `<li data-figure="${esc(name)}">${esc(name.replace("_", " "))}: ${verdictText(v)}</li>`).join("");
+  const mismatches = d.mismatches.map((m) => `<li class="mismatch">settings differ: ${esc(m)}</li>`).join("");
+  return `<h2>${esc(d.window)} versus ${esc(d.versus)}</h2><ul class="verdicts">${figures}${mismatches}</ul>`;
 }
 
 async function comparePage(ids) {
@@ -196,7 +210,7 @@ async function comparePage(ids) {
       ${row.results.map((r, i) => r === null ? `<tr><td>${esc(body.windows[i].id)}</td><td colspan="3" class="muted">not on this target</td></tr>` :
         `<tr><td>${esc(r.window)}${engineTag(r)}</td><td>${fmt(r.acceptance_rate, 2)} ${diff(differences[r.window]?.acceptance_rate, 2)}</td>
          <td>${fmt(r.acceptance_length, 2)} ${diff(differences[r.window]?.acceptance_length, 3)}</td><td>${esc(r.num_drafts ?? r.status)}</td></tr>`).join("")}
-      </tbody></table><h2>Per-position acceptance</h2>`;
+      </tbody></table>${row.differences.map(verdictList).join("")}<h2>Per-position acceptance</h2>`;
     card.appendChild(positionChart(row.results.filter((r) => r && r.status === "ok").map((r) => ({ name: r.window, rates: r.per_position_acceptance_rates }))));
     cards.appendChild(card);
   }
