@@ -103,6 +103,7 @@ def test_the_schema_describes_a_result_field_by_field(schema: dict[str, Any]) ->
         "engines",
         "lifetime",
         "diffusion",
+        "models",
         "verification",
         "confidence",
         "flags",

@@ -60,6 +60,7 @@ def test_seed_example_exactly() -> None:
         "samples": {"taken": 0, "failed": 0},
         "restarts": 0,
         "series_resets": 0,
+        "models": ["meta-llama/Llama-3.1-8B-Instruct"],  # the series' model_name label
         # Beside AISBench's keys: every draft 5 long, so drafts by tokens accepted: 163 - 162
         # accepted none, 162 - 161 four, 161 all five.
         "accepted_distribution": {"0": 1, "1": 0, "2": 0, "3": 0, "4": 1, "5": 161},

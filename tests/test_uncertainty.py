@@ -192,3 +192,20 @@ def test_compare_gives_a_verdict_on_each_figures_interval() -> None:
     assert by_window["c"]["per_position_verdicts"]["2"]["verdict"] == "worse"
     assert by_window["b"]["mismatches"] == []
     assert by_window["d"]["mismatches"] == ["draft positions (k): 3 then 2"]
+
+
+def test_compare_flags_windows_of_other_models() -> None:
+    from specdec_collector.core.arithmetic import compare_results
+    from tests.support.payloads import InstanceCounters, vllm_payload
+
+    def window(model: str) -> TargetResult:
+        def snap(drafts: int, accepted: list[int]) -> Series:
+            counters = InstanceCounters(drafts, 2 * drafts, accepted, model=model)
+            return extract_spec_decode(vllm_payload([counters]))
+
+        return build_result("http://h:1/metrics", snap(0, [0, 0]), snap(300, [200, 100]))
+
+    rows = compare_results([("a", {"h:1": window("m-8b")}), ("b", {"h:1": window("m-70b")})])
+    (said,) = rows[0]["differences"][0]["mismatches"]
+    before, _, after = said.removeprefix("model: ").partition(" then ")
+    assert "m-8b" in before and "m-70b" not in before and "m-70b" in after

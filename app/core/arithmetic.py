@@ -536,6 +536,8 @@ def _mismatches(result: TargetResult, base: TargetResult) -> list[str]:
     base_positions = len((base.data.per_position_acceptance_rates or {}) if base.data else {})
     if positions != base_positions:
         said.append(f"draft positions (k): {base_positions} then {positions}")
+    if result.models and base.models and result.models != base.models:
+        said.append(f"model: {', '.join(base.models)} then {', '.join(result.models)}")
     if result.verification != base.verification:
         said.append(f"verification: {base.verification} then {result.verification}")
     return said

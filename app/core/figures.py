@@ -876,11 +876,25 @@ def build_result(
     it does to the acceptance in the notes.
     """
     result = _result(url, before, after, samples, hints)
+    models = _models(after)
+    if models:
+        result = result.model_copy(update={"models": models})
     if hints.verification is None:
         return result
     note = VERIFICATION_NOTES.get(hints.verification)
     notes = result.notes if note is None else [*(result.notes or []), note]
     return result.model_copy(update={"verification": hints.verification, "notes": notes})
+
+
+#: The labels that name a model, over the engines (vLLM, SGLang, LMDeploy: `model_name`).
+MODEL_LABELS = ("model_name",)
+
+
+def _models(after: Reading) -> list[str]:
+    """The models `after`'s series name, sorted."""
+    if isinstance(after, Failure):
+        return []
+    return sorted({value for key in after for name, value in key.labels if name in MODEL_LABELS})
 
 
 def _result(

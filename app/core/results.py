@@ -236,6 +236,8 @@ class TargetResult(BaseModel):
         default=None, exclude_if=lambda value: value is None
     )
     diffusion: DiffusionFigures | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The models the server's series name (their `model_name` label), for comparisons.
+    models: list[str] | None = Field(default=None, exclude_if=lambda v: not v)
     # How the server verified drafts, where the start body said (`core.targets.VERIFICATIONS`).
     verification: str | None = Field(default=None, exclude_if=lambda v: v is None)
     # A sampled window's 95 % intervals (beside AISBench's keys, never in them).
