@@ -25,7 +25,6 @@ from specdec_collector.core.arithmetic import (
     derived,
     interval_increases,
     reading_error,
-    window_increase,
 )
 from specdec_collector.core.counters import GAUGES, LIFETIME, Role, ServingEngine
 from specdec_collector.core.exposition import MAX_COUNTER, SPEC_LIKE_MAX_NAMES, Series
@@ -340,8 +339,11 @@ class ActiveDraftTokens:
     high: float
 
 
-def active_draft_tokens(chain: Sequence[Series]) -> ActiveDraftTokens | None:
-    """The draft tokens of an SGLang chain by its gauge, None where a snapshot lacks it."""
+def active_draft_tokens(
+    chain: Sequence[Series], steps: Sequence[Totals]
+) -> ActiveDraftTokens | None:
+    """The draft tokens of an SGLang chain (`steps` its increases) by its gauge, None where a
+    snapshot lacks it."""
     values = []
     for snapshot in chain:
         shown = [
@@ -352,7 +354,6 @@ def active_draft_tokens(chain: Sequence[Series]) -> ActiveDraftTokens | None:
         if not shown:
             return None
         values.append(sum(shown) / len(shown))
-    steps = interval_increases(chain)
     ends = zip(steps, values[1:], strict=True)
     drafted = sum(step.verify_calls * max(0.0, value - 1) for step, value in ends)
     return ActiveDraftTokens(drafted, min(values), max(values))
@@ -671,7 +672,11 @@ def _engine_windows(
     windows, everything = [], Totals()
     for engine in sorted({e for split in by_engine for e in split}, key=list(ServingEngine).index):
         own = [split.get(engine, {}) for split in by_engine]
-        totals = window_increase(own)
+        # Each step's increases once: the window's sum, its intervals and its flags use them.
+        steps = interval_increases(own)
+        totals = Totals()
+        for step in steps:
+            totals.absorb(step)
         everything.series_resets += totals.series_resets
         everything.restarts += totals.restarts
         if not own[-1]:
@@ -686,15 +691,16 @@ def _engine_windows(
         if kind is ServingEngine.VLLM_V0:
             result = EngineResult(engine=kind, status="na", error=V0_REASON, exact=False)
         elif kind is ServingEngine.SGLANG:
-            result = _sglang(totals, hints.draft_tokens_per_step, active_draft_tokens(own))
+            active = active_draft_tokens(own, steps)
+            result = _sglang(totals, hints.draft_tokens_per_step, active)
         else:
             has_drafts = Role.DRAFTS in _roles(own[-1])
             result = _figures(kind, totals, has_drafts, (own[0], own[-1]), hints)
             if kind is ServingEngine.VLLM and not _roles(own[-1]) & {Role.GENERATION_TOKENS}:
                 result = result.model_copy(update={"notes": [*result.notes, VLLM_COMPATIBLE_NOTE]})
         result = _restart_notes(result, totals.restarts, own)
-        confidence = confidence_of(kind, own, result)
-        flags = flags_of(own, result)
+        confidence = confidence_of(kind, steps, result)
+        flags = flags_of(steps, result)
         if confidence is not None or flags:
             result = result.model_copy(update={"confidence": confidence, "flags": flags or None})
         windows.append(_EngineWindow(kind, totals, result))
@@ -719,15 +725,14 @@ def _shown(interval: Interval | None) -> FigureInterval | None:
 
 
 def confidence_of(
-    engine: ServingEngine, chain: Sequence[Series], result: EngineResult
+    engine: ServingEngine, steps: Sequence[Totals], result: EngineResult
 ) -> Confidence | None:
     """The 95 % intervals of a sampled window's figures, each the ratio of two sums over its
-    sample intervals (`core.uncertainty`); None for an unsampled window, a result without
-    figures, or an engine whose figures are not such ratios (TensorRT-LLM mixes iteration and
-    request counts)."""
-    if len(chain) <= 2 or result.status != "ok" or result.data is None:
+    sample intervals (`steps`: the increase of each, `arithmetic.interval_increases`,
+    `core.uncertainty`); None for an unsampled window, a result without figures, or an engine
+    whose figures are not such ratios (TensorRT-LLM mixes iteration and request counts)."""
+    if len(steps) < 2 or result.status != "ok" or result.data is None:
         return None
-    steps = interval_increases(chain)
     count = batches(len(steps))
     if not count:
         reason = TOO_FEW.format(n=len(steps), need=MIN_INTERVALS)
@@ -798,8 +803,9 @@ FLAG_TEXTS = {
 }
 
 
-def flags_of(chain: Sequence[Series], result: EngineResult) -> list[Flag]:
-    """Reasons to doubt an `ok` result's figures, each said (`FlagKind`)."""
+def flags_of(steps: Sequence[Totals], result: EngineResult) -> list[Flag]:
+    """Reasons to doubt an `ok` result's figures (`steps`: the increase of each interval of
+    the window), each said (`FlagKind`)."""
     data = result.data
     if result.status != "ok" or data is None:
         return []
@@ -817,10 +823,10 @@ def flags_of(chain: Sequence[Series], result: EngineResult) -> list[Flag]:
             )
             flags.append(Flag(kind=FlagKind.RISING_POSITIONS, reason=text))
             break
-    if len(chain) > 2 and tokens:
+    if len(steps) > 1 and tokens:
         lengths = [
             step.num_draft_tokens / step.num_drafts
-            for step in interval_increases(chain)
+            for step in steps
             if step.num_drafts >= LENGTH_MIN_DRAFTS and step.num_draft_tokens > 0
         ]
         if lengths and max(lengths) - min(lengths) > LENGTH_SPREAD:
