@@ -12,15 +12,32 @@ config = context.config
 
 
 def _run(connection: Connection) -> None:
+    sqlite = connection.dialect.name == "sqlite"
     context.configure(
         connection=connection,
         target_metadata=metadata,
         # SQLite cannot ALTER most things; batch mode copies the table instead.
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=sqlite,
         compare_type=True,
     )
-    with context.begin_transaction():
-        context.run_migrations()
+    if not sqlite:
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    # A batch copy drops the old table: with foreign keys enforced, that deletes every row
+    # that refers to it (ON DELETE CASCADE: a window's targets, a target's snapshots). Off
+    # while migrating (outside a transaction, where SQLite takes the pragma), checked after.
+    connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+    connection.commit()
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise RuntimeError(f"a migration left rows whose references are gone: {broken[:5]}")
+    finally:
+        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+        connection.commit()
 
 
 def run_migrations_online() -> None:

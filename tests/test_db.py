@@ -410,3 +410,32 @@ def test_0014_keeps_each_stored_failures_kind_as_its_text_says(database_url: str
         ]
     finally:
         database.dispose()
+
+
+def test_a_downgrade_keeps_every_target_and_snapshot(database_url: str) -> None:
+    """Downgrades that drop `window_target` columns do it in place: a SQLite batch copy of the
+    table would delete its snapshots with the old table (ON DELETE CASCADE)."""
+    upgrade_database(database_url)
+    database = open_database(database_url)
+    window, target = _window_tables()
+    snapshot = table("snapshot", column("id"), column("target_id"), column("phase"),
+                     column("taken_at"), column("error"))  # fmt: skip
+    moment = datetime(2026, 12, 2, 8, tzinfo=UTC)
+    try:
+        with database.begin() as connection:
+            connection.execute(window.insert().values(
+                id=1, window_id="w", state="closed", labels="{}", started_at=moment,
+                team="default", started_by="anonymous"))  # fmt: skip
+            connection.execute(target.insert().values(
+                id=1, window_pk=1, ordinal=0, target="h:1", url="http://h:1/metrics"))  # fmt: skip
+            for snapshot_id, phase in ((1, "before"), (2, "after")):
+                connection.execute(snapshot.insert().values(
+                    id=snapshot_id, target_id=1, phase=phase, taken_at=moment,
+                    error="connection refused"))  # fmt: skip
+        command.downgrade(alembic_config(database_url), "0004")
+        with database.connect() as connection:
+            targets = connection.execute(text("SELECT count(*) FROM window_target")).scalar()
+            snapshots = connection.execute(text("SELECT count(*) FROM snapshot")).scalar()
+    finally:
+        database.dispose()
+    assert (targets, snapshots) == (1, 2)

@@ -17,13 +17,10 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column("window_target", sa.Column("verification", sa.String(length=16), nullable=True))
+    with op.batch_alter_table("window_target") as batch:
+        batch.add_column(sa.Column("verification", sa.String(length=16), nullable=True))
 
 
 def downgrade() -> None:
-    # In place, on SQLite too (3.35 on): a batch copy would recreate `window_target`, and
-    # dropping the old table deletes every snapshot of it (ON DELETE CASCADE).
-    if op.get_bind().dialect.name == "sqlite":
-        op.execute("ALTER TABLE window_target DROP COLUMN verification")
-    else:
-        op.drop_column("window_target", "verification")
+    with op.batch_alter_table("window_target") as batch:
+        batch.drop_column("verification")
