@@ -30,6 +30,7 @@ from tests.real_engines.accounting import (
 from tests.support.collector import CollectorProcess, run_collector, specdec_command
 from tests.support.metrics_server import free_port
 from tests.support.prometheus_server import run_prometheus
+from tests.support.waiting import wait_for
 
 PASSAGE = (
     "Speculative decoding drafts several tokens cheaply and lets the large model verify them "
@@ -348,6 +349,15 @@ def test_a_llamacpp_restart_inside_a_sampled_window(
     assert result["data"] == expected_data(both)
 
 
+def _scraped(prometheus: str, instance: str) -> bool | None:
+    """True once Prometheus holds a successful scrape of `instance` (None until then)."""
+    answer = httpx.get(
+        f"{prometheus}/api/v1/query", params={"query": f'up{{instance="{instance}"}} == 1'},
+        timeout=10,
+    ).json()  # fmt: skip
+    return True if answer["data"]["result"] else None
+
+
 @pytest.mark.prometheus
 def test_a_window_read_from_a_real_prometheus_scraping_the_real_engines(
     vllm_engine: servers.Engine, llama_engine: servers.Engine, logs: Path
@@ -364,7 +374,9 @@ def test_a_window_read_from_a_real_prometheus_scraping_the_real_engines(
             f"sqlite:///{logs}/prometheus-source.db", logs, SPECDEC_PROMETHEUS_URL=prometheus
         ) as collector,
     ):
-        time.sleep(3)  # Prometheus' first scrapes of both
+        for target in engines:  # Prometheus' first successful scrape of each
+            wait_for(lambda t=target: _scraped(prometheus, t), f"Prometheus scraping {target}")
+        time.sleep(1)
         before = {t: counters(e.metrics(), prefix) for t, (e, prefix) in engines.items()}
         window = window_id()
         start(collector, window, list(engines), source="prometheus")
