@@ -10,6 +10,7 @@ import json
 import subprocess
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -375,7 +376,7 @@ def test_a_window_read_from_a_real_prometheus_scraping_the_real_engines(
         ) as collector,
     ):
         for target in engines:  # Prometheus' first successful scrape of each
-            wait_for(lambda t=target: _scraped(prometheus, t), f"Prometheus scraping {target}")
+            wait_for(partial(_scraped, prometheus, target), f"Prometheus scraping {target}")
         time.sleep(1)
         before = {t: counters(e.metrics(), prefix) for t, (e, prefix) in engines.items()}
         window = window_id()
