@@ -1,13 +1,10 @@
 """Flags on suspicious figures: each with its reason, on the result and in the console block."""
 
 from specdec_collector.core.exposition import Series, extract_spec_decode
-from specdec_collector.core.figures import (
-    FEW_DRAFTS,
-    NEAR_ZERO_DRAFT_TOKENS,
-    build_result,
-)
+from specdec_collector.core.figures import build_result
 from specdec_collector.core.report import render_block
 from specdec_collector.core.results import FlagKind, OtherTeams, Overlaps, TargetResult
+from specdec_collector.core.trust import FEW_DRAFTS, NEAR_ZERO_DRAFT_TOKENS
 from tests.support.payloads import InstanceCounters, vllm_payload
 
 URL = "http://10.0.0.1:8000/metrics"

@@ -1,15 +1,13 @@
 """CI gates: requirements on a run's results, absolute or against a baseline judged on the
 interval of the drop; verdicts printed, written as JUnit XML, and an exit code of their own."""
 
-import random
 import subprocess
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
 
-from specdec_collector.core.arithmetic import NO_INTERVAL
-from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.comparison import NO_INTERVAL
 from specdec_collector.core.figures import build_result
 from specdec_collector.core.gates import (
     GATE_FAILED_EXIT,
@@ -19,21 +17,13 @@ from specdec_collector.core.gates import (
     parse_requirement,
 )
 from specdec_collector.core.results import TargetResult
-from specdec_collector.simulator.server import SimulatedServer
 from tests.support.collector import Team, run_simulator, specdec_command
+from tests.support.simulated import sampled_chain
 
 
 def _result(rates: list[float], seed: int, intervals: int = 40) -> TargetResult:
     """A window over an in-process simulator of acceptance `rates`, sampled `intervals` times."""
-    server = SimulatedServer(
-        instances=1, k=len(rates), drafts_per_s=0, acceptance=rates, seed=seed, engine="llamacpp"
-    )
-    draw = random.Random(seed)
-    chain = [extract_spec_decode(server.render())]
-    for _ in range(intervals):
-        for _ in range(draw.randint(2, 5)):
-            server.generate(draw.randint(16, 64))
-        chain.append(extract_spec_decode(server.render()))
+    chain = sampled_chain(rates, intervals, seed, instances=1, requests=(2, 5), tokens=(16, 64))
     sampled = chain[1:-1] if intervals > 1 else []
     return build_result("http://h:1/metrics", chain[0], chain[-1], sampled)
 

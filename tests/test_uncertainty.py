@@ -3,7 +3,6 @@ known, the 95 % intervals cover the true figures in about 95 % of windows, and n
 window grows."""
 
 import json
-import random
 import statistics
 
 import pytest
@@ -19,7 +18,7 @@ from specdec_collector.core.uncertainty import (
     Interval,
     ratio_interval,
 )
-from specdec_collector.simulator.server import SimulatedServer
+from tests.support.simulated import sampled_chain
 
 RATES = [0.8, 0.5, 0.3]
 
@@ -27,15 +26,7 @@ RATES = [0.8, 0.5, 0.3]
 def _window(intervals: int, seed: int) -> list[tuple[float, float, float, list[float]]]:
     """One sampled window over an in-process simulator (requests only, of random lengths and
     number per interval): each interval's drafts, draft tokens, accepted, accepted per position."""
-    server = SimulatedServer(
-        instances=2, k=3, drafts_per_s=0, acceptance=RATES, seed=seed, engine="llamacpp"
-    )
-    draw = random.Random(seed)
-    chain = [extract_spec_decode(server.render())]
-    for _ in range(intervals):
-        for _ in range(draw.randint(1, 4)):
-            server.generate(draw.randint(8, 64))
-        chain.append(extract_spec_decode(server.render()))
+    chain = sampled_chain(RATES, intervals, seed)
     return [
         (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens,
          [s.accepted_per_pos.get(i, 0.0) for i in range(3)])
@@ -90,16 +81,7 @@ def test_too_few_intervals_give_none() -> None:
 
 
 def _chain(intervals: int, seed: int = 7, engine: str = "llamacpp") -> list[Series]:
-    server = SimulatedServer(
-        instances=2, k=3, drafts_per_s=0, acceptance=RATES, seed=seed, engine=engine
-    )
-    draw = random.Random(seed)
-    chain = [extract_spec_decode(server.render())]
-    for _ in range(intervals):
-        for _ in range(draw.randint(1, 4)):
-            server.generate(draw.randint(8, 64))
-        chain.append(extract_spec_decode(server.render()))
-    return chain
+    return sampled_chain(RATES, intervals, seed, engine=engine)
 
 
 def test_a_sampled_windows_result_carries_its_intervals_around_its_figures() -> None:
@@ -161,17 +143,10 @@ def test_the_console_block_shows_the_intervals_below_aisbenchs_rows() -> None:
 def test_compare_gives_a_verdict_on_each_figures_interval() -> None:
     """Two windows of one drafter: no significant difference; a worse drafter: worse, with
     the smallest difference the pair could have detected; other settings are flagged."""
-    from specdec_collector.core.arithmetic import compare_results
+    from specdec_collector.core.comparison import compare_results
 
     def sampled(rates: list[float], seed: int) -> TargetResult:
-        server = SimulatedServer(instances=1, k=len(rates), drafts_per_s=0, acceptance=rates,
-                                 seed=seed, engine="llamacpp")  # fmt: skip
-        draw = random.Random(seed)
-        chain = [extract_spec_decode(server.render())]
-        for _ in range(40):
-            for _ in range(draw.randint(2, 5)):
-                server.generate(draw.randint(16, 64))
-            chain.append(extract_spec_decode(server.render()))
+        chain = sampled_chain(rates, 40, seed, instances=1, requests=(2, 5), tokens=(16, 64))
         return build_result("http://h:1/metrics", chain[0], chain[-1], chain[1:-1])
 
     base, same, worse = sampled(RATES, 11), sampled(RATES, 12), sampled([0.6, 0.3, 0.1], 13)
@@ -195,7 +170,7 @@ def test_compare_gives_a_verdict_on_each_figures_interval() -> None:
 
 
 def test_compare_flags_windows_of_other_models() -> None:
-    from specdec_collector.core.arithmetic import compare_results
+    from specdec_collector.core.comparison import compare_results
     from tests.support.payloads import InstanceCounters, vllm_payload
 
     def window(model: str) -> TargetResult:

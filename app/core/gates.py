@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from xml.etree import ElementTree
 
-from specdec_collector.core.results import Confidence, FigureInterval, TargetResult
-from specdec_collector.core.uncertainty import difference, standard_error
+from specdec_collector.core.comparison import judged_difference
+from specdec_collector.core.results import TargetResult
 
 #: The exit code of `specdec run` when the command succeeded and a gate failed.
 GATE_FAILED_EXIT = 86
@@ -100,15 +100,6 @@ def _value(result: TargetResult | None, figure: GateFigure) -> float | None:
     return value
 
 
-def _interval(result: TargetResult, figure: GateFigure) -> tuple[FigureInterval, int] | None:
-    """The figure's interval and its degrees of freedom, where the window was sampled."""
-    confidence: Confidence | None = result.confidence
-    if confidence is None or confidence.batches < 2:
-        return None
-    interval: FigureInterval | None = getattr(confidence, figure.value)
-    return None if interval is None else (interval, confidence.batches - 1)
-
-
 def _absolute(target: str, result: TargetResult | None, gate: Requirement) -> Verdict:
     value = _value(result, gate.figure)
     if value is None:
@@ -127,20 +118,15 @@ def _drop(
         return Verdict(target, str(gate), False, f"no {gate.figure.value} in {which}")
     assert result is not None and base is not None
     drop = before - value
-    ours, theirs = _interval(result, gate.figure), _interval(base, gate.figure)
-    if ours is None or theirs is None:
+    # The baseline minus this run: a difference of independent windows.
+    change = judged_difference(before, base, value, result, gate.figure.value)
+    if change is None:
         passed = drop <= gate.value
         return Verdict(
             target, str(gate), passed,
             f"{drop:+.4g} below the baseline ({before:.4g} to {value:.4g}); judged on the figures: "
             "a window without a confidence interval (sample both windows to judge on it)",
         )  # fmt: skip
-    (interval, df), (base_interval, base_df) = ours, theirs
-    # The baseline minus this run: a difference of independent windows.
-    change = difference(
-        before, standard_error(base_interval.low, base_interval.high, base_df), base_df,
-        value, standard_error(interval.low, interval.high, df), df,
-    )  # fmt: skip
     low, high = change.low, change.high
     passed = low <= gate.value
     said = "beyond" if not passed else ("within" if high <= gate.value else "not surely beyond")

@@ -7,7 +7,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from specdec_collector.core.arithmetic import compare_results, thin_timeline, timeline
+from specdec_collector.core.arithmetic import thin_timeline, timeline
+from specdec_collector.core.comparison import compare_results
 from specdec_collector.core.figures import bounded_result
 from specdec_collector.core.readings import Reading
 from specdec_collector.core.results import TargetResult

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specdec_collector.core.arithmetic import NO_INTERVAL
+from specdec_collector.core.comparison import NO_INTERVAL
 from tests.support.metrics_server import MetricsServer, serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
 

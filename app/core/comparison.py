@@ -1,0 +1,175 @@
+"""Windows side by side per target: each figure's difference from the first window's, judged
+on its confidence interval, and the settings that make two windows incomparable. Pure
+functions."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from specdec_collector.core.results import ResultData, TargetResult
+from specdec_collector.core.uncertainty import Difference, difference, standard_error
+
+
+def compare_results(
+    windows: Sequence[tuple[str, dict[str, TargetResult | None]]],
+) -> list[dict[str, Any]]:
+    """Windows side by side per target (same `host:port`), with differences from the first.
+
+    `windows` is (window id, {target: result or None while open}) in the order to compare.
+    For each target, `results` has one entry per window (null where the window lacks the
+    target), and `differences` compares every later window with an `ok` result against the
+    first window that has one: acceptance rate (points), acceptance length, per-position rates.
+    """
+    targets: list[str] = []
+    for _, results in windows:
+        targets += [target for target in results if target not in targets]
+    rows = []
+    for target in targets:
+        entries: list[dict[str, Any] | None] = []
+        good: list[tuple[str, ResultData]] = []
+        for window_id, results in windows:
+            if target not in results:
+                entries.append(None)
+                continue
+            result = results[target]
+            data = None if result is None else result.data
+            entries.append(
+                {
+                    "window": window_id,
+                    "status": "open" if result is None else result.status,
+                    "error": None if result is None else result.error,
+                    "engine": None if result is None else result.engine,
+                    "exact": None if result is None else result.exact,
+                    "restarts": None if result is None else result.restarts,
+                    "notes": None if result is None else result.notes,
+                    "acceptance_rate": None if data is None else data.acceptance_rate,
+                    "acceptance_length": None if data is None else data.acceptance_length,
+                    "num_drafts": None if data is None else data.num_drafts,
+                    "per_position_acceptance_rates": (
+                        None if data is None else data.per_position_acceptance_rates
+                    ),
+                }
+            )
+            if result is not None and result.ok and data is not None:
+                good.append((window_id, data))
+        differences = []
+        if good:
+            base_id, base = good[0]
+            base_result = dict(windows)[base_id][target]
+            for window_id, data in good[1:]:
+                rates = data.per_position_acceptance_rates or {}
+                base_rates = base.per_position_acceptance_rates or {}
+                result = dict(windows)[window_id][target]
+                assert result is not None and base_result is not None
+                shared = sorted(set(rates) & set(base_rates), key=int)
+                differences.append(
+                    {
+                        "window": window_id,
+                        "versus": base_id,
+                        "acceptance_rate": _difference(data.acceptance_rate, base.acceptance_rate),
+                        "acceptance_length": _difference(
+                            data.acceptance_length, base.acceptance_length
+                        ),
+                        "per_position_acceptance_rates": {
+                            pos: rates[pos] - base_rates[pos] for pos in shared
+                        },
+                        "verdicts": {
+                            figure: _verdict(result, base_result, figure)
+                            for figure in ("acceptance_rate", "acceptance_length")
+                        },
+                        "per_position_verdicts": {
+                            pos: _verdict(result, base_result, "per_position", pos)
+                            for pos in shared
+                        },
+                        "mismatches": _mismatches(result, base_result),
+                    }
+                )
+        rows.append({"target": target, "results": entries, "differences": differences})
+    return rows
+
+
+NO_INTERVAL = (
+    "no verdict: both windows need confidence intervals (sample them, at least 20 intervals each)"
+)
+
+
+def figure_interval(
+    result: TargetResult, figure: str, position: str | None = None
+) -> tuple[float, float, int] | None:
+    """A result's (low, high, degrees of freedom) of a figure (`acceptance_rate`,
+    `acceptance_length`, or a position's rate), where its window was sampled enough."""
+    confidence = result.confidence
+    if confidence is None or confidence.batches < 2:
+        return None
+    if position is None:
+        interval = getattr(confidence, figure)
+    else:
+        interval = (confidence.per_position_acceptance_rates or {}).get(position)
+    return None if interval is None else (interval.low, interval.high, confidence.batches - 1)
+
+
+def judged_difference(
+    value: float, result: TargetResult, before: float, base: TargetResult, figure: str,
+    position: str | None = None,
+) -> Difference | None:  # fmt: skip
+    """`value - before` of two windows' figures with its interval, None where either window
+    has no interval of the figure."""
+    ours, theirs = (
+        figure_interval(result, figure, position),
+        figure_interval(base, figure, position),
+    )
+    if ours is None or theirs is None:
+        return None
+    return difference(
+        value, standard_error(*ours), ours[2], before, standard_error(*theirs), theirs[2]
+    )
+
+
+def _verdict(
+    result: TargetResult, base: TargetResult, figure: str, position: str | None = None
+) -> dict[str, Any]:
+    """`result`'s figure minus `base`'s, its 95 % interval, the smallest difference the pair
+    could have detected, and the verdict: better (the interval above 0: more accepted),
+    worse, or no significant difference."""
+    assert result.data is not None and base.data is not None
+    if position is None:
+        value, before = getattr(result.data, figure), getattr(base.data, figure)
+    else:
+        value = (result.data.per_position_acceptance_rates or {}).get(position)
+        before = (base.data.per_position_acceptance_rates or {}).get(position)
+    found: dict[str, Any] = dict.fromkeys(
+        ("difference", "low", "high", "detectable", "verdict", "reason")
+    )
+    if value is None or before is None:
+        found["reason"] = "the figure is not given in both windows"
+        return found
+    found["difference"] = value - before
+    change = judged_difference(value, result, before, base, figure, position)
+    if change is None:
+        found["reason"] = NO_INTERVAL
+        return found
+    verdict = (
+        "better" if change.low > 0 else "worse" if change.high < 0 else "no significant difference"
+    )
+    found.update(low=change.low, high=change.high, detectable=change.detectable, verdict=verdict)
+    return found
+
+
+def _mismatches(result: TargetResult, base: TargetResult) -> list[str]:
+    """Settings in which two windows' results differ where a comparison needs them equal."""
+    said = []
+    if result.engine != base.engine:
+        said.append(f"engine: {base.engine} then {result.engine}")
+    positions = len((result.data.per_position_acceptance_rates or {}) if result.data else {})
+    base_positions = len((base.data.per_position_acceptance_rates or {}) if base.data else {})
+    if positions != base_positions:
+        said.append(f"draft positions (k): {base_positions} then {positions}")
+    if result.models and base.models and result.models != base.models:
+        said.append(f"model: {', '.join(base.models)} then {', '.join(result.models)}")
+    if result.verification != base.verification:
+        said.append(f"verification: {base.verification} then {result.verification}")
+    return said
+
+
+def _difference(value: float | None, base: float | None) -> float | None:
+    """`value - base`, or null where either figure could not be derived."""
+    return None if value is None or base is None else value - base
