@@ -6,6 +6,7 @@ every expected figure is computed by hand in the test.
 
 from fractions import Fraction
 
+from specdec_collector.core.counters import Role
 from specdec_collector.core.exposition import Series, extract_spec_decode
 from specdec_collector.core.figures import (
     EARLY_V1_NOTE,
@@ -216,9 +217,9 @@ def test_sglang_without_speculative_decoding_has_no_spec_metrics() -> None:
     plain = extract_spec_decode(
         "sglang:generation_tokens_total 5.0\nsglang:num_requests_total 1.0\n"
     )
-    # Its token and request counters are not read at all: the same answer as a vLLM server
-    # without speculative decoding.
-    assert plain == {}
+    # Its token and request counters are read as witnesses only: the same answer as a vLLM
+    # server without speculative decoding, with its throughput.
+    assert {key.role for key in plain} == {Role.GENERATION_TOKENS, Role.REQUESTS}
     assert build_result(URL, plain, plain).error == (
         "[before] No spec decode metrics found on server; "
         "[after] No spec decode metrics found on server"

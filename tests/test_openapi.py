@@ -107,9 +107,15 @@ def test_the_schema_describes_a_result_field_by_field(schema: dict[str, Any]) ->
         "verification",
         "confidence",
         "flags",
+        "throughput",
         "per_drafted_position_acceptance_rates",
         "accepted_distribution",
     ]  # fmt: skip  (AISBench's keys first, in its order)
+    throughput = models["Throughput"]["properties"]
+    assert all(throughput[name].get("description") for name in (
+        "seconds", "generated_tokens", "inter_token_latency_ms", "generated_tokens_per_step",
+        "accepted_token_share",
+    ))  # fmt: skip
     assert list(models["ResultData"]["properties"]) == [
         "num_drafts", "draft_tokens", "accepted_tokens", "acceptance_rate", "acceptance_length",
         "per_position_acceptance_rates",

@@ -18,8 +18,10 @@ from specdec_collector.core.counters import (
     LLAMACPP,
     POSITION_LABELS,
     ROLE_OF_FAMILY,
+    ROLE_OF_SAMPLE,
     SCHEMAS,
     VLLM_V1,
+    WITNESSES,
     CounterSchema,
     Role,
     ServingEngine,
@@ -44,10 +46,23 @@ def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]
     bases: dict[SeriesKey, str] = {}
     for family in parse(text):
         for sample in family.samples:
+            labels = tuple(sorted(sample.labels.items()))
+            if sample.name in ROLE_OF_SAMPLE:  # a histogram's part, read whole
+                engine, role = ROLE_OF_SAMPLE[sample.name]
+                key = SeriesKey(role, labels, engine)
+                found.setdefault(key, SeriesValue()).value = sample.value
+                bases[key] = sample.name
+                continue
             for suffix in ("_total", "_created"):
                 base = sample.name[: -len(suffix)]
-                if sample.name.endswith(suffix) and base in ROLE_OF_FAMILY:
-                    labels = tuple(sorted(sample.labels.items()))
+                if not sample.name.endswith(suffix):
+                    continue
+                if suffix == "_created" and base + "_count" in ROLE_OF_SAMPLE:
+                    engine, role = ROLE_OF_SAMPLE[base + "_count"]
+                    key = SeriesKey(role, labels, engine)
+                    found.setdefault(key, SeriesValue()).created = sample.value
+                    bases[key] = base + "_count"
+                elif base in ROLE_OF_FAMILY:
                     engine, role = ROLE_OF_FAMILY[base]
                     key = SeriesKey(role, labels, engine)
                     slot = found.setdefault(key, SeriesValue())
@@ -56,7 +71,8 @@ def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]
                         slot.value = sample.value
                     else:
                         slot.created = sample.value
-    # A schema's companion families count only on a server that shows another of its families.
+    # A schema's companions count only on a server that shows another of its families; on one
+    # without spec-decode families, those of the engines that show generated tokens.
     companions = {
         spelling
         for schema in SCHEMAS
@@ -64,6 +80,8 @@ def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]
         for spelling in spellings(family)
     }
     shown = {key.engine for key, base in bases.items() if base not in companions}
+    if not shown:
+        shown = {key.engine for key in found if key.role is Role.GENERATION_TOKENS}
     return {
         key: value
         for key, value in found.items()
@@ -87,8 +105,11 @@ def test_dp8_fixture_has_every_engine_and_position() -> None:
     }
     assert engines == {str(e) for e in range(8)}
     assert positions == {str(p) for p in range(5)}
-    # Three counters, five positions and two witnesses (generated and prompt tokens) an engine.
-    assert len(series) == 8 * (3 + 5 + 2)
+    # Three counters, five positions and nine witnesses an engine: generated and prompt
+    # tokens, finished requests by its four reasons, decode seconds, first tokens, steps.
+    witnesses = [key for key in series if key.role in WITNESSES]
+    assert len(witnesses) == 8 * 9
+    assert len(series) == 8 * (3 + 5 + 9)
 
 
 def test_created_is_never_a_count() -> None:
@@ -294,15 +315,28 @@ def test_every_schema_names_its_roles_within_its_prefix() -> None:
     counted = {Role.DRAFTS, Role.DRAFT_TOKENS, Role.ACCEPTED, Role.ACCEPTED_PER_POSITION}
     witnesses = {Role.GENERATION_TOKENS, Role.PROMPT_TOKENS}
     assert set(VLLM_V1.families.values()) == (
-        counted | witnesses | {Role.EMITTED, Role.DRAFTS_BY_LENGTH}
+        counted | witnesses | {Role.REQUESTS, Role.EMITTED, Role.DRAFTS_BY_LENGTH}
     )
-    assert set(LLAMACPP.families.values()) == counted | witnesses | {Role.DECODE_CALLS}
+    assert set(VLLM_V1.samples.values()) == {
+        Role.DECODE_SECONDS,
+        Role.FIRST_TOKENS,
+        Role.DECODE_CALLS,
+    }
+    assert set(LLAMACPP.families.values()) == (
+        counted | witnesses | {Role.DECODE_CALLS, Role.DECODE_SECONDS}
+    )
     for schema in SCHEMAS:
         names = [*schema.families, *schema.gauges, *schema.samples, *schema.named_positions]
         assert all(n.startswith(schema.prefix) for n in names if n not in schema.companions)
     # TGI's histogram buckets are indexed by their bound, DSpark's drafts by their length.
     assert {schema.position_label for schema in SCHEMAS} == {"position", "token_position", "le"}
-    assert {"position", "token_position", "le", "draft_length"} == POSITION_LABELS
+    assert {
+        "position",
+        "token_position",
+        "le",
+        "draft_length",
+        "finished_reason",
+    } == POSITION_LABELS
 
 
 def test_a_family_outside_its_prefix_is_refused() -> None:

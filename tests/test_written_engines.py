@@ -213,9 +213,20 @@ def test_an_sglang_without_verify_calls_says_which_build_it_needs() -> None:
     assert result.status == "na" and result.error is not None
     assert "PR #25689" in result.error and "sglang:spec_accept_length" in result.error
     # A newer SGLang shows its verify calls only after the first speculative request: a
-    # window that starts before it counts them from 0.
-    first = build_result("http://sglang:30000/metrics", old, _read("sglang_0.5.23_before.txt"))
+    # window that starts before it counts them from 0 (its tokens and requests from their
+    # values at the start: 3000 more tokens, 10 more requests).
+    later = (WRITTEN / "sglang_0.5.23_before.txt").read_text()
+    later = later.replace(
+        'generation_tokens_total{model_name="Qwen3-8B"} 3100.0',
+        'generation_tokens_total{model_name="Qwen3-8B"} 6100.0',
+    )
+    later = later.replace(
+        'num_requests_total{model_name="Qwen3-8B"} 50.0',
+        'num_requests_total{model_name="Qwen3-8B"} 60.0',
+    )
+    first = build_result("http://sglang:30000/metrics", old, extract_spec_decode(later))
     assert first.status == "ok" and first.data is not None and first.data.num_drafts == 1000
+    assert first.data.accepted_tokens == 3000 - 10 - 1000
 
 
 def test_a_diffusion_llm_gives_committed_tokens_per_denoising_step() -> None:

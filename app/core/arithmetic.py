@@ -10,7 +10,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from specdec_collector.core.counters import GAUGES, POSITION_LABELS, Role, ServingEngine
+from specdec_collector.core.counters import (
+    GAUGES,
+    POSITION_LABELS,
+    WITNESSES,
+    Role,
+    ServingEngine,
+)
 from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
 from specdec_collector.core.readings import Failure, Reading, SnapshotPhase
 from specdec_collector.core.results import Counts, ResultData
@@ -30,8 +36,12 @@ class Totals:
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
     drafted_per_pos: dict[int, float] = field(default_factory=dict)  # TensorRT-LLM
     verify_calls: float = 0.0  # SGLang
-    generation_tokens: float = 0.0  # SGLang
-    requests: float = 0.0  # SGLang
+    generation_tokens: float = 0.0  # the witnesses (`counters.WITNESSES`)
+    requests: float = 0.0
+    prompt_tokens: float = 0.0
+    decode_calls: float = 0.0
+    decode_seconds: float = 0.0
+    first_tokens: float = 0.0
     drafts_by_length: dict[int, float] = field(default_factory=dict)  # DSpark
     batch_length_sum: float = 0.0  # Modular MAX: its histograms' sums and counts
     batch_length_count: float = 0.0
@@ -71,6 +81,10 @@ class Totals:
         self.verify_calls += other.verify_calls
         self.generation_tokens += other.generation_tokens
         self.requests += other.requests
+        self.prompt_tokens += other.prompt_tokens
+        self.decode_calls += other.decode_calls
+        self.decode_seconds += other.decode_seconds
+        self.first_tokens += other.first_tokens
         _merge(self.drafts_by_length, other.drafts_by_length)
         self.batch_length_sum += other.batch_length_sum
         self.batch_length_count += other.batch_length_count
@@ -138,6 +152,10 @@ _SUMMED_FIELD: dict[Role, str] = {
     Role.VERIFY_CALLS: "verify_calls",
     Role.GENERATION_TOKENS: "generation_tokens",
     Role.REQUESTS: "requests",
+    Role.PROMPT_TOKENS: "prompt_tokens",
+    Role.DECODE_CALLS: "decode_calls",
+    Role.DECODE_SECONDS: "decode_seconds",
+    Role.FIRST_TOKENS: "first_tokens",
     Role.BATCH_LENGTH_SUM: "batch_length_sum",
     Role.BATCH_LENGTH_COUNT: "batch_length_count",
     Role.DENOISING_STEPS: "denoising_steps",
@@ -336,11 +354,17 @@ def derived(totals: Totals) -> ResultData:
     )
 
 
+def has_spec_decoding(series: Series) -> bool:
+    """Whether a reading holds a spec-decode series, not only the witnesses every server has."""
+    return any(key.role not in WITNESSES for key in series)
+
+
 def reading_error(phase: Reading) -> str | None:
-    """The error of a reading: its failed scrape's text, or that it held no spec-decode series."""
+    """The error of a reading: its failed scrape's text, or that it held no spec-decode series
+    (a server without spec decoding shows its witnesses only)."""
     if isinstance(phase, Failure):
         return phase.text
-    return NO_METRICS if not phase else None
+    return None if has_spec_decoding(phase) else NO_METRICS
 
 
 TIMELINE_FIELDS = (

@@ -41,17 +41,22 @@ class Role(StrEnum):
     ACCEPTED_PER_POSITION = "accepted_per_pos"
     # TensorRT-LLM: drafted tokens at each position, of finished requests (position 0: drafts).
     DRAFTED_PER_POSITION = "drafted_per_pos"
-    # SGLang: verify calls (one per draft), generated tokens and requests, at request completion.
-    # Generated tokens are a witness of vLLM and llama.cpp too (below).
+    # SGLang: verify calls (one per draft).
     VERIFY_CALLS = "verify_calls"
-    GENERATION_TOKENS = "generation_tokens"
-    REQUESTS = "num_requests"
-    # Witnesses: counters that exist without speculative decoding, read beside a schema's
-    # spec-decode families. A restart that none of those shows (llama.cpp has no `_created`)
-    # shows in them where they fell; generated tokens also say what a server without
-    # drafting did in a window.
+    # Witnesses (`WITNESSES`): counters that exist without speculative decoding, read beside a
+    # schema's spec-decode families, and alone on a server without them. A restart that none
+    # of those shows (llama.cpp has no `_created`) shows in them where they fell; they give
+    # the window's throughput and latency (`core.throughput`), drafting or not.
+    GENERATION_TOKENS = "generation_tokens"  # output tokens, the first of each request too
     PROMPT_TOKENS = "prompt_tokens"
+    REQUESTS = "num_requests"  # finished requests (SGLang: its spec arithmetic reads them too)
+    # Forward passes of the target model over the whole batch: vLLM's engine steps (the count
+    # of its iteration-tokens histogram), llama.cpp's `llama_decode` calls.
     DECODE_CALLS = "decode_calls"
+    # Seconds requests spent decoding, summed over requests: vLLM's inter-token latencies
+    # (after each request's first token), llama.cpp's generation time.
+    DECODE_SECONDS = "decode_seconds"
+    FIRST_TOKENS = "first_tokens"  # vLLM: requests' first tokens (its time-to-first-token count)
     # vLLM V0 only: tells its counters from V1's, which have the same names.
     EMITTED = "num_emitted_tokens"
     # vLLM V0's lifetime ratios: gauges, shown as such, never counted.
@@ -95,6 +100,18 @@ GAUGES: frozenset[Role] = frozenset(
     }
 )
 
+#: Roles of the witnesses (see `Role`): a payload of only these has no spec-decode series.
+WITNESSES: frozenset[Role] = frozenset(
+    {
+        Role.GENERATION_TOKENS,
+        Role.PROMPT_TOKENS,
+        Role.REQUESTS,
+        Role.DECODE_CALLS,
+        Role.DECODE_SECONDS,
+        Role.FIRST_TOKENS,
+    }
+)
+
 #: Gauge roles that are an engine's lifetime ratios: shown under a result's `lifetime`.
 LIFETIME: frozenset[Role] = GAUGES - {Role.ACTIVE_DRAFT_TOKENS, Role.SPEC_LIKE}
 
@@ -123,9 +140,10 @@ class CounterSchema:
     # A substring of the name of every family and gauge but the companions: the extraction
     # finds their lines by searching for it, in one pass shared by the schemas that share it.
     marker: str = "spec_decode_"
-    # Families read only on a server that shows another family of the schema (SGLang's token
-    # and request counters, the witnesses of vLLM and llama.cpp: they exist without
-    # speculative decoding): found by name once one is. Their names may lie outside `prefix`.
+    # Families and samples read only on a server that shows another family of the schema
+    # (the witnesses: they exist without speculative decoding): found by name once one is, or
+    # once a `WITNESS_MARKERS` line is on a payload without spec-decode series. Their names
+    # may lie outside `prefix`.
     companions: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -138,7 +156,8 @@ class CounterSchema:
         if stray:
             raise ValueError(f"{self.engine}: families outside prefix {self.prefix!r}: {stray}")
         unmarked = [n for n in names if self.marker not in n and n not in self.companions]
-        if unmarked or not self.companions <= self.families.keys() | self.gauges.keys():
+        named = self.families.keys() | self.gauges.keys() | self.samples.keys()
+        if unmarked or not self.companions <= named:
             raise ValueError(f"{self.engine}: families without marker {self.marker!r}: {unmarked}")
 
 
@@ -158,10 +177,20 @@ _VLLM_NAMES = {
 _VLLM_WITNESSES = {
     "vllm:generation_tokens": Role.GENERATION_TOKENS,
     "vllm:prompt_tokens": Role.PROMPT_TOKENS,
+    "vllm:request_success": Role.REQUESTS,  # by `finished_reason`
 }
-# llama.cpp's own counters (`tools/server/server-task.cpp`, `to_metrics`).
+# vLLM's histograms (`vllm/v1/metrics/loggers.py`): one inter-token latency per request and
+# step that gave it tokens (several with spec decoding), one first token per request, the
+# tokens of each engine step. vLLMs before `inter_token_latency_seconds` give no latency.
+_VLLM_WITNESS_SAMPLES = {
+    "vllm:inter_token_latency_seconds_sum": Role.DECODE_SECONDS,
+    "vllm:time_to_first_token_seconds_count": Role.FIRST_TOKENS,
+    "vllm:iteration_tokens_total_count": Role.DECODE_CALLS,
+}
+# llama.cpp's own counters (`tools/server/server-task.cpp`, `to_metrics`), at request completion.
 _LLAMACPP_WITNESSES = {
     "llamacpp:tokens_predicted": Role.GENERATION_TOKENS,
+    "llamacpp:tokens_predicted_seconds": Role.DECODE_SECONDS,
     "llamacpp:prompt_tokens": Role.PROMPT_TOKENS,
     "llamacpp:n_decode": Role.DECODE_CALLS,
 }
@@ -182,8 +211,10 @@ VLLM_V1 = CounterSchema(
         **_VLLM_WITNESSES,
     },
     position_label="position",
-    index_labels=frozenset({"draft_length"}),
-    companions=frozenset(_VLLM_WITNESSES),
+    # DSpark's draft length; why a request finished, on `request_success`.
+    index_labels=frozenset({"draft_length", "finished_reason"}),
+    samples=_VLLM_WITNESS_SAMPLES,
+    companions=frozenset({**_VLLM_WITNESSES, **_VLLM_WITNESS_SAMPLES}),
     gauges={
         "vllm:spec_decode_draft_acceptance_rate": Role.LIFETIME_ACCEPTANCE_RATE,
         "vllm:spec_decode_efficiency": Role.LIFETIME_EFFICIENCY,
@@ -341,6 +372,11 @@ VLLM_DIFFUSION = CounterSchema(
 SCHEMAS: tuple[CounterSchema, ...] = (
     VLLM_V1, LLAMACPP, TRTLLM, SGLANG, LMDEPLOY, MAX, FASTDEPLOY, TGI, UNISERVE, VLLM_DIFFUSION,
 )  # fmt: skip
+
+#: Substrings of every witness family's name (`generation_tokens` of vLLM, SGLang, LMDeploy
+#: and FastDeploy, llama.cpp's `tokens_predicted`): on a payload without spec-decode series,
+#: the lines that hold one tell which engine's witnesses to read.
+WITNESS_MARKERS = ("generation_tokens", "tokens_predicted")
 
 #: The most positions read from gauges that carry theirs in their name.
 MAX_NAMED_POSITIONS = 16

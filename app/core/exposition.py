@@ -22,6 +22,8 @@ from specdec_collector.core.counters import (
     GAUGES,
     POSITION_IN_NAME,
     SCHEMAS,
+    WITNESS_MARKERS,
+    CounterSchema,
     Role,
     ServingEngine,
     role_of_sample,
@@ -234,16 +236,39 @@ def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
 _MARKERS = tuple(dict.fromkeys(schema.marker for schema in SCHEMAS))
 
 
+def _companion_markers(schema: CounterSchema) -> tuple[str, ...]:
+    """A schema's companions' names, which are their own markers, in both spellings; a
+    histogram's `_count` with its `_created` (its buckets, never read, are not searched)."""
+    names = [
+        name
+        for family in schema.companions
+        for name in (
+            (family, family[: -len("_count")] + "_created")
+            if family.endswith("_count")
+            else (family,)
+        )
+    ]
+    return tuple(spelling for name in names for spelling in spellings(name))
+
+
+#: Each engine's companion markers (`_companion_markers`).
+_COMPANION_MARKERS = tuple(
+    (schema.engine, _companion_markers(schema)) for schema in SCHEMAS if schema.companions
+)
+
+
 def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()) -> Series:
     """Return the spec-decode series of an exposition payload, keyed by role and labels.
 
     Only lines that hold a schema's marker are looked at (and a schema's companion families,
-    once another of its families has shown); the rest of the payload is skipped by substring
-    search. A `_created` sample fills `SeriesValue.created` and is never counted. A series
-    that has only a `_created` sample is dropped. Reading stops at an OpenMetrics ``# EOF``
-    line. Raises `ExtractionError` on a payload cut off mid-line, a malformed spec-decode line,
-    a negative, non-finite or inexact (above 2**53) counter, a series given twice, or more
-    series or longer label sets than `limits` allow. A non-finite `_created` is ignored.
+    once another of its families has shown; on a payload without spec-decode series, the
+    witnesses of the engines whose `WITNESS_MARKERS` lines show); the rest of the payload is
+    skipped by substring search. A `_created` sample fills `SeriesValue.created` and is never
+    counted. A series that has only a `_created` sample is dropped. Reading stops at an
+    OpenMetrics ``# EOF`` line. Raises `ExtractionError` on a payload cut off mid-line, a
+    malformed spec-decode line, a negative, non-finite or inexact (above 2**53) counter, a
+    series given twice, or more series or longer label sets than `limits` allow. A non-finite
+    `_created` is ignored.
     """
     series: Series = {}
     limit = _eof_offset(text)
@@ -253,20 +278,22 @@ def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()
     read: set[int] = set()  # starts of the lines parsed: a line with two markers counts once
     for marker in _MARKERS:
         _extract_marked(text, limit, marker, series, limits, read)
-    if len(series) != 0:
-        engines = {key.engine for key in series}
-        for schema in SCHEMAS:
-            if schema.engine in engines:
-                for family in schema.companions:  # its name is its own marker
-                    for spelling in spellings(family):
-                        _extract_marked(text, limit, spelling, series, limits, read)
+    spec_decode = any(value.value is not None for value in series.values())
+    if not series:  # no spec decoding: the witnesses alone, found by their own markers
+        for marker in WITNESS_MARKERS:
+            _extract_marked(text, limit, marker, series, limits, read)
+    engines = {key.engine for key in series}
+    for engine, markers in _COMPANION_MARKERS:
+        if engine in engines:
+            for marker in markers:
+                _extract_marked(text, limit, marker, series, limits, read)
     found = {key: value for key, value in series.items() if value.value is not None}
-    if not found:
-        return {
-            SeriesKey(Role.SPEC_LIKE, (("family", name),), ServingEngine.UNRECOGNISED):
-            SeriesValue(value=1.0)
+    if not spec_decode:
+        found.update(
+            (SeriesKey(Role.SPEC_LIKE, (("family", name),), ServingEngine.UNRECOGNISED),
+             SeriesValue(value=1.0))
             for name in spec_like_families(text[:limit])
-        }  # fmt: skip
+        )  # fmt: skip
     return found
 
 

@@ -11,7 +11,7 @@ mean the same, else the first engine's (and a note says so). Pure functions.
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from specdec_collector.core.arithmetic import (
@@ -22,10 +22,11 @@ from specdec_collector.core.arithmetic import (
     absolute_totals,
     as_number,
     derived,
+    has_spec_decoding,
     interval_increases,
     reading_error,
 )
-from specdec_collector.core.counters import GAUGES, LIFETIME, Role, ServingEngine
+from specdec_collector.core.counters import GAUGES, LIFETIME, WITNESSES, Role, ServingEngine
 from specdec_collector.core.exposition import MAX_COUNTER, SPEC_LIKE_MAX_NAMES, Series
 from specdec_collector.core.readings import Failure, Reading
 from specdec_collector.core.results import (
@@ -38,8 +39,10 @@ from specdec_collector.core.results import (
     ResultData,
     SampleCount,
     TargetResult,
+    Throughput,
 )
 from specdec_collector.core.targets import EngineHints
+from specdec_collector.core.throughput import throughput_of
 from specdec_collector.core.trust import confidence_of, flags_of
 
 V0_REASON = (
@@ -655,19 +658,39 @@ class _EngineWindow:
     engine: ServingEngine
     totals: Totals
     result: EngineResult
+    roles: frozenset[Role] = frozenset()  # of its series at the end of the window
 
 
-def _engine_windows(
-    chain: Sequence[Series], hints: EngineHints
-) -> tuple[list[_EngineWindow], Totals]:
+@dataclass(slots=True)
+class _Chain:
+    """What every engine of a target's chain gave: the windows of those that drafted, the
+    throughput of those that showed only their witnesses (no spec decoding), and the resets
+    and restarts of every series."""
+
+    windows: list[_EngineWindow] = field(default_factory=list)
+    plain: list[tuple[ServingEngine, Totals, Throughput]] = field(default_factory=list)
+    everything: Totals = field(default_factory=Totals)
+
+
+def _without_spec_decoding(engine: ServingEngine, roles: set[Role]) -> bool:
+    """Whether an engine's series at the end of a window are its witnesses alone."""
+    if engine is ServingEngine.SGLANG:  # its generated tokens and requests are in its figures
+        return Role.VERIFY_CALLS not in roles
+    return roles <= WITNESSES
+
+
+def _engine_windows(chain: Sequence[Series], hints: EngineHints, seconds: float | None) -> _Chain:
     """Each engine's window, and the resets and restarts of every series of the chain.
 
     Each series' increases are computed once, per engine: the engines' series are disjoint,
     so the whole chain's resets and restarts are the sum of every engine's (one found
-    restarted is an instance of one engine), skipped engines included.
+    restarted is an instance of one engine), skipped engines included. `seconds` is the
+    time the chain spans, for the throughput.
     """
     by_engine = [_split_by_engine(snapshot) for snapshot in chain]
-    windows, everything = [], Totals()
+    found = _Chain()
+    everything = found.everything
+    last = {engine: _roles(series) for engine, series in by_engine[-1].items()}
     for engine in sorted({e for split in by_engine for e in split}, key=list(ServingEngine).index):
         own = [split.get(engine, {}) for split in by_engine]
         # Each step's increases once: the window's sum, its intervals and its flags use them.
@@ -679,11 +702,17 @@ def _engine_windows(
         everything.restarts += totals.restarts
         if not own[-1]:
             continue  # gone by the end of the window: nothing to measure
-        if engine is ServingEngine.SGLANG and Role.VERIFY_CALLS not in _roles(own[-1]):
-            continue  # an SGLang server without speculative decoding
+        roles = last[engine]
+        if _without_spec_decoding(engine, roles):
+            plain = throughput_of(engine, totals, roles, seconds)
+            if plain is not None:
+                found.plain.append((engine, totals, plain))
+            continue
         if engine is ServingEngine.UNRECOGNISED:
-            if len(by_engine[-1]) == 1:  # nothing else at the end: say what was there
-                windows.append(_EngineWindow(engine, totals, _unrecognised(own[-1])))
+            others = [e for e in last if e is not engine]
+            if all(_without_spec_decoding(e, last[e]) for e in others):
+                # Nothing else at the end but witnesses: say what was there.
+                found.windows.append(_EngineWindow(engine, totals, _unrecognised(own[-1])))
             continue
         kind = recognised(engine, own[-1])
         if kind is ServingEngine.VLLM_V0:
@@ -699,10 +728,13 @@ def _engine_windows(
         result = _restart_notes(result, totals.restarts, own)
         confidence = confidence_of(kind, steps, result)
         flags = flags_of(steps, result)
-        if confidence is not None or flags:
-            result = result.model_copy(update={"confidence": confidence, "flags": flags or None})
-        windows.append(_EngineWindow(kind, totals, result))
-    return windows, everything
+        throughput = throughput_of(kind, totals, roles, seconds, result.data)
+        if confidence is not None or flags or throughput is not None:
+            result = result.model_copy(
+                update={"confidence": confidence, "flags": flags or None, "throughput": throughput}
+            )
+        found.windows.append(_EngineWindow(kind, totals, result, frozenset(roles)))
+    return found
 
 
 def _restart_notes(result: EngineResult, restarts: int, chain: Sequence[Series]) -> EngineResult:
@@ -723,15 +755,27 @@ def _restart_notes(result: EngineResult, restarts: int, chain: Sequence[Series])
 def _appear_late(after: Reading) -> bool:
     """Whether `after` holds only series of engines that show none before their first use."""
     return (
-        bool(after)
-        and not isinstance(after, Failure)
+        not isinstance(after, Failure)
+        and has_spec_decoding(after)
         and all(key.engine in APPEAR_LATE for key in after)
     )
 
 
 def _counts(phase: Reading) -> Counts | None:
-    """The `raw` counters of a phase; None where its scrape failed or found no series."""
-    return None if isinstance(phase, Failure) or not phase else absolute_totals(phase).raw()
+    """The `raw` counters of a phase; None where its scrape failed or found no spec-decode
+    series."""
+    if isinstance(phase, Failure) or not has_spec_decoding(phase):
+        return None
+    return absolute_totals(phase).raw()
+
+
+def _plain_throughput(chain: Sequence[Series], seconds: float | None) -> Throughput | None:
+    """The throughput of a server without spec decoding (its witnesses at both ends), the
+    other side of a speedup; None where there is not one such engine."""
+    if not chain[0] or not chain[-1]:
+        return None  # nothing at one end: no increase to count
+    plain = _engine_windows(chain, EngineHints(), seconds).plain
+    return plain[0][2] if len(plain) == 1 else None
 
 
 def build_result(
@@ -740,15 +784,17 @@ def build_result(
     after: Reading,
     samples: Sequence[Reading] = (),
     hints: EngineHints = EngineHints(),
+    seconds: float | None = None,
 ) -> TargetResult:
     """The AISBench `spec_decode_<host>_<port>.json` result of one target over one window.
 
     `samples` are the background scrapes between the two, in time order; failed ones are
     skipped, so the chain continues from the last good snapshot. `hints` are what the start
     body told of the target's engine; its verification mode is kept on the result, with what
-    it does to the acceptance in the notes.
+    it does to the acceptance in the notes. `seconds` is the time between `before` and
+    `after` were scraped, for the throughput (none per second without it).
     """
-    result = _result(url, before, after, samples, hints)
+    result = _result(url, before, after, samples, hints, seconds)
     models = _models(after)
     if models:
         result = result.model_copy(update={"models": models})
@@ -776,6 +822,7 @@ def _result(
     after: Reading,
     samples: Sequence[Reading],
     hints: EngineHints,
+    seconds: float | None,
 ) -> TargetResult:
     if hints.engine == "mindie":
         return TargetResult(status="na", url=url, error=MINDIE_REASON, engine="mindie", exact=False)
@@ -787,34 +834,51 @@ def _result(
     raw = Raw(before=_counts(before), after=_counts(after))
     taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, Failure) for s in samples))
     failed = [f"[{name}] {error}" for name, error in errors.items() if error]
+    good = [sample for sample in samples if not isinstance(sample, Failure)]
     if failed:
-        return TargetResult(status="na", url=url, error="; ".join(failed), raw=raw, samples=taken)
+        throughput = None
+        if not isinstance(before, Failure) and not isinstance(after, Failure):
+            throughput = _plain_throughput([before, *good, after], seconds)
+        return TargetResult(
+            status="na", url=url, error="; ".join(failed), raw=raw, samples=taken,
+            throughput=throughput,
+        )  # fmt: skip
     assert not isinstance(before, Failure) and not isinstance(after, Failure)
-    chain = [before, *(sample for sample in samples if not isinstance(sample, Failure)), after]
-    windows, everything = _engine_windows(chain, hints)
+    chain = [before, *good, after]
+    found = _engine_windows(chain, hints, seconds)
+    windows, everything = found.windows, found.everything
     common = {
         "url": url, "raw": raw, "samples": taken, "restarts": everything.restarts,
         "series_resets": everything.series_resets,
     }  # fmt: skip
     if not windows:
-        return TargetResult(status="na", error=NO_METRICS, **common)
+        # A server without spec decoding: its throughput, the other side of a speedup.
+        plain = found.plain[0][2] if len(found.plain) == 1 else None
+        return TargetResult(status="na", error=NO_METRICS, throughput=plain, **common)
     lifetime = _lifetime(after) or None
     if len(windows) == 1:
         (only,) = windows
+        throughput = only.result.throughput
+        if throughput is None and len(found.plain) == 1:  # spec-like names beside witnesses
+            throughput = found.plain[0][2]
         return TargetResult(
             status=only.result.status, error=only.result.error, data=only.result.data,
             engine=only.engine, exact=only.result.exact, notes=only.result.notes,
             lifetime=lifetime, diffusion=only.result.diffusion,
             confidence=only.result.confidence, flags=only.result.flags,
+            throughput=throughput,
             accepted_distribution=only.result.accepted_distribution,
             per_drafted_position_acceptance_rates=only.result.per_drafted_position_acceptance_rates,
             **common,
         )  # fmt: skip
-    return _combined(windows, lifetime, common)
+    return _combined(windows, lifetime, common, seconds)
 
 
 def _combined(
-    windows: list[_EngineWindow], lifetime: list[LifetimeRatios] | None, common: dict[str, object]
+    windows: list[_EngineWindow],
+    lifetime: list[LifetimeRatios] | None,
+    common: dict[str, object],
+    seconds: float | None,
 ) -> TargetResult:
     """A target serving several engines: each one's result, and their sum or the first's."""
     results = [window.result for window in windows]
@@ -834,10 +898,15 @@ def _combined(
         summed = _figures(ServingEngine.VLLM, total, has_drafts)
         notes = [SUM_NOTE.format(names=", ".join(w.engine.value for w in windows))]
         notes += [note for r in results for note in r.notes if note not in notes]
+        # Witnesses every engine shows (the others' would count some requests only), but the
+        # latency: the engines time their decoding differently (`core.throughput`).
+        roles = frozenset.intersection(*(window.roles for window in windows))
+        roles -= {Role.DECODE_SECONDS, Role.FIRST_TOKENS}
+        throughput = throughput_of(ServingEngine.VLLM, total, set(roles), seconds, summed.data)
         return TargetResult(
             status=summed.status, error=summed.error, data=summed.data, engine=names,
             exact=all(r.exact for r in results), notes=notes, engines=results, lifetime=lifetime,
-            **common,
+            throughput=throughput, **common,
         )  # fmt: skip
     first = ok[0].result
     return TargetResult(
@@ -871,7 +940,8 @@ def bounded_result(
     last = max(first, last)
     chosen = good[first : last + 1]
     middle = [r for _, _, r in chosen[1:-1]]
-    result = build_result(url, chosen[0][2], chosen[-1][2], middle, hints)
+    seconds = (chosen[-1][0] - chosen[0][0]).total_seconds()
+    result = build_result(url, chosen[0][2], chosen[-1][2], middle, hints, seconds)
     bounds = Bounds(
         requested_start=start, requested_end=end,
         start=chosen[0][0], start_phase=chosen[0][1], end=chosen[-1][0], end_phase=chosen[-1][1],

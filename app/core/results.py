@@ -83,6 +83,29 @@ class DiffusionFigures(BaseModel):
     )
 
 
+class Throughput(BaseModel):
+    """What the server did in the window besides drafting, from the same scrapes' witnesses
+    (`core.throughput`): every request the server served, not only the benchmark's. A figure
+    the engine's counters cannot give is null."""
+
+    seconds: float | None = Field(description="between the two scrapes the window's counts span")
+    generated_tokens: Count = Field(description="output tokens, each request's first included")
+    prompt_tokens: Count | None
+    finished_requests: Count | None
+    generated_tokens_per_second: float | None
+    inter_token_latency_ms: float | None = Field(
+        description="decode seconds / tokens decoded after each request's first, x 1000: the "
+        "mean gap between two tokens of a request, token-weighted"
+    )
+    generated_tokens_per_step: float | None = Field(
+        description="generated tokens / forward passes of the whole batch (vLLM engine steps, "
+        "llama.cpp decode calls)"
+    )
+    accepted_token_share: float | None = Field(
+        description="accepted draft tokens / generated tokens x 100: the output drafting gave"
+    )
+
+
 class LifetimeRatios(BaseModel):
     """An engine's lifetime gauges of one label set (vLLM V0's, LMDeploy's): ratios since the
     server started, shown as such (never a window's figures)."""
@@ -144,6 +167,7 @@ class EngineResult(BaseModel):
     diffusion: DiffusionFigures | None = Field(default=None, exclude_if=lambda v: v is None)
     confidence: Confidence | None = Field(default=None, exclude_if=lambda v: v is None)
     flags: list[Flag] | None = Field(default=None, exclude_if=lambda v: not v)
+    throughput: Throughput | None = Field(default=None, exclude_if=lambda v: v is None)
     # Beside AISBench's `data`, where an engine's counters give them.
     per_drafted_position_acceptance_rates: dict[str, float] | None = Field(
         default=None,
@@ -244,6 +268,9 @@ class TargetResult(BaseModel):
     confidence: Confidence | None = Field(default=None, exclude_if=lambda v: v is None)
     # Reasons to doubt the figures (beside AISBench's keys); left out where there are none.
     flags: list[Flag] | None = Field(default=None, exclude_if=lambda v: not v)
+    # Throughput and latency beside acceptance, where the engine counts them; also on an `na`
+    # result of a server without spec decoding, the other side of a speedup.
+    throughput: Throughput | None = Field(default=None, exclude_if=lambda v: v is None)
     # Beside AISBench's `data`, where an engine's counters give them.
     per_drafted_position_acceptance_rates: dict[str, float] | None = Field(
         default=None,

@@ -96,7 +96,11 @@ def _results(
             for s in kept
             if s.phase == SnapshotPhase.SAMPLE and as_utc(s.taken_at) <= final_at
         ] + [sample.reading for sample in chain.samples]
-        result = build_result(target.url, baseline, chain.after.reading, samples, target.hints)
+        started = chain.before.taken_at if chain.before else before.taken_at if before else None
+        seconds = None if started is None else (final_at - as_utc(started)).total_seconds()
+        result = build_result(
+            target.url, baseline, chain.after.reading, samples, target.hints, seconds
+        )
         if chain.notes:
             result = result.model_copy(update={"notes": [*(result.notes or []), *chain.notes]})
         results[target.id] = result.with_overlaps(overlaps[target.name])

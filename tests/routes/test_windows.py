@@ -5,6 +5,7 @@ import re
 import threading
 import time
 from contextlib import ExitStack
+from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,11 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
     assert stopped.json()["targets"][0]["before"] == raw_of(SEED_BEFORE)
 
     result = api.get(f"/windows/run-1/results/{server.target}").json()
+    # The seconds between the two scrapes, as the window's own snapshots tell them.
+    points = api.get("/windows/run-1/samples").json()["series"][0]["points"]
+    first, last = (datetime.fromisoformat(points[i]["taken_at"]) for i in (0, -1))
+    seconds = (last - first).total_seconds()
+    per_second = 0 / seconds
     assert result == {
         "status": "ok",
         "url": server.url,
@@ -109,6 +115,17 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
         # draft 5 long: 163 - 162 accepted none, 162 - 161 four, 161 all five).
         "models": ["meta-llama/Llama-3.1-8B-Instruct"],
         "accepted_distribution": {"0": 1, "1": 0, "2": 0, "3": 0, "4": 1, "5": 161},
+        # Beside them too, from the witnesses, which did not move in this example.
+        "throughput": {
+            "seconds": seconds,
+            "generated_tokens": 0,
+            "prompt_tokens": 0,
+            "finished_requests": 0,
+            "generated_tokens_per_second": per_second,
+            "inter_token_latency_ms": None,
+            "generated_tokens_per_step": None,
+            "accepted_token_share": None,
+        },
     }
     # The design's worked example, as AISBench's own file has it.
     assert result["data"]["acceptance_rate"] == 99.2638036809816
