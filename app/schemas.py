@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, Field, field_validator, model_validator
 
 from specdec_collector.core.readings import SnapshotPhase
-from specdec_collector.core.results import Counts, TargetResult
+from specdec_collector.core.results import Counts, TargetResult, Throughput
 from specdec_collector.core.targets import WINDOW_ID_PATTERN, Target, parse_target
 
 
@@ -192,6 +192,20 @@ class ComparedResult(BaseModel):
     acceptance_length: float | None
     num_drafts: int | float | None
     per_position_acceptance_rates: dict[str, float] | None
+    throughput: Throughput | None = None
+
+
+class Speedup(BaseModel):
+    """A window with spec decoding against one of the same server without (`versus`): how many
+    times its generated tokens per second and its inter-token latency improved (above 1:
+    faster), beside the acceptance length that should explain it."""
+
+    window: str
+    versus: str
+    generated_tokens_per_second: float | None
+    inter_token_latency: float | None = Field(description="versus's latency / window's")
+    acceptance_length: float | None
+    note: str
 
 
 class FigureVerdict(BaseModel):
@@ -231,6 +245,7 @@ class ComparedTarget(BaseModel):
     target: str
     results: list[ComparedResult | None]
     differences: list[ResultDifference]
+    speedups: list[Speedup] = Field(default_factory=list)
 
 
 class Comparison(BaseModel):

@@ -79,6 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="none",
         help="as vLLM's flag: each answer tells its drafts under metrics.speculative_decoding",
     )
+    simulate.add_argument(
+        "--step-ms", type=float, default=0.0,
+        help="milliseconds each step of a request takes (its inter-token latency; default 0)",
+    )  # fmt: skip
+    simulate.add_argument(
+        "--no-spec-decoding", dest="spec_decoding", action="store_false",
+        help="a vLLM without spec decoding: one token a step, no spec-decode metrics",
+    )  # fmt: skip
     simulate.set_defaults(handler=service.simulate)
 
     def client_command(name: str, help_text: str) -> argparse.ArgumentParser:

@@ -94,6 +94,8 @@ def simulate(args: argparse.Namespace) -> int:
             seed=args.seed,
             engine=args.engine,
             per_request_metrics=args.per_request_spec_decode_metrics == "summary",
+            step_seconds=args.step_ms / 1000,
+            spec_decoding=args.spec_decoding,
         )
     except ValueError as exc:
         print(f"specdec simulate: {exc}", file=sys.stderr)

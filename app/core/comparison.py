@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdec_collector.core.results import ResultData, TargetResult
+from specdec_collector.core.throughput import speedup
 from specdec_collector.core.uncertainty import Difference, difference, standard_error
 
 
@@ -18,6 +19,7 @@ def compare_results(
     For each target, `results` has one entry per window (null where the window lacks the
     target), and `differences` compares every later window with an `ok` result against the
     first window that has one: acceptance rate (points), acceptance length, per-position rates.
+    `speedups` compares every window with spec decoding against the first without.
     """
     targets: list[str] = []
     for _, results in windows:
@@ -47,6 +49,7 @@ def compare_results(
                     "per_position_acceptance_rates": (
                         None if data is None else data.per_position_acceptance_rates
                     ),
+                    "throughput": None if result is None else result.throughput,
                 }
             )
             if result is not None and result.ok and data is not None:
@@ -83,8 +86,57 @@ def compare_results(
                         "mismatches": _mismatches(result, base_result),
                     }
                 )
-        rows.append({"target": target, "results": entries, "differences": differences})
+        rows.append(
+            {
+                "target": target,
+                "results": entries,
+                "differences": differences,
+                "speedups": _speedups(target, windows),
+            }
+        )
     return rows
+
+
+def _speedups(
+    target: str, windows: Sequence[tuple[str, dict[str, TargetResult | None]]]
+) -> list[dict[str, Any]]:
+    """Each window of `target` with spec decoding against the first without (its server
+    showed no spec-decode series but its throughput): the measured speedup, beside the
+    acceptance length that should explain it."""
+    results = [(window_id, found.get(target)) for window_id, found in windows]
+    plain = next(
+        (
+            (window_id, result)
+            for window_id, result in results
+            if result is not None and result.data is None and result.throughput is not None
+            and result.engine is None
+        ),
+        None,
+    )  # fmt: skip
+    if plain is None:
+        return []
+    found = []
+    for window_id, result in results:
+        if result is None or not result.ok or result.throughput is None:
+            continue
+        assert result.data is not None
+        ratios = speedup(result.throughput, plain[1].throughput)
+        found.append(
+            {
+                "window": window_id,
+                "versus": plain[0],
+                **(ratios or {}),
+                "acceptance_length": result.data.acceptance_length,
+                "note": SPEEDUP_NOTE,
+            }
+        )
+    return found
+
+
+SPEEDUP_NOTE = (
+    "measured under each window's own load: compare windows of the same benchmark (requests, "
+    "concurrency, lengths), or the ratio is the load's as much as the drafting's"
+)
 
 
 NO_INTERVAL = (

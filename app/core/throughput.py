@@ -66,13 +66,17 @@ def speedup(
 ) -> dict[str, float | None] | None:
     """A window with spec decoding against one without, on the same server: how many times
     the generated tokens per second and the inter-token latency improved (above 1: faster);
-    None where either window has no throughput."""
+    each None where either window lacks the figure, all None without both throughputs."""
     if drafting is None or plain is None:
         return None
-    tokens = _ratio(drafting.generated_tokens_per_second or 0.0, plain.generated_tokens_per_second)
+    tokens = (
+        None
+        if drafting.generated_tokens_per_second is None
+        else _ratio(drafting.generated_tokens_per_second, plain.generated_tokens_per_second)
+    )
     latency = (
         None
-        if drafting.inter_token_latency_ms is None or plain.inter_token_latency_ms is None
+        if plain.inter_token_latency_ms is None or drafting.inter_token_latency_ms is None
         else _ratio(plain.inter_token_latency_ms, drafting.inter_token_latency_ms)
     )
-    return {"generated_tokens_per_second": tokens or None, "inter_token_latency": latency}
+    return {"generated_tokens_per_second": tokens, "inter_token_latency": latency}

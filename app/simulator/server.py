@@ -4,6 +4,10 @@
 has the layout of a vLLM V1 server: process and Python collectors, per-instance gauges and
 histograms, and the four spec-decode counters, each with its `_created` sibling family.
 
+Its witnesses (prompt and generated tokens, finished requests, time to first token,
+inter-token latency and tokens per step) count the requests served, with `step_seconds` a
+step; without `spec_decoding` it is a vLLM without spec decoding: one token a step.
+
 The spec-decode counters move two ways:
 - with time: instance `e` drafts `drafts_per_s * (1 + e / 10)` drafts a second (0 turns it off),
   position `i` accepted in the share `acceptance[i]` of them;
@@ -63,6 +67,8 @@ class InstanceCounters:
     accepted_at: list[int] = field(default_factory=list)
     requests: int = 0
     tokens: int = 0  # emitted by its steps
+    steps: int = 0  # forward passes: one a step of a request
+    prompt_tokens: int = 0
     # Each request's own acceptance length and per-position rates (percent), summed: Modular
     # MAX's histograms observe one per batch, and the simulator's batch is one request.
     length_sum: float = 0.0
@@ -86,6 +92,11 @@ class SimulatedServer:
     # As vLLM's `--per-request-spec-decode-metrics summary`: each answer tells its request's
     # drafts under `metrics.speculative_decoding`.
     per_request_metrics: bool = False
+    # Seconds each step of a request takes (slept before the answer): what its inter-token
+    # latencies record. False `spec_decoding`: a vLLM without it, one token a step and no
+    # spec-decode families (the other side of a speedup).
+    step_seconds: float = 0.0
+    spec_decoding: bool = True
 
     def __post_init__(self) -> None:
         if self.engine not in METRICS_PATHS:
@@ -95,6 +106,8 @@ class SimulatedServer:
         self.acceptance = check_acceptance(self.acceptance or default_acceptance(self.k))
         if len(self.acceptance) != self.k:
             raise ValueError("acceptance needs one rate per position")
+        if not 0 <= self.step_seconds <= 10:
+            raise ValueError("a step takes between 0 and 10 000 ms")
         self._lock = threading.Lock()
         self._random = random.Random(self.seed)
         self._next_instance = 0
@@ -109,8 +122,15 @@ class SimulatedServer:
         since = max(self.started, self.counters[instance].created)
         return math.floor(max(0.0, now - since) * self.drafts_per_s * (1 + instance / 10))
 
-    def generate(self, max_tokens: int) -> list[int]:
-        """Serve one request: the tokens emitted per speculative step, counted on an instance."""
+    def generate(self, max_tokens: int, prompt_tokens: int = 0) -> list[int]:
+        """Serve one request: the tokens emitted per speculative step, counted on an instance;
+        each step takes `step_seconds`."""
+        steps = self._generate(max_tokens, prompt_tokens)
+        if self.step_seconds > 0:
+            time.sleep(self.step_seconds * len(steps))
+        return steps
+
+    def _generate(self, max_tokens: int, prompt_tokens: int) -> list[int]:
         with self._lock:
             instance = self._next_instance
             self._next_instance = (instance + 1) % self.instances
@@ -120,6 +140,10 @@ class SimulatedServer:
             at = [0] * self.k
             while produced < max(1, max_tokens):
                 draw = self._random.random()
+                if not self.spec_decoding:
+                    steps.append(1)
+                    produced += 1
+                    continue
                 accepted = sum(draw < rate for rate in self.acceptance)
                 counters.drafts += 1
                 for position in range(accepted):
@@ -129,6 +153,8 @@ class SimulatedServer:
                 produced += accepted + 1
             counters.requests += 1
             counters.tokens += produced
+            counters.steps += len(steps)
+            counters.prompt_tokens += prompt_tokens
             counters.length_sum += produced / len(steps)
             if not counters.rate_sum:
                 counters.rate_sum = [0.0] * self.k
@@ -153,7 +179,9 @@ class SimulatedServer:
             _instance_gauges(out, instance, self.model_name)
         _histograms(out, self.instances, self.model_name, now - self.started)
         with self._lock:
-            _spec_decode(out, self, now)
+            _witnesses(out, self, now)
+            if self.spec_decoding:
+                _spec_decode(out, self, now)
         return "\n".join(out) + "\n"
 
 
@@ -220,8 +248,6 @@ def _instance_gauges(out: list[str], instance: int, model: str) -> None:
 def _histograms(out: list[str], instances: int, model: str, elapsed: float) -> None:
     count = max(0, int(elapsed * 2))
     for name, buckets in (
-        ("vllm:time_to_first_token_seconds", _LATENCY_BUCKETS),
-        ("vllm:inter_token_latency_seconds", _LATENCY_BUCKETS),
         ("vllm:e2e_request_latency_seconds", _LATENCY_BUCKETS),
         ("vllm:request_generation_tokens", _TOKEN_BUCKETS),
         ("vllm:request_prompt_tokens", _TOKEN_BUCKETS),
@@ -239,8 +265,60 @@ def _histograms(out: list[str], instances: int, model: str, elapsed: float) -> N
             out.append(f"{name}_sum{{{labels}}} {count * 0.173:.6f}")
 
 
+def _timed_drafts(server: SimulatedServer, now: float) -> list[int]:
+    """Each instance's drafts with time (none without spec decoding)."""
+    if not server.spec_decoding:
+        return [0] * server.instances
+    return [server.drafts(instance, now) for instance in range(server.instances)]
+
+
+def _witnesses(out: list[str], server: SimulatedServer, now: float) -> None:
+    """vLLM's counters and histograms that exist with spec decoding or without, as the served
+    requests and the timed drafts (one step each) made them: prompt tokens and finished
+    requests; a first token and a time to it per request; an inter-token latency of
+    `step_seconds` per later step; the tokens of every step."""
+    timed = _timed_drafts(server, now)
+    for name, help_text, field_name in (
+        ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
+        ("vllm:request_success", "Count of successfully processed requests.", "requests"),
+    ):
+        _family(out, f"{name}_total", "counter", help_text)
+        for instance, counted in enumerate(server.counters):
+            extra = {"finished_reason": "length"} if field_name == "requests" else {}
+            labels = _labels(instance, server.model_name, **extra)
+            out.append(f"{name}_total{{{labels}}} {float(getattr(counted, field_name))}")
+    for name, count_of, sum_of in (
+        ("vllm:time_to_first_token_seconds", "requests", "first"),
+        ("vllm:inter_token_latency_seconds", "later_steps", "later"),
+        ("vllm:iteration_tokens_total", "steps", "tokens"),
+    ):
+        _family(out, name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
+        for instance, counted in enumerate(server.counters):
+            steps = counted.steps + timed[instance]
+            count = {
+                "requests": counted.requests,
+                "later_steps": steps - counted.requests,
+                "steps": steps,
+            }[count_of]
+            total = {
+                "first": counted.requests * server.step_seconds,
+                "later": (steps - counted.requests) * server.step_seconds,
+                "tokens": counted.prompt_tokens + counted.tokens,
+            }[sum_of]
+            labels = _labels(instance, server.model_name)
+            out.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(count)}')
+            out.append(f"{name}_count{{{labels}}} {float(count)}")
+            out.append(f"{name}_sum{{{labels}}} {float(total)}")
+            out.append(f"{name}_created{{{labels}}} {counted.created}")
+    if not server.spec_decoding:  # the spec-decode block holds them otherwise
+        _family(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens.")
+        for instance, counted in enumerate(server.counters):
+            labels = _labels(instance, server.model_name)
+            out.append(f"vllm:generation_tokens_total{{{labels}}} {float(counted.tokens)}")
+
+
 def _spec_decode(out: list[str], server: SimulatedServer, now: float) -> None:
-    timed = [server.drafts(instance, now) for instance in range(server.instances)]
+    timed = _timed_drafts(server, now)
     drafts = [timed[e] + server.counters[e].drafts for e in range(server.instances)]
     accepted_at = [
         [
@@ -309,7 +387,7 @@ class CompletionRequest(BaseModel):
 
 
 def _completion(server: SimulatedServer, body: CompletionRequest, chat: bool) -> Any:
-    steps = server.generate(body.tokens())
+    steps = server.generate(body.tokens(), body.prompt_tokens())
     created, model = int(time.time()), body.model or server.model_name
     kind = "chat.completion" if chat else "text_completion"
     ident = f"{'chatcmpl' if chat else 'cmpl'}-{int(time.time() * 1e6)}"

@@ -192,11 +192,11 @@ def watching_health(base_url: str) -> Iterator[list[int]]:
 
 @contextmanager
 def run_server(
-    command: list[str], ready_path: str, env: dict[str, str] | None = None
+    command: list[str], ready_path: str, env: dict[str, str] | None = None, port: int | None = None
 ) -> Iterator[str]:
-    """`command` (which gets `--port PORT` appended) on a free port; yields its base URL once
-    `ready_path` answers 200, and terminates it afterwards."""
-    port = free_port()
+    """`command` (which gets `--port PORT` appended) on `port`, else a free one; yields its base
+    URL once `ready_path` answers 200, and terminates it afterwards."""
+    port = port or free_port()
     process = subprocess.Popen(
         [*command, "--port", str(port)],
         env={**os.environ, **(env or {})},
@@ -216,9 +216,10 @@ def run_server(
 
 
 @contextmanager
-def run_simulator(*args: str) -> Iterator[str]:
-    """`specdec simulate ARGS` on a free port; yields its base URL once /v1/models answers."""
-    with run_server([*specdec_command(), "simulate", *args], "/v1/models") as url:
+def run_simulator(*args: str, port: int | None = None) -> Iterator[str]:
+    """`specdec simulate ARGS` on `port`, else a free one; yields its base URL once /v1/models
+    answers."""
+    with run_server([*specdec_command(), "simulate", *args], "/v1/models", port=port) as url:
         yield url
 
 
