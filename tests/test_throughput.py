@@ -14,7 +14,7 @@ import httpx
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.figures import build_result
 from specdec_collector.core.throughput import speedup
-from tests.support.collector import run_simulator, specdec_command
+from tests.support.collector import Team, run_simulator, specdec_command
 from tests.support.metrics_server import free_port
 
 URL = "http://engine:8000/metrics"
@@ -153,7 +153,7 @@ def _seconds(api: httpx.Client, window: str) -> float:
 
 
 def test_a_windows_throughput_is_what_the_load_generator_received(
-    api: httpx.Client, tmp_path: Path
+    api: httpx.Client, team: Team, tmp_path: Path
 ) -> None:
     """One server on one port, served without spec decoding and then with it (a simulator
     that takes 2 ms a step and tells each request's steps, as vLLM's
@@ -200,3 +200,16 @@ def test_a_windows_throughput_is_what_the_load_generator_received(
         plain_tp["inter_token_latency_ms"] / drafting_tp["inter_token_latency_ms"]
     )
     assert speedup_row["acceptance_length"] == result["data"]["acceptance_length"]
+    # `specdec compare` prints the same speedup.
+    printed = subprocess.run(
+        [*specdec_command(), "compare", "--server", team.base_url, "--api-key", team.key,
+         "tp-plain", "tp-drafting"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert (
+        f"tp-drafting versus tp-plain (without spec decoding): "
+        f"{speedup_row['generated_tokens_per_second']:.2f}x the generated tokens/s, "
+        f"{speedup_row['inter_token_latency']:.2f}x faster tokens, "
+        f"acceptance length {speedup_row['acceptance_length']:.2f}"
+    ) in printed
+    assert f"{plain_tp['generated_tokens_per_second']:.2f} generated tokens/s" in printed

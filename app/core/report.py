@@ -55,13 +55,27 @@ def render_comparison(comparison: dict[str, Any]) -> str:
                 continue
             rate, length = _fixed(result["acceptance_rate"]), _fixed(result["acceptance_length"])
             shown = f"{result['window']:<32} {result['status']:<4}"
-            lines.append(f"  {shown} acceptance {rate} %, length {length}")
+            throughput = result.get("throughput") or {}
+            per_second = throughput.get("generated_tokens_per_second")
+            speed = "" if per_second is None else f", {per_second:.2f} generated tokens/s"
+            lines.append(f"  {shown} acceptance {rate} %, length {length}{speed}")
         for change in row["differences"]:
             lines.append(f"  {change['window']} versus {change['versus']}:")
             for figure, verdict in change["verdicts"].items():
                 lines.append(f"    {figure:<18} {_verdict_text(verdict)}")
             lines += [f"    settings differ: {said}" for said in change["mismatches"]]
+        for faster in row.get("speedups", []):
+            tokens, latency = faster["generated_tokens_per_second"], faster["inter_token_latency"]
+            lines.append(
+                f"  {faster['window']} versus {faster['versus']} (without spec decoding): "
+                f"{_times(tokens)} the generated tokens/s, {_times(latency)} faster tokens, "
+                f"acceptance length {_fixed(faster['acceptance_length'])}"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _times(ratio: float | None) -> str:
+    return "N/A" if ratio is None else f"{ratio:.2f}x"
 
 
 def _verdict_text(verdict: dict[str, Any]) -> str:
@@ -77,7 +91,9 @@ def _verdict_text(verdict: dict[str, Any]) -> str:
 
 
 def render_block(target: str, result: TargetResult) -> str:
-    """One target's block: a blank line, the framed title, then one row per value."""
+    """One target's block as AISBench prints it (a blank line, the framed title, one row per
+    value), then, where the result has more to say, a second block of what the collector
+    adds: intervals, throughput, flags, restarts, the engine."""
     title = f"========== Speculative Decoding Metrics  [{target}] =========="
     separator = "=" * len(title)
     data = result.data
@@ -91,17 +107,36 @@ def render_block(target: str, result: TargetResult) -> str:
             _row("Accepted tokens", _shown(data.accepted_tokens)),
             _row("Per-position acceptance rates", "N/A" if rates is None else _per_position(rates)),
         ]
-        confidence = result.confidence
-        if confidence is not None and confidence.acceptance_rate is not None:
-            low, high = confidence.acceptance_rate.low, confidence.acceptance_rate.high
-            rows.append(
-                _row("Acceptance rate, 95% interval (%)", f"{_fixed(low)} to {_fixed(high)}")
-            )
-        if confidence is not None and confidence.acceptance_length is not None:
-            low, high = confidence.acceptance_length.low, confidence.acceptance_length.high
-            rows.append(_row("Acceptance length, 95% interval", f"{_fixed(low)} to {_fixed(high)}"))
     else:
         rows = [_row("Status", "N/A"), _row("Reason", result.error)]
+    block = "\n".join(["", separator, title, separator, *rows]) + "\n"
+    more = _details(result)
+    if not more:
+        return block
+    title = f"---------- Beside AISBench's block  [{target}] ----------"
+    return block + "\n".join(["", title, *more]) + "\n"
+
+
+def _details(result: TargetResult) -> list[str]:
+    """The rows of the second block (`render_block`)."""
+    rows = []
+    confidence = result.confidence if result.ok else None
+    if confidence is not None and confidence.acceptance_rate is not None:
+        low, high = confidence.acceptance_rate.low, confidence.acceptance_rate.high
+        rows.append(_row("Acceptance rate, 95% interval (%)", f"{_fixed(low)} to {_fixed(high)}"))
+    if confidence is not None and confidence.acceptance_length is not None:
+        low, high = confidence.acceptance_length.low, confidence.acceptance_length.high
+        rows.append(_row("Acceptance length, 95% interval", f"{_fixed(low)} to {_fixed(high)}"))
+    throughput = result.throughput
+    if throughput is not None and throughput.generated_tokens:
+        for label, value in (
+            ("Generated tokens/s", throughput.generated_tokens_per_second),
+            ("Inter-token latency (ms)", throughput.inter_token_latency_ms),
+            ("Generated tokens per step", throughput.generated_tokens_per_step),
+            ("Accepted drafts in output (%)", throughput.accepted_token_share),
+        ):
+            if value is not None:
+                rows.append(_row(label, _fixed(value)))
     whole = result.whole_command
     if whole is not None:
         counted = (
@@ -115,10 +150,10 @@ def render_block(target: str, result: TargetResult) -> str:
         # The figures lost what the engine counted before a restart: never shown without it.
         rows.append(_row("Restarts", f"{result.restarts} (see notes)"))
     if result.engine not in (None, "vllm"):
-        # AISBench's rows are vLLM's: another engine says so, below them.
+        # AISBench's rows are vLLM's: another engine says so.
         exactness = "" if result.exact else " (approximate: see notes)"
         rows.append(_row("Engine", f"{result.engine}{exactness}"))
-    return "\n".join(["", separator, title, separator, *rows]) + "\n"
+    return rows
 
 
 def render_report(results: Iterable[tuple[str, TargetResult]]) -> str:
@@ -219,4 +254,58 @@ def windows_csv(windows: Sequence[Any]) -> str:
                     ),
                 ]
             )
+    return out.getvalue()
+
+
+def results_csv(results: Iterable[tuple[str, TargetResult]]) -> str:
+    """A window's results as CSV, one row per target: AISBench's figures, then what the
+    collector adds beside them (95 % intervals, throughput, flags)."""
+    pairs = list(results)
+    positions = sorted(
+        {
+            int(pos)
+            for _, result in pairs
+            for pos in (result.data.per_position_acceptance_rates or {} if result.data else {})
+        }
+    )
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [
+            "target", "status", "error", "engine", "exact", "restarts", "num_drafts",
+            "draft_tokens", "accepted_tokens", "acceptance_rate", "acceptance_rate_low",
+            "acceptance_rate_high", "acceptance_length", "acceptance_length_low",
+            "acceptance_length_high", *(f"position_{p}" for p in positions), "seconds",
+            "generated_tokens", "generated_tokens_per_second", "inter_token_latency_ms",
+            "generated_tokens_per_step", "accepted_token_share", "flags",
+        ]
+    )  # fmt: skip
+    for target, result in pairs:
+        data, confidence, throughput = result.data, result.confidence, result.throughput
+        rates = (data.per_position_acceptance_rates or {}) if data else {}
+        rate = confidence.acceptance_rate if confidence else None
+        length = confidence.acceptance_length if confidence else None
+        writer.writerow(
+            csv_cell(value)
+            for value in (
+                target, result.status, result.error, result.engine, result.exact,
+                result.restarts, *(
+                    (None,) * 3 if data is None
+                    else (data.num_drafts, data.draft_tokens, data.accepted_tokens)
+                ),
+                data.acceptance_rate if data else None, rate.low if rate else None,
+                rate.high if rate else None, data.acceptance_length if data else None,
+                length.low if length else None, length.high if length else None,
+                *(rates.get(str(p)) for p in positions),
+                *(
+                    (None,) * 6 if throughput is None
+                    else (
+                        throughput.seconds, throughput.generated_tokens,
+                        throughput.generated_tokens_per_second, throughput.inter_token_latency_ms,
+                        throughput.generated_tokens_per_step, throughput.accepted_token_share,
+                    )
+                ),
+                ";".join(flag.kind.value for flag in result.flags or []) or None,
+            )
+        )  # fmt: skip
     return out.getvalue()

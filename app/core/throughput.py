@@ -53,7 +53,9 @@ def throughput_of(
         generated_tokens_per_step=(
             _ratio(generated, totals.decode_calls) if Role.DECODE_CALLS in roles else None
         ),
-        accepted_token_share=None if accepted is None else _ratio(accepted * 100, generated),
+        accepted_token_share=(
+            None if accepted is None or generated <= 0 else accepted / generated * 100
+        ),
     )
 
 

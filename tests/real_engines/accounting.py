@@ -75,9 +75,9 @@ def expected_distribution(window: Counters) -> dict[str, int] | None:
     return {str(n): int(at[n] - at[n + 1]) for n in range(k + 1)}
 
 
-def generated_tokens(text: str, name: str) -> int:
-    """The tokens an engine generated: its counter `name` (vLLM's
-    `vllm:generation_tokens_total`, llama.cpp's `llamacpp:tokens_predicted_total`), summed."""
+def sample_sum(text: str, name: str) -> float:
+    """Every sample named `name` of `text` summed (a counter's `_total`, a histogram's `_sum`
+    or `_count`), over its label sets."""
     found = [
         sample.value
         for family in text_string_to_metric_families(text)
@@ -85,4 +85,33 @@ def generated_tokens(text: str, name: str) -> int:
         if sample.name == name
     ]
     assert found, f"no {name}"
-    return int(sum(found))
+    return sum(found)
+
+
+def generated_tokens(text: str, name: str) -> int:
+    """The tokens an engine generated: its counter `name` (vLLM's
+    `vllm:generation_tokens_total`, llama.cpp's `llamacpp:tokens_predicted_total`), summed."""
+    return int(sample_sum(text, name))
+
+
+#: vLLM's witnesses a window's throughput is computed from.
+VLLM_WITNESSES = {
+    "generated": "vllm:generation_tokens_total",
+    "finished": "vllm:request_success_total",
+    "decode_seconds": "vllm:inter_token_latency_seconds_sum",
+    "first_tokens": "vllm:time_to_first_token_seconds_count",
+    "steps": "vllm:iteration_tokens_total_count",
+}
+
+
+#: llama.cpp's.
+LLAMACPP_WITNESSES = {
+    "generated": "llamacpp:tokens_predicted_total",
+    "decode_seconds": "llamacpp:tokens_predicted_seconds_total",
+    "steps": "llamacpp:n_decode_total",
+}
+
+
+def witnesses(text: str, names: dict[str, str]) -> dict[str, float]:
+    """Each of `names`' samples summed (`VLLM_WITNESSES`, say), by its key."""
+    return {key: sample_sum(text, name) for key, name in names.items()}

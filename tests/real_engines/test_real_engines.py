@@ -21,12 +21,15 @@ from specdec_collector.core.arithmetic import NO_ACTIVITY, NO_METRICS
 from specdec_collector.core.figures import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART
 from tests.real_engines import servers
 from tests.real_engines.accounting import (
+    LLAMACPP_WITNESSES,
+    VLLM_WITNESSES,
     Counters,
     counters,
     expected_data,
     expected_distribution,
     generated_tokens,
     increase,
+    witnesses,
 )
 from tests.support.collector import CollectorProcess, run_collector, specdec_command
 from tests.support.metrics_server import free_port
@@ -62,11 +65,16 @@ def window_id() -> str:
 
 
 def llama_load(
-    engine: servers.Engine, requests: int, stream: bool, chat: bool = False
+    engine: servers.Engine,
+    requests: int,
+    stream: bool,
+    chat: bool = False,
+    predicted: list[tuple[int, float]] | None = None,
 ) -> tuple[int, int]:
     """Completions on llama-server (its own `/completion`, or OpenAI's chat completions: the
     model has no template, llama-server falls back to its default); its own accounts summed:
-    (draft tokens, accepted)."""
+    (draft tokens, accepted). Each answer's (tokens predicted, their milliseconds) is appended
+    to `predicted` where given."""
     drafted = accepted = 0
     for i in range(requests):
         body: dict[str, Any] = {"temperature": 0, "stream": stream}
@@ -88,14 +96,21 @@ def llama_load(
             timings = answer.json()["timings"]
         drafted += timings.get("draft_n", 0)
         accepted += timings.get("draft_n_accepted", 0)
+        if predicted is not None:
+            predicted.append((timings["predicted_n"], timings["predicted_ms"]))
     return drafted, accepted
 
 
 def vllm_load(
-    engine: servers.Engine, requests: int, stream: bool, accounts: bool = True
+    engine: servers.Engine,
+    requests: int,
+    stream: bool,
+    accounts: bool = True,
+    usage: list[int] | None = None,
 ) -> tuple[int, int, int]:
     """Completions on vLLM; its per-request accounts summed (`--per-request-spec-decode-metrics`)
-    for answers that carry them: (verify steps, draft tokens, accepted)."""
+    for answers that carry them: (verify steps, draft tokens, accepted). Each answer's
+    `usage.completion_tokens` is appended to `usage` where given (answers not streamed)."""
     steps = drafted = accepted = 0
     for i in range(requests):
         body = {"model": servers.MODEL, "prompt": prompt(i), "max_tokens": 48,
@@ -107,6 +122,8 @@ def vllm_load(
                     pass
             continue
         answer = httpx.post(f"{engine.base}/v1/completions", json=body, timeout=300).json()
+        if usage is not None:
+            usage.append(answer["usage"]["completion_tokens"])
         if not accounts:
             continue
         spec = answer["metrics"]["speculative_decoding"]
@@ -120,35 +137,71 @@ def test_a_llamacpp_window_equals_its_metrics_and_its_timings(
     llama_engine: servers.Engine, collector: CollectorProcess
 ) -> None:
     window = window_id()
-    before = counters(llama_engine.metrics(), "llamacpp:")
+    text = llama_engine.metrics()
+    before, before_witnesses = counters(text, "llamacpp:"), witnesses(text, LLAMACPP_WITNESSES)
     start(collector, window, [llama_engine.target])
-    drafted, accepted = llama_load(llama_engine, 3, stream=False)
-    more = llama_load(llama_engine, 2, stream=True)
-    chatted = llama_load(llama_engine, 2, stream=False, chat=True)
+    predicted: list[tuple[int, float]] = []
+    drafted, accepted = llama_load(llama_engine, 3, stream=False, predicted=predicted)
+    more = llama_load(llama_engine, 2, stream=True, predicted=predicted)
+    chatted = llama_load(llama_engine, 2, stream=False, chat=True, predicted=predicted)
     drafted, accepted = drafted + more[0] + chatted[0], accepted + more[1] + chatted[1]
     result = stop(collector, window)[llama_engine.target]
-    truth = increase(before, counters(llama_engine.metrics(), "llamacpp:"))
+    text = llama_engine.metrics()
+    truth = increase(before, counters(text, "llamacpp:"))
     assert truth.drafts > 0 and truth.accepted > 0
     assert (result["status"], result["engine"]) == ("ok", "llamacpp")
     assert result["data"] == expected_data(truth)
     assert (truth.draft_tokens, truth.accepted) == (drafted, accepted)  # llama.cpp's timings
     assert UNSEEN_RESTART.format(engine="llamacpp") in result["notes"]
+    # Its throughput: llama.cpp's counters' increase, and its timings of every answer.
+    grew = {k: v - before_witnesses[k] for k, v in witnesses(text, LLAMACPP_WITNESSES).items()}
+    tokens = sum(n for n, _ in predicted)
+    throughput = result["throughput"]
+    assert throughput["generated_tokens"] == grew["generated"] == tokens
+    assert throughput["generated_tokens_per_step"] == grew["generated"] / grew["steps"]
+    assert throughput["inter_token_latency_ms"] == pytest.approx(
+        grew["decode_seconds"] / grew["generated"] * 1000, rel=1e-9
+    )
+    # Its timings in milliseconds, its counter in seconds printed to six figures.
+    assert throughput["inter_token_latency_ms"] == pytest.approx(
+        sum(ms for _, ms in predicted) / tokens, rel=1e-4
+    )
+    assert throughput["accepted_token_share"] == accepted / tokens * 100
 
 
 def test_a_vllm_window_equals_its_metrics_and_its_per_request_accounts(
     vllm_engine: servers.Engine, collector: CollectorProcess
 ) -> None:
     window = window_id()
-    before = counters(vllm_engine.metrics(), "vllm:")
+    text = vllm_engine.metrics()
+    before, before_witnesses = counters(text, "vllm:"), witnesses(text, VLLM_WITNESSES)
     start(collector, window, [vllm_engine.target])
-    steps, drafted, accepted = vllm_load(vllm_engine, 3, stream=False)
+    usage: list[int] = []
+    steps, drafted, accepted = vllm_load(vllm_engine, 3, stream=False, usage=usage)
     result = stop(collector, window)[vllm_engine.target]
-    truth = increase(before, counters(vllm_engine.metrics(), "vllm:"))
+    text = vllm_engine.metrics()
+    truth = increase(before, counters(text, "vllm:"))
     assert truth.drafts > 0
     assert (result["status"], result["engine"], result["exact"]) == ("ok", "vllm", True)
     assert result["data"] == expected_data(truth)
     assert result.get("accepted_distribution") == expected_distribution(truth)
     assert (truth.drafts, truth.draft_tokens, truth.accepted) == (steps, drafted, accepted)
+    # Its throughput: the answers' own token counts, and vLLM's witnesses' increase.
+    grew = {k: v - before_witnesses[k] for k, v in witnesses(text, VLLM_WITNESSES).items()}
+    throughput = result["throughput"]
+    assert throughput["generated_tokens"] == grew["generated"] == sum(usage)
+    assert throughput["finished_requests"] == grew["finished"] == 3
+    assert throughput["accepted_token_share"] == truth.accepted / sum(usage) * 100
+    assert throughput["generated_tokens_per_step"] == pytest.approx(
+        grew["generated"] / grew["steps"], rel=1e-12
+    )
+    assert throughput["inter_token_latency_ms"] == pytest.approx(
+        grew["decode_seconds"] / (grew["generated"] - grew["first_tokens"]) * 1000, rel=1e-9
+    )
+    assert throughput["generated_tokens_per_second"] == pytest.approx(
+        sum(usage) / throughput["seconds"], rel=1e-12
+    )
+    assert 0 < throughput["seconds"] < 600
 
 
 def test_a_streamed_vllm_window_equals_its_metrics(
@@ -416,8 +469,14 @@ def test_a_vllm_restart_inside_an_unsampled_window_and_vllm_without_drafting(
     with servers.vllm(free_port(), logs / "vllm-nospec.log", spec=False) as plain:
         window = window_id()
         start(collector, window, [plain.target])
-        vllm_load(plain, 1, stream=False, accounts=False)
+        usage: list[int] = []
+        vllm_load(plain, 2, stream=False, accounts=False, usage=usage)
         result = stop(collector, window)[plain.target]
     assert (result["status"], result["error"]) == (
         "na", f"[before] {NO_METRICS}; [after] {NO_METRICS}"
     )  # fmt: skip
+    # Without drafting, still its throughput: one token a step, the answers' own count.
+    throughput = result["throughput"]
+    assert throughput["generated_tokens"] == sum(usage) and throughput["finished_requests"] == 2
+    assert throughput["accepted_token_share"] is None
+    assert throughput["inter_token_latency_ms"] > 0

@@ -1,6 +1,8 @@
 """Windows end to end: `specdec serve` over real sockets against real `/metrics` servers."""
 
 import asyncio
+import csv
+import io
 import re
 import threading
 import time
@@ -131,6 +133,12 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
     assert result["data"]["acceptance_rate"] == 99.2638036809816
     assert result["data"]["acceptance_length"] == 5.96319018404908
     assert result["data"]["per_position_acceptance_rates"]["4"] == 0.9877300613496932  # 161/163
+
+    # The same figures as CSV, one row per target.
+    (row,) = csv.DictReader(io.StringIO(api.get("/windows/run-1/report?format=csv").text))
+    assert (row["target"], row["status"], row["num_drafts"]) == (server.target, "ok", "163")
+    assert float(row["acceptance_length"]) == result["data"]["acceptance_length"]
+    assert float(row["seconds"]) == seconds and row["generated_tokens"] == "0"
 
     report = api.get("/windows/run-1/report")
     assert report.headers["content-type"].startswith("text/plain")

@@ -8,7 +8,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import AwareDatetime, StringConstraints
 
-from specdec_collector.core.report import render_report, timeline_csv, windows_csv
+from specdec_collector.core.report import render_report, results_csv, timeline_csv, windows_csv
 from specdec_collector.core.results import TargetResult
 from specdec_collector.core.safetext import has_control_characters, safe_error_text
 from specdec_collector.core.targets import WINDOW_ID_PATTERN, parse_target_name
@@ -223,15 +223,27 @@ async def get_result(
     "/{window_id}/report",
     response_class=Response,
     responses={
-        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}, "text/csv": {}},
+            "description": "the console blocks, or CSV on request",
+        },
         **error_responses(404, 409),
     },
 )
 async def get_report(
-    window_id: WindowId, windows: WindowsDep, scope: ReadTeamDep
-) -> PlainTextResponse:
-    """The AISBench console blocks of every target."""
+    request: Request,
+    window_id: WindowId,
+    windows: WindowsDep,
+    scope: ReadTeamDep,
+    format: Annotated[
+        Literal["text", "csv"] | None, Query(description="or Accept: text/csv")
+    ] = None,
+) -> Response:
+    """The AISBench console blocks of every target; as CSV, one row per target with the
+    figures beside AISBench's (intervals, throughput, flags)."""
     closed = await windows.results(scope, window_id)
+    if format != "text" and _wants_csv(request, format):
+        return Response(results_csv(closed.results), media_type="text/csv; charset=utf-8")
     return PlainTextResponse(render_report(closed.results))
 
 
