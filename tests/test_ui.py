@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from fractions import Fraction
@@ -11,9 +12,10 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.support.collector import Team
-from tests.support.metrics_server import MetricsServer, serve_metrics
+from tests.support.collector import Team, run_simulator, specdec_command
+from tests.support.metrics_server import MetricsServer, free_port, serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.chromium
 
@@ -171,3 +173,75 @@ def test_dashboard_pages_draw_real_data(
     assert "trtllm, approximate" in page.locator("#windows tr[data-id=trt-run]").inner_text()
     for name in ("windows", "window", "compare"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_intervals_the_distribution_throughput_and_speedup_are_drawn(
+    browser: Browser, team: Team, api: httpx.Client, tmp_path: Path
+) -> None:
+    """A server without spec decoding, then with it on the same port (the simulator) and
+    sampled long enough for intervals: what the dashboard draws against the API's numbers."""
+    port = free_port()
+    load = ["load", "--requests", "8", "--concurrency", "4", "--max-tokens", "32"]
+    with run_simulator("--no-spec-decoding", "--step-ms", "1", port=port) as url:
+        api.post("/windows/ui-plain/start", json={"targets": [url]})
+        subprocess.run([*specdec_command(), *load, "--url", url], check=True, timeout=60)
+        api.post("/windows/ui-plain/stop")
+    with run_simulator("--step-ms", "1", port=port) as url:
+        api.post("/windows/ui-sampled/start", json={"targets": [url], "sample_interval_s": 0.5})
+        subprocess.run([*specdec_command(), *load, "--url", url], check=True, timeout=60)
+        wait_for(
+            lambda: (
+                len(api.get("/windows/ui-sampled/samples").json()["series"][0]["points"]) >= 23
+                or None
+            ),
+            "22 sample intervals",
+            timeout_s=60,
+        )
+        result = api.post("/windows/ui-sampled/stop").json()["targets"][0]["result"]
+    intervals = result["confidence"]["per_position_acceptance_rates"]
+    assert len(intervals) == 5 and result["accepted_distribution"] is not None
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    page.goto(f"{team.base_url}/ui/")
+    page.fill("#key-input", team.key)
+    page.click("#key-form button")
+    page.wait_for_function("document.body.dataset.ready === '#/'")
+
+    _open(page, team.base_url, "#/window/ui-sampled")
+    card = page.locator(".card").first
+    whiskers = card.locator("svg.positions path.interval")
+    assert whiskers.count() == 5
+    for i in range(5):
+        drawn = whiskers.nth(i)
+        position = drawn.get_attribute("data-position") or ""
+        assert float(drawn.get_attribute("data-low") or "nan") == intervals[position]["low"]
+        assert float(drawn.get_attribute("data-high") or "nan") == intervals[position]["high"]
+    rate = result["confidence"]["acceptance_rate"]
+    assert card.locator(".interval[data-figure=acceptance_rate]").inner_text() == (
+        f"{rate['low']:.2f} to {rate['high']:.2f} %"
+    )
+    bars = card.locator("svg.distribution rect.bar")
+    assert {
+        bars.nth(i).get_attribute("data-accepted"): int(
+            bars.nth(i).get_attribute("data-count") or 0
+        )
+        for i in range(bars.count())
+    } == result["accepted_distribution"]
+    throughput = result["throughput"]
+    assert card.locator("dd.tokens-per-second").inner_text() == (
+        f"{throughput['generated_tokens_per_second']:.2f}"
+    )
+    assert (
+        card.locator("dd.latency").inner_text() == f"{throughput['inter_token_latency_ms']:.2f} ms"
+    )
+    page.screenshot(path=str(tmp_path / "sampled.png"), full_page=True)
+
+    _open(page, team.base_url, "#/compare/ui-plain,ui-sampled")
+    compared = api.get("/compare", params={"windows": "ui-plain,ui-sampled"}).json()
+    (faster,) = compared["targets"][0]["speedups"]
+    shown = page.locator(".card ul.speedups li[data-window=ui-sampled] b.speedup")
+    assert shown.inner_text() == f"{faster['generated_tokens_per_second']:.2f}x"
+    cells = page.locator(".card td.tokens-per-second")
+    plain = compared["targets"][0]["results"][0]["throughput"]["generated_tokens_per_second"]
+    assert cells.first.inner_text() == f"{plain:.2f}"
+    page.screenshot(path=str(tmp_path / "speedup.png"), full_page=True)

@@ -82,11 +82,55 @@ function positionChart(series) {
       bar.dataset.position = position;
       bar.dataset.rate = rate;
       add(bar, "title", {}, `${s.name} position ${position}: ${rate}`);
+      // Its 95 % interval, where the window was sampled enough: an error bar over the bar.
+      const interval = (s.intervals || {})[position];
+      if (!interval) return;
+      const scale = (r) => height - bottom - Math.min(Math.max(r, 0), 1) * (height - top - bottom);
+      const middle = left + i * slot + j * barWidth + (barWidth - 1) / 2;
+      const whisker = add(chart, "path", {
+        class: "interval",
+        d: `M${middle - 3},${scale(interval.high)}h6M${middle},${scale(interval.high)}V${scale(interval.low)}M${middle - 3},${scale(interval.low)}h6`,
+      });
+      whisker.dataset.position = position;
+      whisker.dataset.low = interval.low;
+      whisker.dataset.high = interval.high;
+      add(whisker, "title", {}, `${s.name} position ${position}: 95 % interval ${interval.low} to ${interval.high}`);
     });
     add(chart, "text", { x: left + i * slot + slot / 3, y: height - 5 }, position);
   });
   return chart;
 }
+
+// How many drafts had exactly n tokens accepted, n = 0..k: a histogram.
+function distributionChart(distribution) {
+  const counts = Object.entries(distribution).sort((a, b) => a[0] - b[0]);
+  const width = 360, height = 150, left = 10, bottom = 20, top = 10;
+  const chart = svg(width, height, "distribution");
+  const most = Math.max(...counts.map(([, n]) => n), 1);
+  const slot = (width - 2 * left) / Math.max(counts.length, 1);
+  counts.forEach(([accepted, n], i) => {
+    const barHeight = (n / most) * (height - top - bottom);
+    const bar = add(chart, "rect", { class: "bar b0", x: left + i * slot, y: height - bottom - barHeight, width: slot * 0.8, height: barHeight });
+    bar.dataset.accepted = accepted;
+    bar.dataset.count = n;
+    add(bar, "title", {}, `${n} drafts with ${accepted} accepted`);
+    add(chart, "text", { x: left + i * slot + slot * 0.3, y: height - 5 }, accepted);
+  });
+  return chart;
+}
+
+// Throughput and latency beside acceptance (the result's `throughput`), as rows of a list.
+function throughputRows(t) {
+  if (!t) return "";
+  return `<dl class="kv throughput"><dt>Generated tokens/s</dt><dd class="tokens-per-second">${fmt(t.generated_tokens_per_second, 2)}</dd>
+    <dt>Inter-token latency</dt><dd class="latency">${fmt(t.inter_token_latency_ms, 2)} ms</dd>
+    <dt>Tokens per step</dt><dd class="per-step">${fmt(t.generated_tokens_per_step, 2)}</dd>
+    <dt>Accepted drafts in output</dt><dd class="accepted-share">${fmt(t.accepted_token_share, 1)} %</dd>
+    <dt>Generated tokens</dt><dd>${esc(t.generated_tokens)} in ${fmt(t.seconds, 1)} s</dd></dl>`;
+}
+
+// The 95 % intervals of a result by position, for the error bars.
+const positionIntervals = (result) => (result.confidence && result.confidence.per_position_acceptance_rates) || {};
 
 // Acceptance rate (%) and length over time, from the interval values of the samples.
 function timeChart(points) {
@@ -167,13 +211,24 @@ async function windowPage(id) {
     const engine = result && result.engine ? `<dt>Engine</dt><dd class="engine">${esc(result.engine)}, ${result.exact ? "exact" : "approximate"}</dd>` : "";
     const notes = result && result.notes && result.notes.length ? `<ul class="notes">${result.notes.map((n) => `<li>${esc(n)}</li>`).join("")}</ul>` : "";
     const flags = result && result.flags && result.flags.length ? `<ul class="flags">${result.flags.map((f) => `<li data-kind="${esc(f.kind)}">${esc(f.reason)}</li>`).join("")}</ul>` : "";
+    const interval = (figure, name, digits, unit) => {
+      const found = result && result.confidence && result.confidence[figure];
+      return found ? `<dt>${name}, 95 % interval</dt><dd class="interval" data-figure="${figure}">${fmt(found.low, digits)} to ${fmt(found.high, digits)}${unit}</dd>` : "";
+    };
+    const throughput = result ? throughputRows(result.throughput) : "";
     card.innerHTML = `<h3>${esc(target.target)}</h3>` + (data ? `
       <dl class="kv"><dt>Acceptance rate</dt><dd class="rate">${fmt(data.acceptance_rate, 2)} %</dd>
-      <dt>Acceptance length</dt><dd class="length">${fmt(data.acceptance_length, 2)}</dd>
-      <dt>Drafts</dt><dd>${esc(data.num_drafts ?? "–")}</dd><dt>Draft tokens</dt><dd>${esc(data.draft_tokens ?? "–")}</dd>
-      <dt>Accepted tokens</dt><dd>${esc(data.accepted_tokens ?? "–")}</dd>${engine}</dl>${flags}${notes}<h2>Per-position acceptance</h2>`
-      : result ? `<p class="error">N/A: ${esc(result.error)}</p><dl class="kv">${engine}</dl>${notes}` : `<p class="muted">open: results come with the stop</p>`);
-    if (data) card.appendChild(positionChart([{ name: window_.id, rates: data.per_position_acceptance_rates }]));
+      ${interval("acceptance_rate", "Rate", 2, " %")}<dt>Acceptance length</dt><dd class="length">${fmt(data.acceptance_length, 2)}</dd>
+      ${interval("acceptance_length", "Length", 3, "")}<dt>Drafts</dt><dd>${esc(data.num_drafts ?? "–")}</dd><dt>Draft tokens</dt><dd>${esc(data.draft_tokens ?? "–")}</dd>
+      <dt>Accepted tokens</dt><dd>${esc(data.accepted_tokens ?? "–")}</dd>${engine}</dl>${throughput}${flags}${notes}<h2>Per-position acceptance</h2>`
+      : result ? `<p class="error">N/A: ${esc(result.error)}</p><dl class="kv">${engine}</dl>${throughput}${notes}` : `<p class="muted">open: results come with the stop</p>`);
+    if (data) card.appendChild(positionChart([{ name: window_.id, rates: data.per_position_acceptance_rates, intervals: positionIntervals(result) }]));
+    if (result && result.accepted_distribution) {
+      const title = document.createElement("h2");
+      title.textContent = "Tokens accepted per draft";
+      card.appendChild(title);
+      card.appendChild(distributionChart(result.accepted_distribution));
+    }
     const heading = document.createElement("h2");
     heading.textContent = "Over time";
     card.appendChild(heading);
@@ -206,11 +261,13 @@ async function comparePage(ids) {
     card.dataset.target = row.target;
     const diff = (value, digits) => value === undefined ? "" : `<span class="${value >= 0 ? "diff-pos" : "diff-neg"}">${value >= 0 ? "+" : ""}${fmt(value, digits)}</span>`;
     const differences = Object.fromEntries(row.differences.map((d) => [d.window, d]));
-    card.innerHTML = `<h3>${esc(row.target)}</h3><table><thead><tr><th>Window</th><th>Acceptance (%)</th><th>Length</th><th>Drafts</th></tr></thead><tbody>
-      ${row.results.map((r, i) => r === null ? `<tr><td>${esc(body.windows[i].id)}</td><td colspan="3" class="muted">not on this target</td></tr>` :
+    const speedups = (row.speedups || []).map((u) => `<li data-window="${esc(u.window)}">${esc(u.window)} versus ${esc(u.versus)} (without spec decoding): <b class="speedup">${fmt(u.generated_tokens_per_second, 2)}x</b> the generated tokens/s, ${fmt(u.inter_token_latency, 2)}x faster tokens, at acceptance length ${fmt(u.acceptance_length, 2)}</li>`).join("");
+    card.innerHTML = `<h3>${esc(row.target)}</h3><table><thead><tr><th>Window</th><th>Acceptance (%)</th><th>Length</th><th>Drafts</th><th>Tokens/s</th></tr></thead><tbody>
+      ${row.results.map((r, i) => r === null ? `<tr><td>${esc(body.windows[i].id)}</td><td colspan="4" class="muted">not on this target</td></tr>` :
         `<tr><td>${esc(r.window)}${engineTag(r)}</td><td>${fmt(r.acceptance_rate, 2)} ${diff(differences[r.window]?.acceptance_rate, 2)}</td>
-         <td>${fmt(r.acceptance_length, 2)} ${diff(differences[r.window]?.acceptance_length, 3)}</td><td>${esc(r.num_drafts ?? r.status)}</td></tr>`).join("")}
-      </tbody></table>${row.differences.map(verdictList).join("")}<h2>Per-position acceptance</h2>`;
+         <td>${fmt(r.acceptance_length, 2)} ${diff(differences[r.window]?.acceptance_length, 3)}</td><td>${esc(r.num_drafts ?? r.status)}</td>
+         <td class="tokens-per-second">${fmt(r.throughput?.generated_tokens_per_second, 2)}</td></tr>`).join("")}
+      </tbody></table>${speedups ? `<h2>Speedup</h2><ul class="speedups">${speedups}</ul><p class="muted note">${esc(row.speedups[0].note)}</p>` : ""}${row.differences.map(verdictList).join("")}<h2>Per-position acceptance</h2>`;
     card.appendChild(positionChart(row.results.filter((r) => r && r.status === "ok").map((r) => ({ name: r.window, rates: r.per_position_acceptance_rates }))));
     cards.appendChild(card);
   }
