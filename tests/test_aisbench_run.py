@@ -164,3 +164,48 @@ def test_only_aisbench_s_inference_phase_is_measured_not_the_traffic_before_it(
     assert bounds["start_phase"] == "sample"  # a sample between the noise and the phase
     assert bounds["start"] <= bounds["requested_start"] <= bounds["requested_end"] <= bounds["end"]
     assert "specdec: AISBench's inference phase: 6 requests, " in run.stderr
+
+
+def test_an_aisbench_run_of_several_datasets_gets_a_result_per_dataset(
+    team: Team, tmp_path: Path
+) -> None:
+    """Two datasets one after another, a pause longer than a sample interval between them:
+    each dataset's figures are what its own answers told of their drafts (the simulator's
+    per-request accounts, as vLLM's `--per-request-spec-decode-metrics summary`), beside the
+    whole run's."""
+    args = ("--drafts-per-s", "0", "--seed", "7", "--per-request-spec-decode-metrics", "summary")
+    answers = tmp_path / "answers.json"
+    with run_simulator(*args) as simulator:
+        port = simulator.rsplit(":", 1)[1]
+        (tmp_path / "cfg.py").write_text(_config(port))
+        run = _specdec_run(
+            ["--id", "two-sets", "--sample-interval", "0.5", "--", "ais_bench", "--models",
+             str(tmp_path / "cfg.py"), "-m", "perf", "--datasets", "gsm8k", "mmlu",
+             "--warmup-pause-s", "1.2", "--dataset-pause-s", "1.5", "--num-prompts", "5",
+             "--answers-log", str(answers)],
+            tmp_path, _env(team, tmp_path),
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (performances,) = (tmp_path / "outputs" / "default").glob("*/performances")
+    key = f"127.0.0.1_{port}"
+    ours = json.loads((performances / f"spec_decode_{key}.json").read_text())
+    told = json.loads(answers.read_text())
+    assert set(ours["datasets"]) == {"gsm8k", "mmlu"}
+    for name in ("gsm8k", "mmlu"):
+        accounts = [answer["metrics"]["speculative_decoding"] for answer in told[name]]
+        steps = sum(account["num_spec_steps"] for account in accounts)
+        accepted = sum(account["num_accepted_draft_tokens"] for account in accounts)
+        drafted = sum(account["num_draft_tokens"] for account in accounts)
+        part = ours["datasets"][name]
+        assert part["requests"] == 5 and part["status"] == "ok"
+        assert part["data"]["num_drafts"] == steps
+        assert part["data"]["accepted_tokens"] == accepted
+        assert part["data"]["acceptance_rate"] == accepted / drafted * 100
+        assert f"---------- Dataset {name}  [127.0.0.1:{port}] ----------" in run.stdout
+    # The whole run is both datasets (the warm-up left out by the records' bounds).
+    both = (
+        ours["datasets"]["gsm8k"]["data"]["num_drafts"]
+        + ours["datasets"]["mmlu"]["data"]["num_drafts"]
+    )
+    assert ours["data"]["num_drafts"] == both
+    assert "specdec: AISBench's run held 2 datasets: gsm8k, mmlu" in run.stderr

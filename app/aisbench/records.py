@@ -85,21 +85,40 @@ class InferenceSpan:
     requests: int
 
 
-def inference_span(performances: Path) -> InferenceSpan | None:
-    """When the inference phase of the run whose `performances` folder this is ran, from every
-    request record of every model; None when there is none."""
-    first, last, requests = float("inf"), float("-inf"), 0
+def dataset_spans(performances: Path) -> dict[str, InferenceSpan]:
+    """When each dataset of the run whose `performances` folder this is ran (its first request
+    sent to its last answer received), from every request record of every model, by dataset
+    abbreviation: a record's `data_abbr`, else its file's (`<abbr>_details.jsonl`)."""
+    spans: dict[str, tuple[float, float, int]] = {}
     for folder in (path for path in performances.iterdir() if path.is_dir()):
         cache: dict[str, Any] = {}
         files = [*folder.glob("*_details.jsonl"), *folder.glob("tmp/*.jsonl")]
         for path in files:
+            named = path.name.removesuffix(".jsonl").removesuffix("_details")
             for line in path.read_text(errors="replace").splitlines():
                 try:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                points = _time_points(record, folder, cache) if isinstance(record, dict) else []
+                if not isinstance(record, dict):
+                    continue
+                points = _time_points(record, folder, cache)
                 if len(points) < 2:
                     continue
-                first, last, requests = min(first, points[0]), max(last, points[-1]), requests + 1
-    return InferenceSpan(first, last, requests) if requests else None
+                dataset = str(record.get("data_abbr") or named)
+                first, last, requests = spans.get(dataset, (float("inf"), float("-inf"), 0))
+                spans[dataset] = (min(first, points[0]), max(last, points[-1]), requests + 1)
+    return {name: InferenceSpan(*span) for name, span in sorted(spans.items())}
+
+
+def inference_span(performances: Path) -> InferenceSpan | None:
+    """When the inference phase of the run whose `performances` folder this is ran, from every
+    request record of every model and dataset; None when there is none."""
+    spans = list(dataset_spans(performances).values())
+    if not spans:
+        return None
+    return InferenceSpan(
+        min(span.first_sent for span in spans),
+        max(span.last_received for span in spans),
+        sum(span.requests for span in spans),
+    )

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import httpx
 
 from specdec_collector.aisbench.files import newest_output_dir, write_result
-from specdec_collector.aisbench.records import inference_span
+from specdec_collector.aisbench.records import dataset_spans, inference_span
 from specdec_collector.client import (
     CollectorClient,
     CollectorError,
@@ -34,9 +34,9 @@ from specdec_collector.client import (
 )
 from specdec_collector.core.gates import GATE_FAILED_EXIT, MaxDrop, Requirement, judge, junit_xml
 from specdec_collector.core.gates import render as render_verdicts
-from specdec_collector.core.report import render_block
+from specdec_collector.core.report import render_block, render_dataset_block
 from specdec_collector.core.request_accounts import RequestAccount, account_of, merged_chunks
-from specdec_collector.core.results import TargetResult
+from specdec_collector.core.results import DatasetResult, TargetResult
 from specdec_collector.schemas import Source
 
 
@@ -151,8 +151,12 @@ def run_wrapped(
                 f"(specdec-collector, window {options.window_id}: AISBench's inference phase, "
                 "from its request records)\n"
             )
+            assert run_folder is not None  # the phase came from its records
+            results = _with_datasets(client, options.window_id, run_folder, results, say)
     for key, result in results:
         print(render_block(key, result) + footer, file=out, end="")
+        for name, part in (result.datasets or {}).items():
+            print(render_dataset_block(key, name, part), file=out, end="")
     out.flush()
     folder = options.output_dir or run_folder or Path.cwd()
     folder.mkdir(parents=True, exist_ok=True)
@@ -265,10 +269,7 @@ def _inference_phase(
         where = run_folder or "the command's work dir"
         say(f"specdec: no AISBench request records in {where}: the window is the whole command")
         return None
-    # perf_counter is CLOCK_MONOTONIC: the same clock as AISBench's, turned into wall time.
-    offset = time.time() - time.perf_counter()
-    start = datetime.fromtimestamp(span.first_sent + offset, UTC)
-    end = datetime.fromtimestamp(span.last_received + offset, UTC)
+    start, end = _wall_time(span.first_sent), _wall_time(span.last_received)
     try:
         bounded = client.results_between(window_id, start, end)
     except (CollectorError, CollectorUnavailable) as exc:
@@ -280,6 +281,47 @@ def _inference_phase(
         + " UTC"
     )
     return [(item.target, item.result) for item in bounded]
+
+
+def _wall_time(perf_counter_s: float) -> datetime:
+    """A `time.perf_counter()` reading of this machine (CLOCK_MONOTONIC, AISBench's clock) as
+    wall time."""
+    return datetime.fromtimestamp(perf_counter_s + time.time() - time.perf_counter(), UTC)
+
+
+def _with_datasets(
+    client: CollectorClient,
+    window_id: str,
+    run_folder: Path,
+    results: list[tuple[str, TargetResult]],
+    say: Callable[[str], None],
+) -> list[tuple[str, TargetResult]]:
+    """Where AISBench's run held several datasets, each target's result with each dataset's
+    (the snapshots that enclose its first request and last answer, from its own records);
+    `results` as they are with one dataset."""
+    spans = dataset_spans(run_folder)
+    if len(spans) < 2:
+        return results
+    by_dataset: dict[str, dict[str, DatasetResult]] = {}
+    for name, span in spans.items():
+        try:
+            bounded = client.results_between(
+                window_id, _wall_time(span.first_sent), _wall_time(span.last_received)
+            )
+        except (CollectorError, CollectorUnavailable) as exc:
+            say(f"specdec: could not read dataset {name}'s results ({exc})")
+            continue
+        for item in bounded:
+            part = item.result
+            by_dataset.setdefault(item.target, {})[name] = DatasetResult(
+                requests=span.requests, status=part.status, error=part.error, data=part.data,
+                bounds=part.bounds, throughput=part.throughput,
+            )  # fmt: skip
+    say(f"specdec: AISBench's run held {len(spans)} datasets: {', '.join(spans)}")
+    return [
+        (key, result.model_copy(update={"datasets": by_dataset.get(key) or None}))
+        for key, result in results
+    ]
 
 
 @dataclass

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from specdec_collector.core.arithmetic import TIMELINE_FIELDS
-from specdec_collector.core.results import TargetResult
+from specdec_collector.core.results import DatasetResult, TargetResult
 
 
 def _row(label: str, value: object) -> str:
@@ -154,6 +154,33 @@ def _details(result: TargetResult) -> list[str]:
         exactness = "" if result.exact else " (approximate: see notes)"
         rows.append(_row("Engine", f"{result.engine}{exactness}"))
     return rows
+
+
+def render_dataset_block(target: str, name: str, part: DatasetResult) -> str:
+    """One dataset's figures of an AISBench run that held several, after the run's blocks."""
+    title = f"---------- Dataset {name}  [{target}] ----------"
+    data = part.data
+    if part.status == "ok" and data is not None:
+        rates = data.per_position_acceptance_rates
+        rows = [
+            _row("Requests", str(part.requests)),
+            _row("Acceptance rate (%)", _fixed(data.acceptance_rate)),
+            _row("Acceptance length", _fixed(data.acceptance_length)),
+            _row("Drafts", _shown(data.num_drafts)),
+            _row("Draft tokens", _shown(data.draft_tokens)),
+            _row("Accepted tokens", _shown(data.accepted_tokens)),
+            _row("Per-position acceptance rates", "N/A" if rates is None else _per_position(rates)),
+        ]
+    else:
+        rows = [
+            _row("Requests", str(part.requests)),
+            _row("Status", "N/A"),
+            _row("Reason", part.error),
+        ]
+    throughput = part.throughput
+    if throughput is not None and throughput.generated_tokens_per_second is not None:
+        rows.append(_row("Generated tokens/s", _fixed(throughput.generated_tokens_per_second)))
+    return "\n".join(["", title, *rows]) + "\n"
 
 
 def render_report(results: Iterable[tuple[str, TargetResult]]) -> str:

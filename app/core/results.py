@@ -225,6 +225,19 @@ class Bounds(BaseModel):
     end_phase: str
 
 
+class DatasetResult(BaseModel):
+    """A target's figures over one dataset of an AISBench run that held several one after
+    another: the snapshots that enclose its first request sent and its last answer (`bounds`),
+    from AISBench's own request records."""
+
+    requests: int = Field(description="AISBench's request records of the dataset")
+    status: Literal["ok", "na"]
+    error: str | None = None
+    data: ResultData | None = None
+    bounds: Bounds | None = None
+    throughput: Throughput | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
 class TargetResult(BaseModel):
     """One target's result over one window (see the module docstring)."""
 
@@ -283,6 +296,11 @@ class TargetResult(BaseModel):
         description="drafts that had exactly N tokens accepted, N = 0..k (from cumulative "
         "per-position counts where every draft was k long; TGI's buckets)",
         exclude_if=lambda value: value is None,
+    )
+    # `specdec run` around an AISBench run of several datasets: each one's figures, by its
+    # abbreviation, beside the whole run's.
+    datasets: dict[str, DatasetResult] | None = Field(
+        default=None, exclude_if=lambda value: value is None
     )
 
     @property

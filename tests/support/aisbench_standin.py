@@ -9,8 +9,8 @@ It behaves as AISBench's source shows (its `cli/workers.py`, `spec_decode/report
   A model's `host_ip`/`host_port` default to `localhost`/`8080`; `url`, when set, is where
   requests go.
 - `-w/--work-dir DIR` (default `outputs/default`): the run writes into `DIR/<YYYYMMDD_HHMMSS>/`.
-- `--mode perf`: sends `--num-prompts` completion requests to every model, in the inference
-  phase, which starts after a pause standing for AISBench's imports and config loading
+- `--mode perf`: sends `--num-prompts` completion requests to every model for each of its
+  `--datasets` in turn (`--dataset-pause-s` between two), in the inference phase, which starts after a pause standing for AISBench's imports and config loading
   (`--startup-s`; `--noise-requests N` sends N requests first, standing for another team's
   traffic on a shared server before the benchmark). Each request's record goes to
   `performances/<abbr>/<dataset>_details.jsonl`, its `time_points` (`time.perf_counter()` when
@@ -96,14 +96,20 @@ def _npy(values: list[float]) -> bytes:
     )
 
 
-def _send(client: httpx.Client, model: dict[str, Any], prompts: int) -> list[list[float]]:
-    """Send `prompts` requests to the model's server; their time points (perf_counter)."""
+def _send(
+    client: httpx.Client, model: dict[str, Any], prompts: int, answers: list[Any] | None = None
+) -> list[list[float]]:
+    """Send `prompts` requests to the model's server; their time points (perf_counter). Each
+    answer's JSON is appended to `answers` where given (the test's own account, not
+    AISBench's)."""
     points = []
     for index in range(prompts):
         sent = time.perf_counter()
         body = {"prompt": f"question {index}", "max_tokens": 16}
-        client.post(f"{_request_base(model)}/v1/completions", json=body)
+        answer = client.post(f"{_request_base(model)}/v1/completions", json=body)
         points.append([sent, time.perf_counter()])
+        if answers is not None:
+            answers.append(answer.json())
     return points
 
 
@@ -139,6 +145,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--startup-s", type=float, default=0.0)
     parser.add_argument("--noise-requests", type=int, default=0)
     parser.add_argument("--warmup-pause-s", type=float, default=0.0)
+    # The test's own: a pause between datasets, and every answer by dataset, to a file.
+    parser.add_argument("--dataset-pause-s", type=float, default=0.0)
+    parser.add_argument("--answers-log")
     parser.add_argument("--pypi", action="store_true", help="behave as the PyPI release")
     args = parser.parse_args(argv)
     if args.pypi and args.spec_decode:
@@ -160,13 +169,24 @@ def main(argv: list[str]) -> int:
             for model in models:
                 _send(client, model, 1)  # the warm-up: counted by its spec-decode, not recorded
             time.sleep(args.warmup_pause_s)
-        records = [_send(client, model, args.num_prompts) for model in models]
-    dataset = args.datasets[0] if args.datasets else "demo"
-    for model, points in zip(models, records, strict=True):
-        folder = performances / str(model.get("abbr", "model"))
-        folder.mkdir(parents=True, exist_ok=True)
-        if args.mode == "perf" and points:
-            write_records(folder, dataset, points)
+        # Its datasets one after another, each sent to every model.
+        records: dict[str, list[list[list[float]]]] = {}
+        answers: dict[str, list[Any]] = {}
+        for position, dataset in enumerate(args.datasets or ["demo"]):
+            if position:
+                time.sleep(args.dataset_pause_s)
+            answers[dataset] = []
+            records[dataset] = [
+                _send(client, model, args.num_prompts, answers[dataset]) for model in models
+            ]
+    for dataset, per_model in records.items():
+        for model, points in zip(models, per_model, strict=True):
+            folder = performances / str(model.get("abbr", "model"))
+            folder.mkdir(parents=True, exist_ok=True)
+            if args.mode == "perf" and points:
+                write_records(folder, dataset, points)
+    if args.answers_log:
+        Path(args.answers_log).write_text(json.dumps(answers))
     for url, first in before.items():
         last = _snapshot(url)
         delta = {name: last[name] - first[name] for name in first}
