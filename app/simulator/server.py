@@ -276,7 +276,7 @@ def _witnesses(out: list[str], server: SimulatedServer, now: float) -> None:
     """vLLM's counters and histograms that exist with spec decoding or without, as the served
     requests and the timed drafts (one step each) made them: prompt tokens and finished
     requests; a first token and a time to it per request; an inter-token latency of
-    `step_seconds` per later step; the tokens of every step."""
+    `step_seconds` per later step (none where steps take no time); the tokens of every step."""
     timed = _timed_drafts(server, now)
     for name, help_text, field_name in (
         ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
@@ -287,11 +287,13 @@ def _witnesses(out: list[str], server: SimulatedServer, now: float) -> None:
             extra = {"finished_reason": "length"} if field_name == "requests" else {}
             labels = _labels(instance, server.model_name, **extra)
             out.append(f"{name}_total{{{labels}}} {float(getattr(counted, field_name))}")
-    for name, count_of, sum_of in (
+    histograms = [
         ("vllm:time_to_first_token_seconds", "requests", "first"),
-        ("vllm:inter_token_latency_seconds", "later_steps", "later"),
         ("vllm:iteration_tokens_total", "steps", "tokens"),
-    ):
+    ]
+    if server.step_seconds > 0:  # steps that take no time have no latency to tell
+        histograms.append(("vllm:inter_token_latency_seconds", "later_steps", "later"))
+    for name, count_of, sum_of in histograms:
         _family(out, name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
         for instance, counted in enumerate(server.counters):
             steps = counted.steps + timed[instance]
