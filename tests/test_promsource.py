@@ -236,6 +236,10 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape(engine: s
     assert through_prometheus.data == direct.data
     assert (direct.data.acceptance_length or 0) > 1
     assert len(middle) >= 1  # the scrapes in between, each read raw
+    # The witnesses too, where the engine has them: the same throughput both ways.
+    assert through_prometheus.throughput == direct.throughput
+    if engine == "vllm":
+        assert direct.throughput is not None and direct.throughput.finished_requests == 20
 
 
 @contextmanager
@@ -298,6 +302,15 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
     assert direct["status"] == through_prometheus["status"] == "ok", through_prometheus
     assert through_prometheus["data"] == direct["data"]
     assert after_the_fact["data"] == direct["data"]
+    # Over Prometheus' own sample times: the seconds between the window's first and last.
+    plain = through_prometheus["throughput"]
+    assert plain["generated_tokens"] == direct["throughput"]["generated_tokens"]
+    assert plain["finished_requests"] == 16
+    first, last = (datetime.fromisoformat(points_at) for points_at in (
+        samples["series"][0]["points"][0]["taken_at"], samples["series"][0]["points"][-1]["taken_at"]
+    ))  # fmt: skip
+    assert plain["seconds"] == (last - first).total_seconds()
+    assert plain["generated_tokens_per_second"] == plain["generated_tokens"] / plain["seconds"]
     assert one_call.returncode == 0, one_call.stderr
     drafts_row = f"{'Drafts':<45} {direct['data']['num_drafts']}"
     assert drafts_row in one_call.stdout.splitlines()
