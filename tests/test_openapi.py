@@ -110,6 +110,7 @@ def test_the_schema_describes_a_result_field_by_field(schema: dict[str, Any]) ->
         "throughput",
         "per_drafted_position_acceptance_rates",
         "accepted_distribution",
+        "datasets",
     ]  # fmt: skip  (AISBench's keys first, in its order)
     throughput = models["Throughput"]["properties"]
     assert all(throughput[name].get("description") for name in (
@@ -183,7 +184,14 @@ def test_comparisons_and_samples_are_described_field_by_field(schema: dict[str, 
     samples = paths["/windows/{window_id}/samples"]["get"]["responses"]["200"]["content"]
     assert samples["application/json"]["schema"] == {"$ref": "#/components/schemas/WindowSamples"}
     assert list(models["Comparison"]["properties"]) == ["windows", "targets"]
-    assert list(models["ComparedTarget"]["properties"]) == ["target", "results", "differences"]
+    assert list(models["ComparedTarget"]["properties"]) == [
+        "target", "results", "differences", "speedups"
+    ]  # fmt: skip
+    assert list(models["Speedup"]["properties"]) == [
+        "window", "versus", "generated_tokens_per_second", "inter_token_latency",
+        "acceptance_length", "note",
+    ]  # fmt: skip
+    assert "throughput" in models["ComparedResult"]["properties"]
     assert "per_position_acceptance_rates" in models["ResultDifference"]["properties"]
     assert list(models["SamplePoint"]["properties"]) == [
         "taken_at", "phase", "status", "error", "num_drafts", "draft_tokens", "accepted_tokens",

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from specdec_collector.core.arithmetic import TIMELINE_FIELDS
-from specdec_collector.core.results import DatasetResult, TargetResult
+from specdec_collector.core.results import DatasetResult, ResultData, TargetResult
 
 
 def _row(label: str, value: object) -> str:
@@ -98,15 +98,7 @@ def render_block(target: str, result: TargetResult) -> str:
     separator = "=" * len(title)
     data = result.data
     if result.ok and data is not None:
-        rates = data.per_position_acceptance_rates
-        rows = [
-            _row("Acceptance rate (%)", _fixed(data.acceptance_rate)),
-            _row("Acceptance length", _fixed(data.acceptance_length)),
-            _row("Drafts", _shown(data.num_drafts)),
-            _row("Draft tokens", _shown(data.draft_tokens)),
-            _row("Accepted tokens", _shown(data.accepted_tokens)),
-            _row("Per-position acceptance rates", "N/A" if rates is None else _per_position(rates)),
-        ]
+        rows = _figure_rows(data)
     else:
         rows = [_row("Status", "N/A"), _row("Reason", result.error)]
     block = "\n".join(["", separator, title, separator, *rows]) + "\n"
@@ -115,6 +107,19 @@ def render_block(target: str, result: TargetResult) -> str:
         return block
     title = f"---------- Beside AISBench's block  [{target}] ----------"
     return block + "\n".join(["", title, *more]) + "\n"
+
+
+def _figure_rows(data: ResultData) -> list[str]:
+    """AISBench's rows of a window's figures."""
+    rates = data.per_position_acceptance_rates
+    return [
+        _row("Acceptance rate (%)", _fixed(data.acceptance_rate)),
+        _row("Acceptance length", _fixed(data.acceptance_length)),
+        _row("Drafts", _shown(data.num_drafts)),
+        _row("Draft tokens", _shown(data.draft_tokens)),
+        _row("Accepted tokens", _shown(data.accepted_tokens)),
+        _row("Per-position acceptance rates", "N/A" if rates is None else _per_position(rates)),
+    ]
 
 
 def _details(result: TargetResult) -> list[str]:
@@ -161,16 +166,7 @@ def render_dataset_block(target: str, name: str, part: DatasetResult) -> str:
     title = f"---------- Dataset {name}  [{target}] ----------"
     data = part.data
     if part.status == "ok" and data is not None:
-        rates = data.per_position_acceptance_rates
-        rows = [
-            _row("Requests", str(part.requests)),
-            _row("Acceptance rate (%)", _fixed(data.acceptance_rate)),
-            _row("Acceptance length", _fixed(data.acceptance_length)),
-            _row("Drafts", _shown(data.num_drafts)),
-            _row("Draft tokens", _shown(data.draft_tokens)),
-            _row("Accepted tokens", _shown(data.accepted_tokens)),
-            _row("Per-position acceptance rates", "N/A" if rates is None else _per_position(rates)),
-        ]
+        rows = [_row("Requests", str(part.requests)), *_figure_rows(data)]
     else:
         rows = [
             _row("Requests", str(part.requests)),
