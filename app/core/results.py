@@ -88,21 +88,27 @@ class Throughput(BaseModel):
     (`core.throughput`): every request the server served, not only the benchmark's. A figure
     the engine's counters cannot give is null."""
 
-    seconds: float | None = Field(description="between the two scrapes the window's counts span")
+    # Null defaults: a stored result leaves them out (`TargetResult.as_stored`).
+    seconds: float | None = Field(
+        default=None, description="between the two scrapes the window's counts span"
+    )
     generated_tokens: Count = Field(description="output tokens, each request's first included")
-    prompt_tokens: Count | None
-    finished_requests: Count | None
-    generated_tokens_per_second: float | None
+    prompt_tokens: Count | None = None
+    finished_requests: Count | None = None
+    generated_tokens_per_second: float | None = None
     inter_token_latency_ms: float | None = Field(
+        default=None,
         description="decode seconds / tokens decoded after each request's first, x 1000: the "
-        "mean gap between two tokens of a request, token-weighted"
+        "mean gap between two tokens of a request, token-weighted",
     )
     generated_tokens_per_step: float | None = Field(
+        default=None,
         description="generated tokens / forward passes of the whole batch (vLLM engine steps, "
-        "llama.cpp decode calls)"
+        "llama.cpp decode calls)",
     )
     accepted_token_share: float | None = Field(
-        description="accepted draft tokens / generated tokens x 100: the output drafting gave"
+        default=None,
+        description="accepted draft tokens / generated tokens x 100: the output drafting gave",
     )
 
 

@@ -29,11 +29,11 @@ def throughput_of(
     data: ResultData | None = None,
 ) -> Throughput | None:
     """The window's throughput from its increases (`totals`) where the engine's last scrape
-    showed generated tokens (`roles`); None where it did not. `seconds` is the time between
-    the scrapes the increases span (None where unknown); `data` the acceptance figures, for
-    the share of output tokens that were accepted drafts."""
-    if Role.GENERATION_TOKENS not in roles:
-        return None
+    showed generated tokens (`roles`) and it generated some; None where not. `seconds` is the
+    time between the scrapes the increases span (None where unknown); `data` the acceptance
+    figures, for the share of output tokens that were accepted drafts."""
+    if Role.GENERATION_TOKENS not in roles or totals.generation_tokens <= 0:
+        return None  # nothing generated in the window: no throughput to tell
     generated = totals.generation_tokens
     decoded = generated
     if engine in _AFTER_FIRST_TOKEN:

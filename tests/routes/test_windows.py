@@ -7,7 +7,6 @@ import re
 import threading
 import time
 from contextlib import ExitStack
-from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -95,11 +94,6 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
     assert stopped.json()["targets"][0]["before"] == raw_of(SEED_BEFORE)
 
     result = api.get(f"/windows/run-1/results/{server.target}").json()
-    # The seconds between the two scrapes, as the window's own snapshots tell them.
-    points = api.get("/windows/run-1/samples").json()["series"][0]["points"]
-    first, last = (datetime.fromisoformat(points[i]["taken_at"]) for i in (0, -1))
-    seconds = (last - first).total_seconds()
-    per_second = 0 / seconds
     assert result == {
         "status": "ok",
         "url": server.url,
@@ -117,17 +111,6 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
         # draft 5 long: 163 - 162 accepted none, 162 - 161 four, 161 all five).
         "models": ["meta-llama/Llama-3.1-8B-Instruct"],
         "accepted_distribution": {"0": 1, "1": 0, "2": 0, "3": 0, "4": 1, "5": 161},
-        # Beside them too, from the witnesses, which did not move in this example.
-        "throughput": {
-            "seconds": seconds,
-            "generated_tokens": 0,
-            "prompt_tokens": 0,
-            "finished_requests": 0,
-            "generated_tokens_per_second": per_second,
-            "inter_token_latency_ms": None,
-            "generated_tokens_per_step": None,
-            "accepted_token_share": None,
-        },
     }
     # The design's worked example, as AISBench's own file has it.
     assert result["data"]["acceptance_rate"] == 99.2638036809816
@@ -138,7 +121,8 @@ def test_complete_window_gives_the_seed_numbers(api: httpx.Client) -> None:
     (row,) = csv.DictReader(io.StringIO(api.get("/windows/run-1/report?format=csv").text))
     assert (row["target"], row["status"], row["num_drafts"]) == (server.target, "ok", "163")
     assert float(row["acceptance_length"]) == result["data"]["acceptance_length"]
-    assert float(row["seconds"]) == seconds and row["generated_tokens"] == "0"
+    # The example's server generated nothing (its witnesses did not move): no throughput.
+    assert row["seconds"] == row["generated_tokens"] == ""
 
     report = api.get("/windows/run-1/report")
     assert report.headers["content-type"].startswith("text/plain")
