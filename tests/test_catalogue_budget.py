@@ -23,7 +23,7 @@ from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import InstanceCounters, drafts_payload, vllm_payload
 from tests.support.waiting import wait_for
 
-# 6 series each: 90 a scrape, beside the 9 witnesses of the payload's own engine (99 of the
+# 6 series each: 90 a scrape, beside the 6 witnesses of the payload's own engine (96 of the
 # 100 one answer may hold here).
 INSTANCES = 15
 CHURNED = 6 * INSTANCES
@@ -69,7 +69,7 @@ def test_an_endpoint_whose_labels_change_on_every_scrape_spends_its_budget_and_i
     database_url: str,
 ) -> None:
     """Budget: twice the series one answer may hold (100 here): 200. The first two scrapes
-    (189 series) are stored; every later one is `na` saying why, and adds no row."""
+    (186 series) are stored; every later one is `na` saying why, and adds no row."""
     with (
         serve_metrics(body_for=churning) as server,
         serve_collector(database_url, max_series_per_target=100) as collector,

@@ -105,11 +105,11 @@ def test_dp8_fixture_has_every_engine_and_position() -> None:
     }
     assert engines == {str(e) for e in range(8)}
     assert positions == {str(p) for p in range(5)}
-    # Three counters, five positions and nine witnesses an engine: generated and prompt
-    # tokens, finished requests by its four reasons, decode seconds, first tokens, steps.
+    # Three counters, five positions and six witnesses an engine: generated and prompt
+    # tokens, finished requests, decode seconds, first tokens, steps.
     witnesses = [key for key in series if key.role in WITNESSES]
-    assert len(witnesses) == 8 * 9
-    assert len(series) == 8 * (3 + 5 + 9)
+    assert len(witnesses) == 8 * 6
+    assert len(series) == 8 * (3 + 5 + 6)
 
 
 def test_created_is_never_a_count() -> None:
@@ -315,9 +315,10 @@ def test_every_schema_names_its_roles_within_its_prefix() -> None:
     counted = {Role.DRAFTS, Role.DRAFT_TOKENS, Role.ACCEPTED, Role.ACCEPTED_PER_POSITION}
     witnesses = {Role.GENERATION_TOKENS, Role.PROMPT_TOKENS}
     assert set(VLLM_V1.families.values()) == (
-        counted | witnesses | {Role.REQUESTS, Role.EMITTED, Role.DRAFTS_BY_LENGTH}
+        counted | witnesses | {Role.EMITTED, Role.DRAFTS_BY_LENGTH}
     )
     assert set(VLLM_V1.samples.values()) == {
+        Role.REQUESTS,
         Role.DECODE_SECONDS,
         Role.FIRST_TOKENS,
         Role.DECODE_CALLS,
@@ -335,7 +336,6 @@ def test_every_schema_names_its_roles_within_its_prefix() -> None:
         "token_position",
         "le",
         "draft_length",
-        "finished_reason",
     } == POSITION_LABELS
 
 

@@ -310,8 +310,8 @@ def test_proxy_from_the_environment_is_honoured() -> None:
             [sys.executable, "-c", PROXY_CHECK, "metrics.invalid:9100"],
             env=env, capture_output=True, text=True, timeout=30, check=True,
         )  # fmt: skip
-        # 8 spec-decode series, 9 witnesses (tokens, requests by reason, latency, steps)
-        assert run.stdout.strip() == "17"
+        # 8 spec-decode series, 6 witnesses (tokens, requests, latency, first tokens, steps)
+        assert run.stdout.strip() == "14"
         assert proxy.requests[0]["path"] == "http://metrics.invalid:9100/metrics"
         env["NO_PROXY"] = "127.0.0.1"
         run = subprocess.run(
@@ -649,9 +649,9 @@ async def test_limits_on_series_and_label_sets_make_the_scrape_na(
     assert too_long.error is not None and "more than 256 (SPECDEC_MAX_SERIES_LABEL_CHARS)" in (
         too_long.error
     )
-    # and the nine witnesses of the payload's engine 0 (tokens, finished requests by its four
-    # reasons, decode seconds, first tokens, steps)
-    assert fine.series is not None and len(fine.series) == 20 * 4 + 9
+    # and the six witnesses of the payload's engine 0 (generated and prompt tokens, finished
+    # requests, decode seconds, first tokens, steps)
+    assert fine.series is not None and len(fine.series) == 20 * 4 + 6
 
 
 class _CountingSlots(asyncio.Semaphore):

@@ -29,8 +29,8 @@ def vllm(
     lines = [
         f"vllm:generation_tokens_total{{{LABELS}}} {generated}.0",
         f"vllm:prompt_tokens_total{{{LABELS}}} {prompt}.0",
-        f'vllm:request_success_total{{{LABELS},finished_reason="stop"}} {finished // 2}.0',
-        f'vllm:request_success_total{{{LABELS},finished_reason="length"}} {finished - finished // 2}.0',
+        f"vllm:e2e_request_latency_seconds_count{{{LABELS}}} {finished}.0",
+        f"vllm:e2e_request_latency_seconds_sum{{{LABELS}}} {finished * 1.5}",
         f"vllm:inter_token_latency_seconds_sum{{{LABELS}}} {itl_sum}",
         f"vllm:inter_token_latency_seconds_count{{{LABELS}}} {later}.0",
         f"vllm:time_to_first_token_seconds_count{{{LABELS}}} {first}.0",
@@ -57,7 +57,7 @@ def test_a_vllm_windows_throughput_is_its_witnesses_increase_over_the_seconds() 
     assert result.status == "ok" and throughput is not None
     assert throughput.seconds == 8.0
     assert (throughput.generated_tokens, throughput.prompt_tokens) == (2000, 4000)
-    assert throughput.finished_requests == 20  # every finished reason
+    assert throughput.finished_requests == 20
     assert throughput.generated_tokens_per_second == 2000 / 8
     # 6 s of inter-token latencies over the tokens after each of the 20 first tokens.
     assert throughput.inter_token_latency_ms == 6.0 / (2000 - 20) * 1000

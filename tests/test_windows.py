@@ -286,7 +286,7 @@ def test_label_sets_of_any_length_are_stored_and_read_back(
     store_baseline(database, stored, [outcome])  # the same series again: found, not added twice
     with Session(database) as session:
         catalogue = session.exec(select(EndpointSeries)).all()
-    assert len(catalogue) == len(outcome.series or {}) == 6 + 9  # with the nine witnesses
+    assert len(catalogue) == len(outcome.series or {}) == 6 + 6  # with the six witnesses
     assert {labels_from_text(row.labels) for row in catalogue} == {
         key.labels for key in outcome.series or {}
     }
@@ -355,7 +355,7 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
     assert [s for s in statements if "endpoint_series" in s] == []
     assert len([s for s in statements if s.startswith("INSERT INTO snapshot")]) == 1
     with Session(database) as session:
-        assert len(session.exec(select(EndpointSeries)).all()) == len(series) == 6 + 9
+        assert len(session.exec(select(EndpointSeries)).all()) == len(series) == 6 + 6
     for window_id in ("w", "w2"):
         before = read_view(database, "default", window_id).targets[0].before
         assert before is not None and (before.num_drafts, before.num_accepted_tokens) == (5, 6)

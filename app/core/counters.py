@@ -177,12 +177,14 @@ _VLLM_NAMES = {
 _VLLM_WITNESSES = {
     "vllm:generation_tokens": Role.GENERATION_TOKENS,
     "vllm:prompt_tokens": Role.PROMPT_TOKENS,
-    "vllm:request_success": Role.REQUESTS,  # by `finished_reason`
 }
-# vLLM's histograms (`vllm/v1/metrics/loggers.py`): one inter-token latency per request and
-# step that gave it tokens (several with spec decoding), one first token per request, the
-# tokens of each engine step. vLLMs before `inter_token_latency_seconds` give no latency.
+# vLLM's histograms (`vllm/v1/metrics/loggers.py`): one end-to-end latency per finished
+# request (one series, where `request_success` has one per finish reason), one inter-token
+# latency per request and step that gave it tokens (several with spec decoding), one first
+# token per request, the tokens of each engine step. vLLMs before
+# `inter_token_latency_seconds` give no latency.
 _VLLM_WITNESS_SAMPLES = {
+    "vllm:e2e_request_latency_seconds_count": Role.REQUESTS,
     "vllm:inter_token_latency_seconds_sum": Role.DECODE_SECONDS,
     "vllm:time_to_first_token_seconds_count": Role.FIRST_TOKENS,
     "vllm:iteration_tokens_total_count": Role.DECODE_CALLS,
@@ -211,8 +213,7 @@ VLLM_V1 = CounterSchema(
         **_VLLM_WITNESSES,
     },
     position_label="position",
-    # DSpark's draft length; why a request finished, on `request_success`.
-    index_labels=frozenset({"draft_length", "finished_reason"}),
+    index_labels=frozenset({"draft_length"}),  # DSpark's
     samples=_VLLM_WITNESS_SAMPLES,
     companions=frozenset({**_VLLM_WITNESSES, **_VLLM_WITNESS_SAMPLES}),
     gauges={

@@ -38,8 +38,6 @@ from specdec_collector.simulator.families import METRICS_PATHS
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
 _TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
@@ -248,7 +246,6 @@ def _instance_gauges(out: list[str], instance: int, model: str) -> None:
 def _histograms(out: list[str], instances: int, model: str, elapsed: float) -> None:
     count = max(0, int(elapsed * 2))
     for name, buckets in (
-        ("vllm:e2e_request_latency_seconds", _LATENCY_BUCKETS),
         ("vllm:request_generation_tokens", _TOKEN_BUCKETS),
         ("vllm:request_prompt_tokens", _TOKEN_BUCKETS),
     ):
@@ -275,7 +272,8 @@ def _timed_drafts(server: SimulatedServer, now: float) -> list[int]:
 def _witnesses(out: list[str], server: SimulatedServer, now: float) -> None:
     """vLLM's counters and histograms that exist with spec decoding or without, as the served
     requests and the timed drafts (one step each) made them: prompt tokens and finished
-    requests; a first token and a time to it per request; an inter-token latency of
+    requests (by reason, and as the count of their end-to-end latencies); a first token and a
+    time to it per request; an inter-token latency of
     `step_seconds` per later step (none where steps take no time); the tokens of every step."""
     timed = _timed_drafts(server, now)
     for name, help_text, field_name in (
@@ -288,6 +286,7 @@ def _witnesses(out: list[str], server: SimulatedServer, now: float) -> None:
             labels = _labels(instance, server.model_name, **extra)
             out.append(f"{name}_total{{{labels}}} {float(getattr(counted, field_name))}")
     histograms = [
+        ("vllm:e2e_request_latency_seconds", "requests", "requests_time"),
         ("vllm:time_to_first_token_seconds", "requests", "first"),
         ("vllm:iteration_tokens_total", "steps", "tokens"),
     ]
@@ -303,6 +302,7 @@ def _witnesses(out: list[str], server: SimulatedServer, now: float) -> None:
                 "steps": steps,
             }[count_of]
             total = {
+                "requests_time": counted.steps * server.step_seconds,
                 "first": counted.requests * server.step_seconds,
                 "later": (steps - counted.requests) * server.step_seconds,
                 "tokens": counted.prompt_tokens + counted.tokens,
