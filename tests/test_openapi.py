@@ -243,3 +243,12 @@ def test_the_longest_label_filter_is_answered_and_a_longer_one_is_refused_by_nam
     )
     assert longer.status_code == 422
     assert [error["loc"] for error in longer.json()["detail"]] == [["query", "label", 0]]
+
+
+def test_the_schema_declares_the_bearer_key(schema: dict[str, Any]) -> None:
+    assert schema["components"]["securitySchemes"]["apiKey"] == {
+        "type": "http", "scheme": "bearer",
+        "description": "a team's API key (`specdec keys create`); none in open mode",
+    }  # fmt: skip
+    assert schema["security"] == [{}, {"apiKey": []}]  # optional: open mode, health, metrics
+    assert "/docs" not in schema["paths"] and "/" not in schema["paths"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, Route, sync_playwright
 
 from tests.support.collector import Team, run_simulator, specdec_command
 from tests.support.metrics_server import MetricsServer, free_port, serve_metrics
@@ -245,3 +245,30 @@ def test_intervals_the_distribution_throughput_and_speedup_are_drawn(
     plain = compared["targets"][0]["results"][0]["throughput"]["generated_tokens_per_second"]
     assert cells.first.inner_text() == f"{plain:.2f}"
     page.screenshot(path=str(tmp_path / "speedup.png"), full_page=True)
+
+
+def test_the_api_docs_work_offline_and_slash_leads_to_the_dashboard(
+    browser: Browser, team: Team
+) -> None:
+    """Every request that leaves the collector is refused: Swagger UI still draws the API, from
+    the collector's own files, and offers to take the key."""
+    page = browser.new_page()
+    outside: list[str] = []
+
+    def only_the_collector(route: Route) -> None:
+        if route.request.url.startswith(team.base_url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_collector)
+    page.goto(f"{team.base_url}/docs")
+    page.wait_for_selector(".swagger-ui .info .title")
+    assert "specdec-collector" in page.locator(".swagger-ui .info .title").inner_text()
+    assert page.locator(".swagger-ui .opblock").count() >= 10  # the operations, drawn
+    assert page.locator("button.authorize").count() == 1  # the key, declared
+    assert outside == []
+    page.goto(f"{team.base_url}/")
+    page.wait_for_selector("#key-dialog[open]")  # the dashboard, asking for the team's key
+    assert page.url == f"{team.base_url}/ui/"

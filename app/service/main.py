@@ -24,6 +24,7 @@ from specdec_collector.service.auth import AnonymousAccess, OpenMode, parse_env_
 from specdec_collector.service.exception_handlers import add_exception_handlers
 from specdec_collector.service.middleware import BodySizeLimit, LoopbackHostOnly
 from specdec_collector.service.routes import compare, health, windows
+from specdec_collector.service.routes.docs import serve_docs
 from specdec_collector.service.sampler import Sampler
 from specdec_collector.service.state import Services, State
 from specdec_collector.sources.prometheus.api import PrometheusAPI
@@ -163,6 +164,8 @@ def create_app(
         version=__version__,
         summary="Speculative-decoding metrics of vLLM servers over benchmark windows.",
         lifespan=lifespan,
+        docs_url=None,  # served offline by `routes.docs`
+        redoc_url=None,
     )
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_request_bytes, timeout_s=settings.body_timeout_s
@@ -174,6 +177,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(windows.router)
     app.include_router(compare.router)
+    serve_docs(app)
     # The dashboard: static files shipped in the package, no external assets.
     app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "ui", html=True), name="ui")
     return app
