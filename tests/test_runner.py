@@ -178,3 +178,12 @@ def test_a_ctrl_c_while_the_command_is_being_started_reaches_it(
     code = run_command([sys.executable, "-c", "import time; time.sleep(60)"], said.append)
     assert code == 128 + signal.SIGINT
     assert said == []
+
+
+def test_specdec_version_names_the_installed_package() -> None:
+    from importlib.metadata import version
+
+    shown = subprocess.run(
+        [*specdec_command(), "--version"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    assert shown == f"specdec {version('specdec-collector')}\n"

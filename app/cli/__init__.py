@@ -8,6 +8,7 @@ import argparse
 import os
 from collections.abc import Sequence
 
+from specdec_collector import __version__
 from specdec_collector.cli import remote, service
 from specdec_collector.schemas import KeyRole, Source
 from specdec_collector.simulator.families import METRICS_PATHS
@@ -32,6 +33,7 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="apply migrations, then serve the collector")
