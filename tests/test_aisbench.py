@@ -1,5 +1,6 @@
 """AISBench conventions: model configs read as AISBench reads them, file names, output folders."""
 
+import json
 import os
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from specdec_collector.aisbench.files import (
     collector_filename,
     newest_output_dir,
     result_filename,
+    results_folder,
     write_result,
 )
 from specdec_collector.aisbench.records import InferenceSpan, inference_span, npy_floats
@@ -142,12 +144,21 @@ def test_a_file_aisbench_wrote_is_never_overwritten(tmp_path: Path) -> None:
     theirs = tmp_path / "spec_decode_h_1.json"
     theirs.write_text('{\n  "status": "ok"\n}')
     result = {"status": "ok", "samples": {"taken": 0, "failed": 0}}
-    written = write_result(tmp_path, "h:1", result)
+    window = {"id": "w-1", "labels": {}, "started_at": "t0", "stopped_at": "t1"}
+    written = write_result(tmp_path, "h:1", result, window)
     assert written.beside_aisbench and written.path == tmp_path / "collector_spec_decode_h_1.json"
     assert theirs.read_text() == '{\n  "status": "ok"\n}'
-    # A file of the collector's own (a rerun into the same folder) is replaced.
-    (tmp_path / "spec_decode_h_2.json").write_text('{"samples": {}}')
-    assert not write_result(tmp_path, "h:2", result).beside_aisbench
+    assert json.loads(written.path.read_text())["window"] == window
+    # A file of the collector's own of the same window (a retry) is replaced.
+    again = write_result(tmp_path, "h:1", result, window)
+    assert again.path == written.path
+    # One of another window (an earlier run into the same folder) is kept: the new one goes
+    # to a folder of its window's.
+    later = write_result(tmp_path, "h:1", result, {**window, "id": "w-2"})
+    assert later.path == tmp_path / "w-2" / "collector_spec_decode_h_1.json"
+    assert json.loads(written.path.read_text())["window"]["id"] == "w-1"
+    assert results_folder(None, None, "w-3") == Path.cwd() / "specdec-results" / "w-3"
+    assert results_folder(tmp_path, None, "w-3") == tmp_path
 
 
 def test_newest_output_dir_made_by_the_run(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 The answers are written here as Prometheus' HTTP API answers an instant query of a range
 selector (`resultType: matrix`); a test against a real Prometheus server is below them."""
 
+import json
 import re
 import subprocess
 import time
@@ -297,7 +298,7 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
                     [*specdec_command(), "run", "--server", collector, "--id", "cli",
                      "--source", "prometheus", "--target", instance,
                      "--from", window["started_at"], "--to", window["stopped_at"]],
-                    capture_output=True, text=True, timeout=120,
+                    capture_output=True, text=True, timeout=120, cwd=tmp_path,
                 )  # fmt: skip
     assert direct["status"] == through_prometheus["status"] == "ok", through_prometheus
     assert through_prometheus["data"] == direct["data"]
@@ -314,6 +315,11 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
     assert one_call.returncode == 0, one_call.stderr
     drafts_row = f"{'Drafts':<45} {direct['data']['num_drafts']}"
     assert drafts_row in one_call.stdout.splitlines()
+    # Its files too, in a folder of the window's own, saying which window they are of.
+    (written,) = (tmp_path / "specdec-results" / "cli").glob("spec_decode_*.json")
+    kept = json.loads(written.read_text())
+    assert kept["data"] == direct["data"] and kept["window"]["id"] == "cli"
+    assert f"specdec: wrote {written}" in one_call.stderr
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "at"]
     # While open, the timeline is Prometheus' samples so far; once closed, the ones stored.
     assert while_open[0]["phase"] == "before" and len(while_open) >= 3

@@ -67,8 +67,11 @@ def test_run_measures_writes_results_where_aisbench_put_its_own_and_keeps_the_ex
     result = json.loads(written.read_text())
     window = httpx.get(f"{team.base_url}/windows/bench-1", headers=team.headers, timeout=30).json()
     assert window["state"] == "closed"
+    # The AISBench result, and which window it is of.
+    told = result.pop("window")
     assert result == window["targets"][0]["result"]
     assert result["status"] == "ok" and result["data"]["num_drafts"] > 0
+    assert told == {key: window[key] for key in ("id", "labels", "started_at", "stopped_at")}
 
 
 def test_ctrl_c_stops_the_window_and_exits_like_the_command(team: Team, tmp_path: Path) -> None:
@@ -135,7 +138,12 @@ def test_targets_from_an_aisbench_model_config(team: Team, tmp_path: Path) -> No
     assert run.returncode == 0, run.stderr
     window = httpx.get(f"{team.base_url}/windows/cfg", headers=team.headers, timeout=30).json()
     assert [t["target"] for t in window["targets"]] == [one.target, two.target]
-    assert len(list(tmp_path.glob("spec_decode_127.0.0.1_*.json"))) == 2
+    # Outside an AISBench run's folder, one folder per window: nothing of an earlier run's
+    # in the current folder is written over.
+    assert (
+        len(list((tmp_path / "specdec-results" / "cfg").glob("spec_decode_127.0.0.1_*.json"))) == 2
+    )
+    assert list(tmp_path.glob("spec_decode_*.json")) == []
 
 
 def test_client_commands(team: Team, tmp_path: Path) -> None:

@@ -4,7 +4,10 @@ AISBench (with its own `--spec-decode`) writes `performances/spec_decode_<key>.j
 `<key>` is the target's `host:port` with every character but letters, digits, `.`, `_` and
 `-` replaced by `_`; `--mode perf_viz --reuse` re-prints every `spec_decode_*.json` of a run as
 its own. So the collector writes that name only where AISBench did not: beside AISBench's own
-file it writes `collector_spec_decode_<key>.json`, which AISBench never reads.
+file it writes `collector_spec_decode_<key>.json`, which AISBench never reads. Outside an
+AISBench run's folder, each window's files go to a folder of their own
+(`specdec-results/<window id>/`), and a file of another window is never written over: every
+file says which window it is of (`window`: id, labels, start and stop).
 """
 
 import json
@@ -61,11 +64,39 @@ class Written:
     beside_aisbench: bool
 
 
-def write_result(folder: Path, target_name: str, result: dict[str, Any]) -> Written:
-    """Write `result` as `spec_decode_<key>.json` in `folder`, or beside AISBench's own file."""
+#: Where a window's files go outside an AISBench run's folder: `<this>/<window id>/`.
+RESULTS_FOLDER = "specdec-results"
+
+
+def results_folder(output_dir: Path | None, run_folder: Path | None, window_id: str) -> Path:
+    """The folder of a window's files: `--output-dir`, else AISBench's run folder, else
+    `specdec-results/<window id>` in the current folder (one folder per window)."""
+    return output_dir or run_folder or Path.cwd() / RESULTS_FOLDER / window_id
+
+
+def _window_of(path: Path) -> str | None:
+    """The window id a file of the collector's says it is of; None for any other file."""
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    window = content.get("window") if isinstance(content, dict) else None
+    return str(window.get("id")) if isinstance(window, dict) else None
+
+
+def write_result(
+    folder: Path, target_name: str, result: dict[str, Any], window: dict[str, Any]
+) -> Written:
+    """Write `result`, with the `window` it is of, as `spec_decode_<key>.json` in `folder`, or
+    beside AISBench's own file; in `folder/<window id>/` where that name holds another
+    window's result (an earlier run's is never written over)."""
     path = folder / result_filename(target_name)
     beside = path.exists() and _written_by_aisbench(path)
     if beside:
         path = folder / collector_filename(target_name)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    earlier = _window_of(path) if path.exists() else None
+    if earlier is not None and earlier != window["id"]:
+        path = folder / str(window["id"]) / path.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**result, "window": window}, indent=2) + "\n")
     return Written(path, beside)

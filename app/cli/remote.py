@@ -276,8 +276,12 @@ def _run_past(args: argparse.Namespace, window_id: str, command: list[str]) -> i
     targets = _targets(args)
 
     def call(client: "CollectorClient") -> int:
-        client.measure_past(window_id, targets, start, end, _labels(args.label))
+        from specdec_collector.cli.runner import write_results
+
+        window = client.measure_past(window_id, targets, start, end, _labels(args.label))
         print(client.report(window_id), end="")
+        output_dir = Path(args.output_dir) if args.output_dir else None
+        write_results(window, output_dir, lambda line: print(line, file=sys.stderr))
         return 0
 
     return _client_call(args, call)

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from specdec_collector.aisbench.files import newest_output_dir, write_result
+from specdec_collector.aisbench.files import newest_output_dir, results_folder, write_result
 from specdec_collector.aisbench.records import dataset_spans, inference_span
 from specdec_collector.client import (
     CollectorClient,
@@ -37,7 +37,7 @@ from specdec_collector.core.gates import render as render_verdicts
 from specdec_collector.core.report import render_block, render_dataset_block
 from specdec_collector.core.request_accounts import RequestAccount, account_of, merged_chunks
 from specdec_collector.core.results import DatasetResult, TargetResult
-from specdec_collector.schemas import Source
+from specdec_collector.schemas import Source, WindowView
 
 
 @dataclass
@@ -158,10 +158,9 @@ def run_wrapped(
         for name, part in (result.datasets or {}).items():
             print(render_dataset_block(key, name, part), file=out, end="")
     out.flush()
-    folder = options.output_dir or run_folder or Path.cwd()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = results_folder(options.output_dir, run_folder, options.window_id)
     for key, result in results:
-        written = write_result(folder, key, result.as_json())
+        written = write_result(folder, key, result.as_json(), window_of(stopped))
         if written.beside_aisbench:
             theirs = written.path.with_name(written.path.name.removeprefix("collector_"))
             say(
@@ -174,6 +173,22 @@ def run_wrapped(
         else:
             say(f"specdec: wrote {written.path}")
     return _judged(client, options, results, code, out, say)
+
+
+def window_of(window: WindowView) -> dict[str, Any]:
+    """What a result file says of the window it is of."""
+    return window.model_dump(mode="json", include={"id", "labels", "started_at", "stopped_at"})
+
+
+def write_results(window: WindowView, output_dir: Path | None, say: Callable[[str], None]) -> None:
+    """A closed window's results as files (`aisbench.files`), outside any AISBench run."""
+    folder = results_folder(output_dir, None, window.id)
+    for target in window.targets:
+        if target.result is not None:
+            written = write_result(
+                folder, target.target, target.result.as_json(), window_of(window)
+            )
+            say(f"specdec: wrote {written.path}")
 
 
 def _judged(
