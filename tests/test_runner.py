@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from specdec_collector.cli.exits import Exit, error_text
 from specdec_collector.cli.runner import run_command
 from tests.support.collector import Team, run_simulator, specdec_command
 from tests.support.metrics_server import free_port, serve_metrics
@@ -168,7 +169,35 @@ def test_client_commands(team: Team, tmp_path: Path) -> None:
     listed = specdec("ls").stdout.splitlines()
     assert listed[1].startswith("cli-1") and "closed" in listed[1]
     missing = specdec("stop", "nope")
-    assert missing.returncode == 1 and "window nope not found (HTTP 404)" in missing.stderr
+    assert (
+        missing.returncode == Exit.REFUSED and "window nope not found (HTTP 404)" in missing.stderr
+    )
+    # A refused body names the field, in a sentence (not a Python list).
+    refused = specdec("start", "cli-2", "--target", "127.0.0.1:99999")
+    assert refused.returncode == Exit.REFUSED, refused.stderr
+    assert refused.stderr == (
+        "specdec: body.targets: Value error, target 0: port 99999 is outside 1-65535 (HTTP 422)\n"
+    )
+    # A --server that is not a collector, and one that does not answer: told apart.
+    with serve_metrics(body=b"", status=404) as elsewhere:
+        wrong = specdec("ls", "--server", f"http://{elsewhere.target}")
+    assert wrong.returncode == Exit.REFUSED and "is --server (SPECDEC_SERVER)" in wrong.stderr
+    gone = specdec("ls", "--server", f"http://127.0.0.1:{free_port()}")
+    assert gone.returncode == Exit.UNREACHABLE and "collector unreachable" in gone.stderr
+
+
+def test_error_texts_name_each_field_and_the_wrong_server() -> None:
+    detail = [
+        {"loc": ["body", "targets", 0], "msg": "port must be 1-65535", "type": "value_error"},
+        {"loc": ["query", "limit"], "msg": "must be at most 500"},
+    ]
+    assert error_text(422, detail, "http://c:8000") == (
+        "body.targets.0: port must be 1-65535; query.limit: must be at most 500 (HTTP 422)"
+    )
+    for other in ("Not Found", "", "<html><body>nginx</body></html>"):
+        said = error_text(404, other, "http://c:8000")
+        assert said.startswith("http://c:8000 has no such path (HTTP 404)")
+    assert error_text(404, "window w not found", "x") == "window w not found (HTTP 404)"
 
 
 def test_a_ctrl_c_while_the_command_is_being_started_reaches_it(

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specdec_collector.cli.exits import Exit, error_text
 from specdec_collector.schemas import Source
 
 if TYPE_CHECKING:
@@ -91,11 +92,13 @@ def _client_call(args: argparse.Namespace, call: "Callable[[CollectorClient], in
         try:
             return call(client)
         except CollectorError as exc:
-            print(f"specdec: {exc.detail} (HTTP {exc.status})", file=sys.stderr)
-            return 1
+            print(
+                f"specdec: {error_text(exc.status, exc.detail, client.base_url)}", file=sys.stderr
+            )
+            return Exit.REFUSED
         except CollectorUnavailable as exc:
             print(f"specdec: collector unreachable: {exc}", file=sys.stderr)
-            return 2
+            return Exit.UNREACHABLE
 
 
 def _moment(text: str | None, option: str) -> datetime | None:
@@ -339,6 +342,6 @@ def wait_ready(args: argparse.Namespace) -> int:
                         f"specdec wait-ready: {url} did not answer in {args.timeout:g} s",
                         file=sys.stderr,
                     )
-                    return 1
+                    return Exit.UNREACHABLE
                 time.sleep(0.1)
     return 0

@@ -25,6 +25,7 @@ import httpx
 
 from specdec_collector.aisbench.files import newest_output_dir, results_folder, write_result
 from specdec_collector.aisbench.records import dataset_spans, inference_span
+from specdec_collector.cli.exits import error_text
 from specdec_collector.client import (
     CollectorClient,
     CollectorError,
@@ -128,7 +129,7 @@ def run_wrapped(
         started = True
         say(f"specdec: window {options.window_id} started on {len(window.targets)} target(s)")
     except (CollectorError, CollectorUnavailable) as exc:
-        say(f"specdec: could not start window {options.window_id} ({exc})")
+        say(f"specdec: could not start window {options.window_id} ({_why(exc, client)})")
         say("specdec: running the command anyway, without measuring")
     began = time.time()
     code = run_command(options.command, say)
@@ -137,7 +138,7 @@ def run_wrapped(
     try:
         stopped = client.stop(options.window_id)
     except (CollectorError, CollectorUnavailable) as exc:
-        say(f"specdec: could not stop window {options.window_id} ({exc})")
+        say(f"specdec: could not stop window {options.window_id} ({_why(exc, client)})")
         say(f"specdec: stop it later with: specdec stop {options.window_id}")
         return _judged(client, options, [], code, out, say)
     run_folder = newest_output_dir(Path.cwd() / options.work_dir, began - 1)
@@ -173,6 +174,13 @@ def run_wrapped(
         else:
             say(f"specdec: wrote {written.path}")
     return _judged(client, options, results, code, out, say)
+
+
+def _why(exc: Exception, client: CollectorClient) -> str:
+    """A failed call's reason as a sentence (`cli.exits.error_text` for the collector's own)."""
+    if isinstance(exc, CollectorError):
+        return error_text(exc.status, exc.detail, client.base_url)
+    return str(exc)
 
 
 def window_of(window: WindowView) -> dict[str, Any]:
@@ -213,7 +221,8 @@ def _judged(
             view = client.get(gates.baseline)
             baseline = {t.target: t.result for t in view.targets if t.result is not None}
         except (CollectorError, CollectorUnavailable) as exc:
-            say(f"specdec: could not read the baseline window {gates.baseline} ({exc})")
+            why = _why(exc, client)
+            say(f"specdec: could not read the baseline window {gates.baseline} ({why})")
     verdicts = judge(measured, gates.requirements, gates.max_drops, baseline)
     print(render_verdicts(verdicts), file=out, end="", flush=True)
     if gates.junit is not None:
@@ -288,7 +297,10 @@ def _inference_phase(
     try:
         bounded = client.results_between(window_id, start, end)
     except (CollectorError, CollectorUnavailable) as exc:
-        say(f"specdec: could not read the inference phase ({exc}): the window is the whole command")
+        say(
+            f"specdec: could not read the inference phase ({_why(exc, client)}): "
+            "the window is the whole command"
+        )
         return None
     say(
         f"specdec: AISBench's inference phase: {span.requests} requests, {start:%H:%M:%S.%f}"[:-3]
@@ -324,7 +336,7 @@ def _with_datasets(
                 window_id, _wall_time(span.first_sent), _wall_time(span.last_received)
             )
         except (CollectorError, CollectorUnavailable) as exc:
-            say(f"specdec: could not read dataset {name}'s results ({exc})")
+            say(f"specdec: could not read dataset {name}'s results ({_why(exc, client)})")
             continue
         for item in bounded:
             part = item.result
