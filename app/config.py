@@ -1,18 +1,58 @@
 """Settings, read once from `SPECDEC_*` environment variables."""
 
+import math
 import os
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: cgroup v2's CPU limit of this process's group ("max 100000", or quota and period in µs).
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+#: cgroup v1's quota and period (a quota of -1: none).
+CFS_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+CFS_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+
+
+def cores_allowed(affinity: int, cpu_max: str | None, cfs: tuple[str, str] | None = None) -> int:
+    """The cores a process may use: its affinity, bounded by its cgroup's CPU quota rounded up
+    (a container given 1.5 CPUs of a 32-core node may use 2, not 32). `cpu_max` is cgroup v2's
+    `cpu.max` text, `cfs` cgroup v1's quota and period; None or unreadable: no quota."""
+    quota = period = None
+    try:
+        if cpu_max is not None:
+            parts = cpu_max.split()
+            if parts and parts[0] != "max":
+                quota = int(parts[0])
+                period = int(parts[1]) if len(parts) > 1 else 100_000
+        elif cfs is not None and int(cfs[0]) > 0:
+            quota, period = int(cfs[0]), int(cfs[1])
+    except ValueError:
+        quota = None
+    if quota is None or period is None or quota <= 0 or period <= 0:
+        return max(1, affinity)
+    return max(1, min(affinity, math.ceil(quota / period)))
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
 
 def _usable_cores() -> int:
-    """The cores this process may run on (Linux: its affinity; elsewhere: the machine's)."""
+    """The cores this process may run on: its affinity (Linux; elsewhere the machine's),
+    within its container's CPU quota."""
     if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+        affinity = len(os.sched_getaffinity(0))
+    else:
+        affinity = os.cpu_count() or 1
+    v1 = (_read(CFS_QUOTA), _read(CFS_PERIOD))
+    cfs = (v1[0], v1[1]) if v1[0] is not None and v1[1] is not None else None
+    return cores_allowed(affinity, _read(CPU_MAX), cfs)
 
 
 class Settings(BaseSettings):
@@ -56,7 +96,8 @@ class Settings(BaseSettings):
         default_factory=_usable_cores,
         ge=1,
         le=256,
-        description="Processes `specdec serve` runs (default: one per core); each is a replica.",
+        description="Processes `specdec serve` runs (default: one per core it may use, within "
+        "a container's CPU quota); each is a replica.",
     )
     replica_id: str | None = Field(
         default=None,

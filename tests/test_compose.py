@@ -3,9 +3,11 @@
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from specdec_collector.cli import build_parser
+from specdec_collector.config import cores_allowed
 
 ROOT = Path(__file__).parent.parent
 
@@ -99,3 +101,49 @@ def test_what_the_dockerfile_copies_is_enough_to_build_the_package(tmp_path: Pat
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-2000:]
     assert list((tmp_path / "wheel").glob("specdec_collector-*.whl"))
+
+
+def test_the_build_context_leaves_out_what_the_image_does_not_need() -> None:
+    """`.dockerignore`: the venv, the engines, git and the data stay out of the context (it
+    was 134 MB with `.venv`); nothing the Dockerfile copies is left out."""
+    ignored = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".venv", ".engines", ".git", "data", "tests"} <= ignored
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    copied = {
+        source for line in dockerfile.splitlines() if line.startswith("COPY ")
+        for source in line.split()[1:-1]
+    }  # fmt: skip
+    assert copied == {"pyproject.toml", "README.md", "LICENSE", "app", "migrations"}
+    assert not copied & ignored
+
+
+def test_the_dependencies_are_a_layer_of_their_own() -> None:
+    """The image installs the dependencies from pyproject.toml alone, before the code is
+    copied: a change to the code reuses that layer."""
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    lines = dockerfile.splitlines()
+    first_code = next(i for i, line in enumerate(lines) if line.startswith("COPY app"))
+    deps = next(i for i, line in enumerate(lines) if "pip install -r" in line)
+    assert deps < first_code and lines[deps - 2] == "COPY pyproject.toml ./"
+    assert "pip install --no-deps ." in dockerfile
+
+
+@pytest.mark.parametrize(
+    ("affinity", "cpu_max", "cfs", "cores"),
+    [
+        (32, "max 100000\n", None, 32),  # no quota: every core it may run on
+        (32, "150000 100000\n", None, 2),  # 1.5 CPUs: 2 workers, not 32
+        (2, "400000 100000\n", None, 2),  # a quota above the affinity
+        (8, None, ("-1\n", "100000\n"), 8),  # cgroup v1 without a quota
+        (8, None, ("50000\n", "100000\n"), 1),  # half a CPU: one worker
+        (4, "not a quota", None, 4),
+    ],
+)
+def test_workers_default_to_the_containers_cpu_quota(
+    affinity: int, cpu_max: str | None, cfs: tuple[str, str] | None, cores: int
+) -> None:
+    assert cores_allowed(affinity, cpu_max, cfs) == cores
