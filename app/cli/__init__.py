@@ -236,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     create = key_commands.add_parser("create", help="create a key; it is printed once")
     create.add_argument("--team", required=True)
     create.add_argument("--role", required=True, choices=[role.value for role in KeyRole])
+    create.add_argument(
+        "--init", action="store_true",
+        help="make SPECDEC_DATABASE_URL the collector's database if it is not yet (a first key "
+        "before the first serve)",
+    )  # fmt: skip
     create.set_defaults(handler=service.keys_create)
     key_commands.add_parser("list", help="list keys (never the keys themselves)").set_defaults(
         handler=service.keys_list

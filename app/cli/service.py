@@ -41,8 +41,9 @@ def serve(args: argparse.Namespace) -> int:
     if not has_keys and not anonymous_allowed:
         print(
             f"specdec serve: refusing to serve on {args.host} without API keys: anyone who can "
-            "reach it could use it. Set SPECDEC_API_KEYS, create a key with `specdec keys create`, "
-            "bind to 127.0.0.1, or set SPECDEC_ALLOW_ANONYMOUS=true to accept this.",
+            "reach it could use it. Set SPECDEC_API_KEYS, create a key with "
+            "`specdec keys create --init`, bind to 127.0.0.1, or set SPECDEC_ALLOW_ANONYMOUS=true "
+            "to accept this.",
             file=sys.stderr,
         )
         return 2
@@ -117,13 +118,34 @@ def simulate(args: argparse.Namespace) -> int:
 # --- the client commands -------------------------------------------------------------------
 
 
-def keys_database() -> "Engine":
-    from specdec_collector.config import get_settings
-    from specdec_collector.store.db import open_database, upgrade_database
+NOT_THE_SERVICES = (
+    "specdec keys {command}: {url} is not a collector's database ({why}): keys stored there would "
+    "never be accepted. Run this with the service's SPECDEC_DATABASE_URL (from where `make run` "
+    "runs, for its ./data), or add --init to make this one the collector's before its first serve."
+)
 
-    settings = get_settings()
-    upgrade_database(settings.database_url)
-    return open_database(settings.database_url)
+
+def keys_database(command: str, init: bool = False) -> "Engine | None":
+    """The service's database, migrated, having said which it is on stderr; None (having said
+    why) for one the collector never migrated, unless `init` makes it one."""
+    from specdec_collector.config import get_settings
+    from specdec_collector.store.db import (
+        not_collector_database,
+        open_database,
+        shown_url,
+        upgrade_database,
+    )
+
+    url = get_settings().database_url
+    why = None if init else not_collector_database(url)
+    if why is not None:
+        print(
+            NOT_THE_SERVICES.format(command=command, url=shown_url(url), why=why), file=sys.stderr
+        )
+        return None
+    upgrade_database(url)
+    print(f"specdec keys {command}: database {shown_url(url)}", file=sys.stderr)
+    return open_database(url)
 
 
 def keys_create(args: argparse.Namespace) -> int:
@@ -135,7 +157,9 @@ def keys_create(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"specdec keys create: {exc}", file=sys.stderr)
         return 2
-    database = keys_database()
+    database = keys_database("create", args.init)
+    if database is None:
+        return 1
     row, key = create_key(database, args.team, args.role)
     database.dispose()
     print(f"key {row.id} for team {row.team}, role {row.role}. It is shown only this once:")
@@ -146,7 +170,9 @@ def keys_create(args: argparse.Namespace) -> int:
 def keys_list(args: argparse.Namespace) -> int:
     from specdec_collector.service.auth import list_keys
 
-    database = keys_database()
+    database = keys_database("list")
+    if database is None:
+        return 1
     rows = list_keys(database)
     database.dispose()
     print(f"{'id':>5}  {'team':<24} {'role':<6} {'prefix':<9} {'created':<20} revoked")
@@ -160,7 +186,9 @@ def keys_list(args: argparse.Namespace) -> int:
 def keys_revoke(args: argparse.Namespace) -> int:
     from specdec_collector.service.auth import revoke_key
 
-    database = keys_database()
+    database = keys_database("revoke")
+    if database is None:
+        return 1
     revoked = revoke_key(database, args.id)
     database.dispose()
     if not revoked:

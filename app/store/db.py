@@ -19,10 +19,16 @@ from typing import IO, Any, Concatenate, Generic, ParamSpec, TypeVar
 from weakref import WeakKeyDictionary
 
 import pydantic_core
-from sqlalchemy import event, text
+from sqlalchemy import event, inspect, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import (
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session, create_engine
 
@@ -348,6 +354,31 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def not_collector_database(database_url: str) -> str | None:
+    """Why `database_url` is not a database the collector has migrated (no such file, never
+    migrated: no Alembic version table, cannot be reached), or None when it is; never
+    creates one (SQLAlchemy would make a missing SQLite file)."""
+    url = make_url(database_url)
+    on_file = url.database and url.database != ":memory:" and Path(url.database).is_file()
+    if url.get_backend_name() == "sqlite" and not on_file:
+        return "no such file"
+    database = open_database(database_url, pool_size=1)
+    try:
+        with database.connect() as connection:
+            migrated = inspect(connection).has_table("alembic_version")
+    except SQLAlchemyError as exc:
+        cause = getattr(exc, "orig", None) or exc
+        return f"it cannot be reached: {type(cause).__name__}"
+    finally:
+        database.dispose()
+    return None if migrated else "never migrated by `specdec serve`"
+
+
+def shown_url(database_url: str) -> str:
+    """A database URL fit to print: its password hidden."""
+    return make_url(database_url).render_as_string(hide_password=True)
 
 
 def upgrade_database(database_url: str) -> None:

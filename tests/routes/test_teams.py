@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from tests.support.collector import (
     CollectorProcess,
@@ -132,6 +133,9 @@ def test_keys_cli_create_list_revoke(
         assert api.get("/windows/x").status_code == 404  # open mode: no key needed yet
         created = specdec("create", "--team", "ml", "--role", "write")
         assert created.returncode == 0, created.stderr
+        # It says which database it used (the password hidden).
+        shown = make_url(database_url).render_as_string(hide_password=True)
+        assert created.stderr == f"specdec keys create: database {shown}\n"
         key = created.stdout.strip().splitlines()[-1]
         assert key.startswith("sdk_")
         listed = specdec("list")
@@ -150,6 +154,27 @@ def test_keys_cli_create_list_revoke(
         assert api.post("/windows/y/start", json={"targets": [server.target]}).status_code == 401
     bad = specdec("create", "--team", "no spaces", "--role", "read")
     assert bad.returncode == 2 and "team" in bad.stderr
+    # From another folder, the default database is not the service's: refused, saying so,
+    # and nothing made there (it would hold keys the service never accepts).
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    stray = {**os.environ, "SPECDEC_DATABASE_URL": "sqlite:///./data/specdec.db"}
+    refused = subprocess.run(
+        [*specdec_command(), "keys", "create", "--team", "ml", "--role", "read"],
+        env=stray, cwd=elsewhere, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "sqlite:///./data/specdec.db is not a collector's database (no such file)" in (
+        refused.stderr
+    )
+    assert not (elsewhere / "data").exists()
+    (elsewhere / "data").mkdir()
+    first = subprocess.run(
+        [*specdec_command(), "keys", "create", "--team", "ml", "--role", "read", "--init"],
+        env=stray, cwd=elsewhere, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert first.returncode == 0 and first.stdout.strip().splitlines()[-1].startswith("sdk_")
+    assert (elsewhere / "data" / "specdec.db").is_file()
     engine = create_engine(database_url)
     with engine.connect() as connection:
         stored = connection.execute(text("SELECT * FROM api_key")).all()
