@@ -159,10 +159,21 @@ class BaseClient:
         return BoundedResults.model_validate(response.json()).targets
 
     @staticmethod
-    def listing(limit: int, state: str | None) -> Call:
-        return Call(
-            "GET", "/windows", params={"limit": limit, **({"state": state} if state else {})}
-        )
+    def listing(
+        limit: int, state: str | None, labels: Sequence[str] = (), target: str | None = None
+    ) -> Call:
+        params: dict[str, Any] = {"limit": limit}
+        if state:
+            params["state"] = state
+        if labels:
+            params["label"] = list(labels)  # `key=value`, all must match
+        if target:
+            params["target"] = target
+        return Call("GET", "/windows", params=params)
+
+    @staticmethod
+    def force_closing(window_id: str) -> Call:
+        return Call("POST", f"/windows/{window_id}/force-close")
 
     @staticmethod
     def comparing(window_ids: Sequence[str]) -> Call:
@@ -244,9 +255,20 @@ class CollectorClient(BaseClient):
         """Every target's result over the part of the closed window that encloses start..end."""
         return self.bounded_of(self._send(self.bounding(window_id, start, end)))
 
-    def list(self, limit: int = 50, state: str | None = None) -> list[WindowSummary]:
-        """The team's windows, newest first."""
-        return self.windows_of(self._send(self.listing(limit, state)))
+    def list(
+        self,
+        limit: int = 50,
+        state: str | None = None,
+        labels: Sequence[str] = (),
+        target: str | None = None,
+    ) -> list[WindowSummary]:
+        """The team's windows, newest first; `labels` (`key=value`, all must match) and
+        `target` (`host:port`) filter them."""
+        return self.windows_of(self._send(self.listing(limit, state, labels, target)))
+
+    def force_close(self, window_id: str) -> WindowView:
+        """Close an open window at once without a final scrape (admin keys only)."""
+        return self.window_of(self._send(self.force_closing(window_id)))
 
     def compare(self, window_ids: Sequence[str]) -> Comparison:
         """The windows side by side per target, each difference judged (`GET /compare`)."""
@@ -315,9 +337,20 @@ class AsyncCollectorClient(BaseClient):
         """Every target's result over the part of the closed window that encloses start..end."""
         return self.bounded_of(await self._send(self.bounding(window_id, start, end)))
 
-    async def list(self, limit: int = 50, state: str | None = None) -> list[WindowSummary]:
-        """The team's windows, newest first."""
-        return self.windows_of(await self._send(self.listing(limit, state)))
+    async def list(
+        self,
+        limit: int = 50,
+        state: str | None = None,
+        labels: Sequence[str] = (),
+        target: str | None = None,
+    ) -> list[WindowSummary]:
+        """The team's windows, newest first; `labels` (`key=value`, all must match) and
+        `target` (`host:port`) filter them."""
+        return self.windows_of(await self._send(self.listing(limit, state, labels, target)))
+
+    async def force_close(self, window_id: str) -> WindowView:
+        """Close an open window at once without a final scrape (admin keys only)."""
+        return self.window_of(await self._send(self.force_closing(window_id)))
 
     async def compare(self, window_ids: Sequence[str]) -> Comparison:
         """The windows side by side per target, each difference judged (`GET /compare`)."""

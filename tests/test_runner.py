@@ -13,6 +13,7 @@ import pytest
 
 from specdec_collector.cli.exits import Exit, error_text
 from specdec_collector.cli.runner import run_command
+from tests.conftest import ADMIN_KEY
 from tests.support.collector import Team, run_simulator, specdec_command
 from tests.support.metrics_server import free_port, serve_metrics
 from tests.support.payloads import drafts_payload
@@ -224,3 +225,38 @@ def test_specdec_version_names_the_installed_package() -> None:
         [*specdec_command(), "--version"], capture_output=True, text=True, timeout=30, check=True
     ).stdout
     assert shown == f"specdec {version('specdec-collector')}\n"
+
+
+def test_ls_filters_and_prints_json_and_an_admin_force_closes(team: Team) -> None:
+    env = _env(team)
+
+    def specdec(*args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+        environment = {**env, "SPECDEC_API_KEY": key or team.key}
+        return subprocess.run(
+            [*specdec_command(), *args], env=environment, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+
+    with serve_metrics(body=drafts_payload(100)) as server:
+        for window, model in (("ls-a", "llama"), ("ls-b", "qwen"), ("ls-c", "llama")):
+            started = specdec(
+                "start", window, "--target", server.target, "--label", f"model={model}"
+            )
+            assert started.returncode == 0, started.stderr
+        assert specdec("stop", "ls-a").returncode == 0
+        listed = json.loads(specdec("ls", "--json", "--label", "model=llama").stdout)
+        assert [w["id"] for w in listed] == ["ls-c", "ls-a"]
+        assert [w["id"] for w in json.loads(specdec("ls", "--json", "--state", "open").stdout)] == [
+            "ls-c", "ls-b"
+        ]  # fmt: skip
+        on_target = json.loads(specdec("ls", "--json", "--target", server.target).stdout)
+        assert {w["id"] for w in on_target} == {"ls-a", "ls-b", "ls-c"}
+        # Force-closing takes an admin key: the team's own is refused.
+        refused = specdec("force-close", "ls-b")
+        assert refused.returncode == Exit.REFUSED and "(HTTP 403)" in refused.stderr
+        closed = specdec("force-close", "ls-b", "--team", team.name, key=ADMIN_KEY)
+        assert closed.returncode == 0, closed.stderr
+        assert "window ls-b closed without a final scrape" in closed.stdout
+        assert specdec("stop", "ls-c").returncode == 0
+    window = httpx.get(f"{team.base_url}/windows/ls-b", headers=team.headers, timeout=30).json()
+    assert window["state"] == "closed" and window["targets"][0]["result"]["status"] == "na"

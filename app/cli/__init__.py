@@ -153,8 +153,20 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_true", help="print the answer as JSON")
     compare.set_defaults(handler=remote.compare)
     ls = client_command("ls", "list your team's windows, newest first")
-    ls.add_argument("--limit", type=_positive_int, default=50)
+    ls.add_argument("--limit", type=_positive_int, default=50, help="at most this many (1-500)")
+    ls.add_argument("--state", choices=["open", "closed"], help="only open or closed windows")
+    ls.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE",
+        help="only windows with this label (repeatable: all must match)",
+    )  # fmt: skip
+    ls.add_argument("--target", metavar="HOST:PORT", help="only windows on this target")
+    ls.add_argument("--json", action="store_true", help="the windows as JSON")
     ls.set_defaults(handler=remote.ls)
+    force = client_command(
+        "force-close", "admin keys: close an open window at once, without a final scrape"
+    )
+    force.add_argument("id")
+    force.set_defaults(handler=remote.force_close)
 
     run = client_command("run", "run a benchmark command inside a window")
     target_options(run)

@@ -192,7 +192,11 @@ def compare(args: argparse.Namespace) -> int:
 
 def ls(args: argparse.Namespace) -> int:
     def call(client: "CollectorClient") -> int:
-        windows = client.list(limit=args.limit)
+        windows = client.list(args.limit, args.state, args.label, args.target)
+        if args.json:
+            listed = [window.model_dump(mode="json") for window in windows]
+            print(json.dumps(listed, indent=2))
+            return 0
         print(f"{'id':<32} {'state':<7} {'started':<20} {'targets':>7}  acceptance (%)")
         for window in windows:
             rates = [
@@ -204,6 +208,15 @@ def ls(args: argparse.Namespace) -> int:
                 f"{window.id:<32} {window.state:<7} {started:<20} {count:>7}  "
                 f"{', '.join(rates) or '-'}"
             )
+        return 0
+
+    return _client_call(args, call)
+
+
+def force_close(args: argparse.Namespace) -> int:
+    def call(client: "CollectorClient") -> int:
+        window = client.force_close(args.id)
+        print(f"window {window.id} closed without a final scrape: every result is na")
         return 0
 
     return _client_call(args, call)
