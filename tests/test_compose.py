@@ -1,5 +1,6 @@
 """The compose stack, checked without a Docker engine: files it names exist, commands parse."""
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,37 @@ def test_workers_default_to_the_containers_cpu_quota(
     affinity: int, cpu_max: str | None, cfs: tuple[str, str] | None, cores: int
 ) -> None:
     assert cores_allowed(affinity, cpu_max, cfs) == cores
+
+
+def test_every_option_says_what_it_is_and_no_help_shows_a_key() -> None:
+    """Every option and argument of every subcommand has a help text; defaults are shown, but
+    never `--api-key`'s (it is the key in the environment)."""
+    import argparse
+
+    import specdec_collector.cli as cli
+
+    def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        found = [parser]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    found += parsers(sub)
+        return found
+
+    every = parsers(cli.build_parser())
+    silent = [
+        (parser.prog, action.dest)
+        for parser in every
+        for action in parser._actions
+        if not action.help and not isinstance(action, argparse._SubParsersAction)
+    ]
+    assert silent == []
+    key = "sdk_the-key-in-the-environment-000"
+    os.environ["SPECDEC_API_KEY"] = key
+    try:
+        texts = [parser.format_help() for parser in parsers(cli.build_parser())]
+    finally:
+        del os.environ["SPECDEC_API_KEY"]
+    assert all(key not in text for text in texts)
+    (ls_help,) = [t for p, t in zip(every, texts, strict=True) if p.prog == "specdec ls"]
+    assert "(default: 50)" in ls_help

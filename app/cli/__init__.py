@@ -7,6 +7,7 @@ Client side (of a running collector): `start`, `stop`, `get`, `report`, `ls`, `r
 import argparse
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from specdec_collector import __version__
 from specdec_collector.cli import remote, service
@@ -30,15 +31,47 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: Options whose default is never shown in a help text.
+_SECRETS = frozenset({"api_key"})
+
+
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """Each option's help with its default, unless the help says it already, there is none,
+    or it is a secret (`--api-key`'s default is the key in the environment)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or action.dest in _SECRETS
+            or default in (None, False, argparse.SUPPRESS)
+            or default == []
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """`specdec`'s parsers: help with defaults (`_HelpWithDefaults`), subcommands alike."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpWithDefaults)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
+    parser = _Parser(prog="specdec", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="apply migrations, then serve the collector")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (beyond loopback: keys)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="port to serve on")
     serve.add_argument(
         "--workers",
         type=int,
@@ -51,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = commands.add_parser(
         "simulate", help="serve a simulated vLLM server (OpenAI API and /metrics)"
     )
-    simulate.add_argument("--host", default="127.0.0.1")
-    simulate.add_argument("--port", type=int, default=9000)
+    simulate.add_argument("--host", default="127.0.0.1", help="address to bind")
+    simulate.add_argument("--port", type=int, default=9000, help="port to serve on")
     simulate.add_argument(
         "--instances", "--engines", dest="instances", type=_positive_int, default=1,
         help="data-parallel instances (vLLM's `engine` label)",
@@ -64,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--acceptance", type=_rates, help="per-position acceptance, e.g. 0.8,0.6,0.4 (sets k)"
     )
-    simulate.add_argument("--model-name", default="meta-llama/Llama-3.1-8B-Instruct")
+    simulate.add_argument(
+        "--model-name", default="meta-llama/Llama-3.1-8B-Instruct", help="the model it serves"
+    )
     simulate.add_argument(
         "--reset-after", type=_positive_int, help="restart instance 0 every N requests"
     )
@@ -117,13 +152,16 @@ def build_parser() -> argparse.ArgumentParser:
             help="an AISBench model config: the servers of its `models` (for `run -- ais_bench "
             "--models NAME`, found from the command line as AISBench finds them)",
         )
-        command.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+        command.add_argument(
+            "--label", action="append", default=[], metavar="KEY=VALUE",
+            help="a label of the window (repeatable)",
+        )  # fmt: skip
         command.add_argument(
             "--sample-interval", type=float, metavar="S", help="sample every S seconds"
         )
 
     start = client_command("start", "open a window on a collector")
-    start.add_argument("id")
+    start.add_argument("id", help="the window's id (letters, digits, ._-)")
     target_options(start)
     start.add_argument(
         "--source",
@@ -136,15 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     start.set_defaults(handler=remote.start)
     stop = client_command("stop", "close a window and print its report")
-    stop.add_argument("id")
+    stop.add_argument("id", help="the window's id")
     stop.add_argument("--at", metavar="TIME", help="prometheus source: stop in the past (RFC 3339)")
     stop.set_defaults(handler=remote.stop)
     get = client_command("get", "show a window and its results")
-    get.add_argument("id")
+    get.add_argument("id", help="the window's id")
     get.add_argument("--json", action="store_true", help="the window as JSON")
     get.set_defaults(handler=remote.get)
     report = client_command("report", "print a window's AISBench console report")
-    report.add_argument("id")
+    report.add_argument("id", help="the window's id")
     report.set_defaults(handler=remote.report)
     compare = client_command(
         "compare", "compare windows per target: each difference, its interval and verdict"
@@ -165,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     force = client_command(
         "force-close", "admin keys: close an open window at once, without a final scrape"
     )
-    force.add_argument("id")
+    force.add_argument("id", help="the window's id")
     force.set_defaults(handler=remote.force_close)
 
     run = client_command("run", "run a benchmark command inside a window")
@@ -216,13 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     load = commands.add_parser(
         "load", help="send OpenAI completion requests (to the simulator or a real server)"
     )
-    load.add_argument("--url", default="http://127.0.0.1:9000")
-    load.add_argument("--requests", type=_positive_int, default=100)
-    load.add_argument("--concurrency", type=_positive_int, default=8)
-    load.add_argument("--max-tokens", type=_positive_int, default=64)
+    load.add_argument("--url", default="http://127.0.0.1:9000", help="the server's base URL")
+    load.add_argument("--requests", type=_positive_int, default=100, help="requests to send")
+    load.add_argument("--concurrency", type=_positive_int, default=8, help="requests at a time")
+    load.add_argument("--max-tokens", type=_positive_int, default=64, help="max_tokens of each")
     load.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
-    load.add_argument("--stream", action="store_true")
-    load.add_argument("--model")
+    load.add_argument("--stream", action="store_true", help="stream the answers (SSE)")
+    load.add_argument("--model", help="the model to ask for (default: the server's first)")
     load.add_argument("--temperature", type=float, default=0.0, help="sent with every request")
     load.add_argument(
         "--prompt",
@@ -239,15 +277,18 @@ def build_parser() -> argparse.ArgumentParser:
     load.set_defaults(handler=remote.load)
 
     wait = commands.add_parser("wait-ready", help="wait until every URL answers 2xx (for scripts)")
-    wait.add_argument("urls", nargs="+", metavar="URL")
-    wait.add_argument("--timeout", type=float, default=60.0)
+    wait.add_argument("urls", nargs="+", metavar="URL", help="URLs that must answer 2xx")
+    wait.add_argument("--timeout", type=float, default=60.0, help="seconds to wait in all")
     wait.set_defaults(handler=remote.wait_ready)
 
     keys = commands.add_parser("keys", help="manage API keys stored (hashed) in the database")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = key_commands.add_parser("create", help="create a key; it is printed once")
-    create.add_argument("--team", required=True)
-    create.add_argument("--role", required=True, choices=[role.value for role in KeyRole])
+    create.add_argument("--team", required=True, help="the team the key acts for")
+    create.add_argument(
+        "--role", required=True, choices=[role.value for role in KeyRole],
+        help="read (GET only), write (start, stop, read) or admin (any team)",
+    )  # fmt: skip
     create.add_argument(
         "--init", action="store_true",
         help="make SPECDEC_DATABASE_URL the collector's database if it is not yet (a first key "
@@ -258,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         handler=service.keys_list
     )
     revoke = key_commands.add_parser("revoke", help="revoke a key by its id")
-    revoke.add_argument("id", type=int)
+    revoke.add_argument("id", type=int, help="the key's id (`specdec keys list`)")
     revoke.set_defaults(handler=service.keys_revoke)
     return parser
 
