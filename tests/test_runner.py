@@ -260,3 +260,32 @@ def test_ls_filters_and_prints_json_and_an_admin_force_closes(team: Team) -> Non
         assert specdec("stop", "ls-c").returncode == 0
     window = httpx.get(f"{team.base_url}/windows/ls-b", headers=team.headers, timeout=30).json()
     assert window["state"] == "closed" and window["targets"][0]["result"]["status"] == "na"
+
+
+@pytest.mark.parametrize(
+    ("words", "offered"),
+    [
+        ("specdec for", "force-close"),
+        ("specdec ls --sta", "--state"),
+        ("specdec wait", "wait-ready"),
+    ],
+)
+def test_shell_completion_completes_commands_and_options(
+    tmp_path: Path, words: str, offered: str
+) -> None:
+    """`specdec completion bash`, sourced in a real bash, completes what a user types."""
+    script = tmp_path / "specdec.bash"
+    script.write_text(
+        subprocess.run(
+            [*specdec_command(), "completion", "bash"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+    )  # fmt: skip
+    asked = words.split()
+    completed = subprocess.run(
+        ["bash", "-c", f'source "{script}"; COMP_WORDS=({words}); COMP_CWORD={len(asked) - 1}; '
+         f'COMP_LINE="{words}"; COMP_POINT=${{#COMP_LINE}}; _shtab_specdec; '
+         'printf "%s\\n" "${COMPREPLY[@]}"'],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.split()  # fmt: skip
+    assert completed == [offered]

@@ -301,7 +301,20 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = key_commands.add_parser("revoke", help="revoke a key by its id")
     revoke.add_argument("id", type=int, help="the key's id (`specdec keys list`)")
     revoke.set_defaults(handler=service.keys_revoke)
+    completion = commands.add_parser(
+        "completion", help='print a shell completion script: eval "$(specdec completion bash)"'
+    )
+    completion.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell")
+    completion.set_defaults(handler=_completion)
     return parser
+
+
+def _completion(args: argparse.Namespace) -> int:
+    """The completion script of every subcommand and option, made from this parser (shtab)."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
