@@ -114,6 +114,8 @@ def test_read_only_database_files_answer_503_and_pass(
         try:
             refused = api.post("/windows/new/start", json={"targets": [server.target]})
             health = _fresh_health(api)
+            ready = api.get("/readyz")
+            alive = api.get("/livez")
             still_read = api.get("/windows/kept")
         finally:
             subprocess.run(["chattr", "-i", *files], check=True)
@@ -121,6 +123,9 @@ def test_read_only_database_files_answer_503_and_pass(
         assert refused.status_code == 503
         assert refused.json()["detail"].startswith("database unavailable: ")
         assert health.status_code == 503
+        # Not ready (out of service), but alive: a probe must not restart it for its database.
+        assert ready.status_code == 503 and ready.json() == health.json()
+        assert alive.status_code == 200 and alive.json() == {"status": "alive"}
         assert _fresh_health(api).status_code == 200
         assert api.post("/windows/new/start", json={"targets": [server.target]}).status_code == 201
         assert api.get("/windows/kept").json() == kept

@@ -61,6 +61,22 @@ async def metrics(principal: OptionalReaderDep, windows: WindowsDep) -> Response
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
+@router.get("/livez")
+async def livez() -> JSONResponse:
+    """200 while the process answers, whatever its database does: a liveness probe (a
+    database outage must not restart every replica; readiness takes them out of service)."""
+    return JSONResponse({"status": "alive"})
+
+
+@router.get(
+    "/readyz",
+    responses={503: {"description": "the database does not answer or takes no writes"}},
+)
+async def readyz(database: DatabaseDep, windows: WindowsDep, health: HealthDep) -> JSONResponse:
+    """`/healthz` under the name Kubernetes' readiness probes use."""
+    return await healthz(database, windows, health)
+
+
 @router.get(
     "/healthz",
     responses={503: {"description": "the database does not answer or takes no writes"}},
