@@ -348,14 +348,7 @@ def _extract_marked(
     """Parse every sample line of `text[:limit]` that holds `marker` into `series`."""
     found = text.find(marker, 0, limit)
     while found != -1:
-        start = text.rfind("\n", 0, found) + 1
-        end = text.find("\n", found, limit)
-        if end == -1:
-            end = limit
-        if text[start] != "#" and start not in read:
-            read.add(start)
-            line = text[start:end]
-            _parse_line(line[:-1] if line.endswith("\r") else line, series, limits)
+        end = _read_line_at(text, found, limit, series, limits, read)
         found = text.find(marker, end, limit)
 
 
@@ -370,15 +363,24 @@ def _extract_matched(
     """Parse every sample line of `text[:limit]` that `pattern` matches into `series`."""
     found = pattern.search(text, 0, limit)
     while found is not None:
-        start = text.rfind("\n", 0, found.start()) + 1
-        end = text.find("\n", found.start(), limit)
-        if end == -1:
-            end = limit
-        if text[start] != "#" and start not in read:
-            read.add(start)
-            line = text[start:end]
-            _parse_line(line[:-1] if line.endswith("\r") else line, series, limits)
+        end = _read_line_at(text, found.start(), limit, series, limits, read)
         found = pattern.search(text, end, limit)
+
+
+def _read_line_at(
+    text: str, at: int, limit: int, series: Series, limits: ExtractionLimits, read: set[int]
+) -> int:
+    """Parse the line of `text` that holds offset `at` into `series` (a comment, or a line
+    parsed before, is skipped); the offset of its end."""
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at, limit)
+    if end == -1:
+        end = limit
+    if text[start] != "#" and start not in read:
+        read.add(start)
+        line = text[start:end]
+        _parse_line(line[:-1] if line.endswith("\r") else line, series, limits)
+    return end
 
 
 def _eof_offset(text: str) -> int:
