@@ -20,7 +20,7 @@ def serve(args: argparse.Namespace) -> int:
     from specdec_collector.config import get_settings
     from specdec_collector.service.auth import active_db_keys, is_loopback, parse_env_keys
     from specdec_collector.service.main import ANONYMOUS_ALLOWED_ENV, configure_logging, create_app
-    from specdec_collector.store.db import open_database, upgrade_database
+    from specdec_collector.store.db import connections_left, open_database, upgrade_database
 
     settings = get_settings()
     workers = settings.workers if args.workers is None else args.workers
@@ -36,7 +36,14 @@ def serve(args: argparse.Namespace) -> int:
     upgrade_database(settings.database_url)
     database = open_database(settings.database_url)
     has_keys = bool(env_keys) or active_db_keys(database) > 0
+    left = connections_left(database)
     database.dispose()
+    most = workers * 2 * settings.db_pool_size  # each worker's pool and as many in overflow
+    if left is not None and most > left:
+        print(
+            POOL_WARNING.format(workers=workers, pool=settings.db_pool_size, most=most, left=left),
+            file=sys.stderr,
+        )
     anonymous_allowed = is_loopback(args.host) or settings.allow_anonymous
     if not has_keys and not anonymous_allowed:
         print(
@@ -117,6 +124,13 @@ def simulate(args: argparse.Namespace) -> int:
 
 # --- the client commands -------------------------------------------------------------------
 
+
+POOL_WARNING = (
+    "specdec serve: warning: {workers} worker(s) may open up to {most} PostgreSQL connections "
+    "(2 x SPECDEC_DB_POOL_SIZE={pool} each), and the server takes {left} more: under load "
+    "some calls would wait for a connection or fail. Lower SPECDEC_WORKERS or "
+    "SPECDEC_DB_POOL_SIZE, or raise PostgreSQL's max_connections."
+)
 
 NOT_THE_SERVICES = (
     "specdec keys {command}: {url} is not a collector's database ({why}): keys stored there would "

@@ -376,6 +376,18 @@ def not_collector_database(database_url: str) -> str | None:
     return None if migrated else "never migrated by `specdec serve`"
 
 
+def connections_left(database: Engine) -> int | None:
+    """How many more connections a PostgreSQL server takes (`max_connections` less those open
+    and those reserved for superusers); None on SQLite."""
+    if database.dialect.name != "postgresql":
+        return None
+    with database.connect() as connection:
+        allowed = int(connection.execute(text("SHOW max_connections")).scalar_one())
+        reserved = int(connection.execute(text("SHOW superuser_reserved_connections")).scalar_one())
+        used = int(connection.execute(text("SELECT count(*) FROM pg_stat_activity")).scalar_one())
+    return allowed - reserved - used
+
+
 def shown_url(database_url: str) -> str:
     """A database URL fit to print: its password hidden."""
     return make_url(database_url).render_as_string(hide_password=True)
