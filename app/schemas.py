@@ -23,11 +23,14 @@ class WindowState(StrEnum):
 
 
 class KeyRole(StrEnum):
-    """What a key may do: read; read, start and stop; or all that for any team."""
+    """What a key may do: read; read, start and stop; all that for any team; or only read
+    `/metrics`, every team's results there (for Prometheus: it can neither read nor touch a
+    window)."""
 
     READ = "read"
     WRITE = "write"
     ADMIN = "admin"
+    METRICS = "metrics"
 
 
 class Source(StrEnum):

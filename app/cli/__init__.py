@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--team", required=True, help="the team the key acts for")
     create.add_argument(
         "--role", required=True, choices=[role.value for role in KeyRole],
-        help="read (GET only), write (start, stop, read) or admin (any team)",
+        help="read (GET only), write (start, stop, read), admin (any team) or metrics (/metrics "
+        "only, every team's results: for Prometheus)",
     )  # fmt: skip
     create.add_argument(
         "--init", action="store_true",

@@ -282,11 +282,18 @@ def principal_from_env_keys(authorization: str, env_keys: list[EnvKey]) -> Princ
     return _env_principal(_bearer(authorization), env_keys)
 
 
+def reader(principal: Principal) -> Principal:
+    """`principal` if it may read windows (any key but a metrics key), else 403."""
+    if principal.role is KeyRole.METRICS:
+        raise NotAllowed("a metrics key reads /metrics only")
+    return principal
+
+
 def writer(principal: Principal) -> Principal:
     """`principal` if it may start and stop windows (a write or admin key), else 403."""
     if principal.role is KeyRole.READ:
         raise NotAllowed("a read key cannot start or stop windows")
-    return principal
+    return reader(principal)
 
 
 def team_scope(principal: Principal, team: str | None) -> str:

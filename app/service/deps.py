@@ -20,6 +20,7 @@ from specdec_collector.service.auth import (
     anonymous,
     authenticate,
     principal_from_env_keys,
+    reader,
     team_scope,
     writer,
 )
@@ -121,7 +122,7 @@ TeamQuery = Annotated[
 
 async def get_read_team(request: Request, team: TeamQuery = None) -> str:
     """The team a read acts in: the key's, or for an admin key the one `?team=` names."""
-    return team_scope(await get_principal(request), team)
+    return team_scope(reader(await get_principal(request)), team)
 
 
 ReadTeamDep = Annotated[str, Depends(get_read_team)]

@@ -197,3 +197,49 @@ def test_keyless_health_checks_in_quick_succession_write_the_database_once(
         logged.close()
     assert statuses == [200] * 100
     assert 1 <= beats <= elapsed / ANSWER_KEPT_S + 1
+
+
+def test_a_metrics_key_reads_every_teams_results_on_metrics_and_nothing_else(
+    database_url: str,
+) -> None:
+    """For Prometheus: a metrics key sees every team's latest results on /metrics, as an admin
+    key does, but can neither read a window nor start, stop or force-close one."""
+    write_a, write_b = "team-a-write-key-0001", "team-b-write-key-0002"
+    scraper = "prometheus-metrics-key-0003"
+    keys = f"a:write:{write_a},b:write:{write_b},ops:metrics:{scraper}"
+    with (
+        serve_collector(database_url, api_keys=keys) as collector,
+        serve_metrics(body=drafts_payload(0)) as server,
+        httpx.Client(base_url=collector, timeout=30) as api,
+    ):
+        for team_key, window in ((write_a, "wa"), (write_b, "wb")):
+            as_team = {"Authorization": f"Bearer {team_key}"}
+            server.replace(drafts_payload(0))
+            assert api.post(f"/windows/{window}/start", json={"targets": [server.target]},
+                            headers=as_team).status_code == 201  # fmt: skip
+            server.replace(drafts_payload(10))
+            assert api.post(f"/windows/{window}/stop", headers=as_team).status_code == 200
+        metrics_key = {"Authorization": f"Bearer {scraper}"}
+        samples = _samples(api.get("/metrics", headers=metrics_key).text)
+        teams = {
+            dict(labels)["team"]
+            for (name, labels), _ in samples.items()
+            if name == "specdec_window_acceptance_rate"
+        }
+        refused = [
+            api.get("/windows", headers=metrics_key),
+            api.get("/windows/wa", params={"team": "a"}, headers=metrics_key),
+            api.post("/windows/wc/start", json={"targets": [server.target]}, headers=metrics_key),
+            api.post("/windows/wa/force-close", params={"team": "a"}, headers=metrics_key),
+        ]
+        own_team = _samples(
+            api.get("/metrics", headers={"Authorization": f"Bearer {write_a}"}).text
+        )
+    assert teams == {"a", "b"}
+    assert [answer.status_code for answer in refused] == [403, 403, 403, 403]
+    assert refused[0].json()["detail"] == "a metrics key reads /metrics only"
+    assert {
+        dict(labels)["team"]
+        for (name, labels), _ in own_team.items()
+        if name == "specdec_window_acceptance_rate"
+    } == {"a"}

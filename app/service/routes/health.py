@@ -55,8 +55,11 @@ def beat(database: Engine, replica_id: str) -> None:
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 async def metrics(principal: OptionalReaderDep, windows: WindowsDep) -> Response:
     """The collector's own Prometheus metrics: aggregates without a key; with one, also the
-    latest closed windows' results of the key's team (of every team for an admin key)."""
-    team = None if principal is None or principal.role is KeyRole.ADMIN else principal.team
+    latest closed windows' results of the key's team (of every team for an admin or metrics
+    key)."""
+    team = None
+    if principal is not None and principal.role not in (KeyRole.ADMIN, KeyRole.METRICS):
+        team = principal.team
     body = await windows.metrics_text(with_results=principal is not None, team=team)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
