@@ -238,19 +238,23 @@ def test_ls_filters_and_prints_json_and_an_admin_force_closes(team: Team) -> Non
         )  # fmt: skip
 
     with serve_metrics(body=drafts_payload(100)) as server:
+        opened = json.loads(specdec("start", "ls-0", "--target", server.target, "--json").stdout)
+        assert opened["state"] == "open" and opened["id"] == "ls-0"
+        assert specdec("stop", "ls-0").returncode == 0
         for window, model in (("ls-a", "llama"), ("ls-b", "qwen"), ("ls-c", "llama")):
             started = specdec(
                 "start", window, "--target", server.target, "--label", f"model={model}"
             )
             assert started.returncode == 0, started.stderr
-        assert specdec("stop", "ls-a").returncode == 0
+        as_json = json.loads(specdec("stop", "ls-a", "--json").stdout)
+        assert as_json["state"] == "closed" and as_json["targets"][0]["result"]["status"] == "na"
         listed = json.loads(specdec("ls", "--json", "--label", "model=llama").stdout)
         assert [w["id"] for w in listed] == ["ls-c", "ls-a"]
         assert [w["id"] for w in json.loads(specdec("ls", "--json", "--state", "open").stdout)] == [
             "ls-c", "ls-b"
         ]  # fmt: skip
         on_target = json.loads(specdec("ls", "--json", "--target", server.target).stdout)
-        assert {w["id"] for w in on_target} == {"ls-a", "ls-b", "ls-c"}
+        assert {w["id"] for w in on_target} == {"ls-0", "ls-a", "ls-b", "ls-c"}
         # Force-closing takes an admin key: the team's own is refused.
         refused = specdec("force-close", "ls-b")
         assert refused.returncode == Exit.REFUSED and "(HTTP 403)" in refused.stderr

@@ -172,10 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--at", metavar="TIME", help="prometheus source: start in the past (RFC 3339)"
     )
+    start.add_argument("--json", action="store_true", help="the window as JSON")
     start.set_defaults(handler=remote.start)
     stop = client_command("stop", "close a window and print its report")
     stop.add_argument("id", help="the window's id")
     stop.add_argument("--at", metavar="TIME", help="prometheus source: stop in the past (RFC 3339)")
+    stop.add_argument("--json", action="store_true", help="the window and its results as JSON")
     stop.set_defaults(handler=remote.stop)
     get = client_command("get", "show a window and its results")
     get.add_argument("id", help="the window's id")

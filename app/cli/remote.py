@@ -123,6 +123,9 @@ def start(args: argparse.Namespace) -> int:
         window = client.start(
             args.id, _targets(args), _labels(args.label), args.sample_interval, source
         )
+        if args.json:
+            print(json.dumps(window.model_dump(mode="json"), indent=2))
+            return 0
         print(f"window {window.id} open on {', '.join(t.target for t in window.targets)}")
         return 0
 
@@ -143,7 +146,9 @@ def stop(args: argparse.Namespace) -> int:
     at = _moment(args.at, "--at")
 
     def stopped(client: "CollectorClient") -> str:
-        client.stop(args.id, at)
+        window = client.stop(args.id, at)
+        if args.json:
+            return json.dumps(window.model_dump(mode="json"), indent=2) + "\n"
         return client.report(args.id)
 
     return _print_text(args, stopped)
