@@ -16,6 +16,7 @@ import ast
 import json
 import sqlite3
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,12 @@ def dataset_spans(performances: Path) -> dict[str, InferenceSpan]:
 def inference_span(performances: Path) -> InferenceSpan | None:
     """When the inference phase of the run whose `performances` folder this is ran, from every
     request record of every model and dataset; None when there is none."""
-    spans = list(dataset_spans(performances).values())
+    return spanning(dataset_spans(performances).values())
+
+
+def spanning(parts: Iterable[InferenceSpan]) -> InferenceSpan | None:
+    """The span that holds every one of `parts` (the datasets of a run), None for none."""
+    spans = list(parts)
     if not spans:
         return None
     return InferenceSpan(

@@ -8,6 +8,7 @@ EX_UNAVAILABLE), so a script can tell "try again later" from "fix the call".
 
 from enum import IntEnum
 
+from specdec_collector.client import CollectorError
 from specdec_collector.core.gates import GATE_FAILED_EXIT
 
 
@@ -41,6 +42,13 @@ def error_text(status: int, detail: object, server: str) -> str:
             "base URL, e.g. http://127.0.0.1:8000?"
         )
     return f"{detail} (HTTP {status})"
+
+
+def failure_text(exc: Exception, server: str) -> str:
+    """Why a call failed, as a sentence: `error_text` for the collector's own answers."""
+    if isinstance(exc, CollectorError):
+        return error_text(exc.status, exc.detail, server)
+    return str(exc)
 
 
 def _not_the_collectors(detail: object) -> bool:

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -24,8 +23,8 @@ from typing import Any, TextIO
 import httpx
 
 from specdec_collector.aisbench.files import newest_output_dir, results_folder, write_result
-from specdec_collector.aisbench.records import dataset_spans, inference_span
-from specdec_collector.cli.exits import error_text
+from specdec_collector.cli.aisbench_phases import aisbench_difference, aisbench_phases
+from specdec_collector.cli.exits import failure_text
 from specdec_collector.client import (
     CollectorClient,
     CollectorError,
@@ -37,7 +36,7 @@ from specdec_collector.core.gates import GATE_FAILED_EXIT, MaxDrop, Requirement,
 from specdec_collector.core.gates import render as render_verdicts
 from specdec_collector.core.report import render_block, render_dataset_block
 from specdec_collector.core.request_accounts import RequestAccount, account_of, merged_chunks
-from specdec_collector.core.results import DatasetResult, TargetResult
+from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import Source, WindowView
 
 
@@ -129,7 +128,8 @@ def run_wrapped(
         started = True
         say(f"specdec: window {options.window_id} started on {len(window.targets)} target(s)")
     except (CollectorError, CollectorUnavailable) as exc:
-        say(f"specdec: could not start window {options.window_id} ({_why(exc, client)})")
+        why = failure_text(exc, client.base_url)
+        say(f"specdec: could not start window {options.window_id} ({why})")
         say("specdec: running the command anyway, without measuring")
     began = time.time()
     code = run_command(options.command, say)
@@ -138,22 +138,21 @@ def run_wrapped(
     try:
         stopped = client.stop(options.window_id)
     except (CollectorError, CollectorUnavailable) as exc:
-        say(f"specdec: could not stop window {options.window_id} ({_why(exc, client)})")
+        why = failure_text(exc, client.base_url)
+        say(f"specdec: could not stop window {options.window_id} ({why})")
         say(f"specdec: stop it later with: specdec stop {options.window_id}")
         return _judged(client, options, [], code, out, say)
     run_folder = newest_output_dir(Path.cwd() / options.work_dir, began - 1)
     results = [(t.target, t.result) for t in stopped.targets if t.result is not None]
     footer = f"(specdec-collector, window {options.window_id})\n"
     if options.aisbench_inference:
-        inference = _inference_phase(client, options.window_id, run_folder, say)
-        if inference is not None:
-            results = with_whole_command(inference, dict(results))
+        phases = aisbench_phases(client, options.window_id, run_folder, results, say)
+        if phases is not None:
+            results = phases
             footer = (
                 f"(specdec-collector, window {options.window_id}: AISBench's inference phase, "
                 "from its request records)\n"
             )
-            assert run_folder is not None  # the phase came from its records
-            results = _with_datasets(client, options.window_id, run_folder, results, say)
     for key, result in results:
         print(render_block(key, result) + footer, file=out, end="")
         for name, part in (result.datasets or {}).items():
@@ -174,13 +173,6 @@ def run_wrapped(
         else:
             say(f"specdec: wrote {written.path}")
     return _judged(client, options, results, code, out, say)
-
-
-def _why(exc: Exception, client: CollectorClient) -> str:
-    """A failed call's reason as a sentence (`cli.exits.error_text` for the collector's own)."""
-    if isinstance(exc, CollectorError):
-        return error_text(exc.status, exc.detail, client.base_url)
-    return str(exc)
 
 
 def window_of(window: WindowView) -> dict[str, Any]:
@@ -221,7 +213,7 @@ def _judged(
             view = client.get(gates.baseline)
             baseline = {t.target: t.result for t in view.targets if t.result is not None}
         except (CollectorError, CollectorUnavailable) as exc:
-            why = _why(exc, client)
+            why = failure_text(exc, client.base_url)
             say(f"specdec: could not read the baseline window {gates.baseline} ({why})")
     verdicts = judge(measured, gates.requirements, gates.max_drops, baseline)
     print(render_verdicts(verdicts), file=out, end="", flush=True)
@@ -235,120 +227,6 @@ def _judged(
     if code != 0:
         return code
     return GATE_FAILED_EXIT if failed else 0
-
-
-INFERENCE_NOTE = (
-    "bounded to AISBench's inference phase by its request records (the snapshots that enclose "
-    "its first request sent and its last answer): what ran outside them is left out, AISBench's "
-    "warm-up request among it when it ran before the first; the whole command's figures are "
-    "under whole_command"
-)
-
-
-def with_whole_command(
-    inference: list[tuple[str, TargetResult]], whole: dict[str, TargetResult]
-) -> list[tuple[str, TargetResult]]:
-    """The inference phase's results, each with the note on what it leaves out and the
-    figures of the whole command beside it."""
-    told = []
-    for key, result in inference:
-        everything = whole.get(key)
-        notes = [*(result.notes or []), INFERENCE_NOTE]
-        update: dict[str, Any] = {"notes": notes}
-        if everything is not None and everything.data is not None:
-            update["whole_command"] = everything.data
-        told.append((key, result.model_copy(update=update)))
-    return told
-
-
-def aisbench_difference(theirs: Path, ours: TargetResult) -> str | None:
-    """Why AISBench's own file of a target and the collector's disagree, when they do: AISBench
-    reads its counters before its warm-up request; the collector's phase is bounded by its
-    request records, which the warm-up is not in. None when they agree or one has no figures."""
-    try:
-        their_data = json.loads(theirs.read_text()).get("data") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    their_drafts = their_data.get("num_drafts")
-    if ours.data is None or not isinstance(their_drafts, int | float):
-        return None
-    if their_drafts == ours.data.num_drafts:
-        return None
-    whole = ours.whole_command.num_drafts if ours.whole_command is not None else None
-    return (
-        f"AISBench's {theirs.name} counts {their_drafts:g} drafts, the collector's "
-        f"{ours.data.num_drafts} (its inference phase) of {whole} over the whole command: "
-        "AISBench reads its counters before its warm-up request, and the phase, bounded by "
-        "AISBench's request records, leaves the warm-up out"
-    )
-
-
-def _inference_phase(
-    client: CollectorClient, window_id: str, run_folder: Path | None, say: Callable[[str], None]
-) -> list[tuple[str, TargetResult]] | None:
-    """Every target's result over AISBench's inference phase (its first request sent to its last
-    answer received, from its own records in `run_folder`); None, saying why, when unknown."""
-    span = inference_span(run_folder) if run_folder is not None else None
-    if span is None:
-        where = run_folder or "the command's work dir"
-        say(f"specdec: no AISBench request records in {where}: the window is the whole command")
-        return None
-    start, end = _wall_time(span.first_sent), _wall_time(span.last_received)
-    try:
-        bounded = client.results_between(window_id, start, end)
-    except (CollectorError, CollectorUnavailable) as exc:
-        say(
-            f"specdec: could not read the inference phase ({_why(exc, client)}): "
-            "the window is the whole command"
-        )
-        return None
-    say(
-        f"specdec: AISBench's inference phase: {span.requests} requests, {start:%H:%M:%S.%f}"[:-3]
-        + f" to {end:%H:%M:%S.%f}"[:-3]
-        + " UTC"
-    )
-    return [(item.target, item.result) for item in bounded]
-
-
-def _wall_time(perf_counter_s: float) -> datetime:
-    """A `time.perf_counter()` reading of this machine (CLOCK_MONOTONIC, AISBench's clock) as
-    wall time."""
-    return datetime.fromtimestamp(perf_counter_s + time.time() - time.perf_counter(), UTC)
-
-
-def _with_datasets(
-    client: CollectorClient,
-    window_id: str,
-    run_folder: Path,
-    results: list[tuple[str, TargetResult]],
-    say: Callable[[str], None],
-) -> list[tuple[str, TargetResult]]:
-    """Where AISBench's run held several datasets, each target's result with each dataset's
-    (the snapshots that enclose its first request and last answer, from its own records);
-    `results` as they are with one dataset."""
-    spans = dataset_spans(run_folder)
-    if len(spans) < 2:
-        return results
-    by_dataset: dict[str, dict[str, DatasetResult]] = {}
-    for name, span in spans.items():
-        try:
-            bounded = client.results_between(
-                window_id, _wall_time(span.first_sent), _wall_time(span.last_received)
-            )
-        except (CollectorError, CollectorUnavailable) as exc:
-            say(f"specdec: could not read dataset {name}'s results ({_why(exc, client)})")
-            continue
-        for item in bounded:
-            part = item.result
-            by_dataset.setdefault(item.target, {})[name] = DatasetResult(
-                requests=span.requests, status=part.status, error=part.error, data=part.data,
-                bounds=part.bounds, throughput=part.throughput,
-            )  # fmt: skip
-    say(f"specdec: AISBench's run held {len(spans)} datasets: {', '.join(spans)}")
-    return [
-        (key, result.model_copy(update={"datasets": by_dataset.get(key) or None}))
-        for key, result in results
-    ]
 
 
 @dataclass

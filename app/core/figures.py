@@ -668,7 +668,7 @@ class _Chain:
     and restarts of every series."""
 
     windows: list[_EngineWindow] = field(default_factory=list)
-    plain: list[tuple[ServingEngine, Totals, Throughput]] = field(default_factory=list)
+    plain: list[Throughput] = field(default_factory=list)
     everything: Totals = field(default_factory=Totals)
 
 
@@ -706,7 +706,7 @@ def _engine_windows(chain: Sequence[Series], hints: EngineHints, seconds: float 
         if _without_spec_decoding(engine, roles):
             plain = throughput_of(engine, totals, roles, seconds)
             if plain is not None:
-                found.plain.append((engine, totals, plain))
+                found.plain.append(plain)
             continue
         if engine is ServingEngine.UNRECOGNISED:
             others = [e for e in last if e is not engine]
@@ -775,7 +775,7 @@ def _plain_throughput(chain: Sequence[Series], seconds: float | None) -> Through
     if not chain[0] or not chain[-1]:
         return None  # nothing at one end: no increase to count
     plain = _engine_windows(chain, EngineHints(), seconds).plain
-    return plain[0][2] if len(plain) == 1 else None
+    return plain[0] if len(plain) == 1 else None
 
 
 def build_result(
@@ -853,14 +853,14 @@ def _result(
     }  # fmt: skip
     if not windows:
         # A server without spec decoding: its throughput, the other side of a speedup.
-        plain = found.plain[0][2] if len(found.plain) == 1 else None
+        plain = found.plain[0] if len(found.plain) == 1 else None
         return TargetResult(status="na", error=NO_METRICS, throughput=plain, **common)
     lifetime = _lifetime(after) or None
     if len(windows) == 1:
         (only,) = windows
         throughput = only.result.throughput
         if throughput is None and len(found.plain) == 1:  # spec-like names beside witnesses
-            throughput = found.plain[0][2]
+            throughput = found.plain[0]
         return TargetResult(
             status=only.result.status, error=only.result.error, data=only.result.data,
             engine=only.engine, exact=only.result.exact, notes=only.result.notes,
