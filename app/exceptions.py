@@ -9,6 +9,7 @@ cannot be left without one; its text is the answer's `detail`.
     ├── InvalidInput        422  a field breaks a rule; `loc` names it as FastAPI's own 422 does
     ├── WindowNotFound      404  no window of this id in the team (another team's looks the same)
     ├── TargetNotInWindow   404  the window exists but has no such target
+    ├── KeyNotFound         404  no stored API key of this id
     ├── WindowOpen          409  the window has no results yet: they come with its stop
     ├── WindowConflict      409  the call contradicts the stored window
     ├── TooManyWindows      429  the team has as many open windows as it may
@@ -69,6 +70,15 @@ class TargetNotInWindow(SpecdecError):
 
     def __init__(self, window_id: str, target: str) -> None:
         super().__init__(f"window {window_id} has no target {target}")
+
+
+class KeyNotFound(SpecdecError):
+    """No API key of this id is stored."""
+
+    status_code = HTTPStatus.NOT_FOUND
+
+    def __init__(self, key_id: int) -> None:
+        super().__init__(f"key {key_id} not found")
 
 
 class WindowOpen(SpecdecError):

@@ -22,6 +22,10 @@ class WindowState(StrEnum):
     CLOSED = "closed"
 
 
+TEAM_MAX_CHARS = 64
+TEAM_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{TEAM_MAX_CHARS - 1}}}$"
+
+
 class KeyRole(StrEnum):
     """What a key may do: read; read, start and stop; all that for any team; or only read
     `/metrics`, every team's results there (for Prometheus: it can neither read nor touch a
@@ -31,6 +35,49 @@ class KeyRole(StrEnum):
     WRITE = "write"
     ADMIN = "admin"
     METRICS = "metrics"
+
+
+class KeyAction(StrEnum):
+    """A change to the keys, as the audit trail (`GET /keys/events`) records it."""
+
+    CREATED = "created"
+    REVOKED = "revoked"
+
+
+class KeyCreate(BaseModel):
+    """A key to make (`POST /keys`): its team and role."""
+
+    team: str = Field(max_length=TEAM_MAX_CHARS, pattern=TEAM_PATTERN)
+    role: KeyRole
+
+
+class KeyView(BaseModel):
+    """A stored key as listed: never the key, only its first characters (`prefix`)."""
+
+    id: int
+    team: str
+    role: KeyRole
+    prefix: str
+    created_at: AwareDatetime
+    revoked_at: AwareDatetime | None = None
+
+
+class NewKey(KeyView):
+    """A key just made: `key` is shown in this answer only, and stored as its SHA-256."""
+
+    key: str
+
+
+class KeyEventView(BaseModel):
+    """One change to the keys: when, which (`action`), the key, and who made it (`actor`: an
+    admin key's label, `env:N` or `key:ID`, or `cli:<user>` for `specdec keys`)."""
+
+    at: AwareDatetime
+    action: KeyAction
+    key_id: int
+    team: str
+    role: KeyRole
+    actor: str
 
 
 class Source(StrEnum):

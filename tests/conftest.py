@@ -17,7 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from specdec_collector.service.auth import create_key
+from specdec_collector.service.keys import create_key
 from specdec_collector.store.db import open_database, upgrade_database
 from tests.support.collector import CollectorProcess, NewTeam, Team, run_collector
 from tests.support.postgres import fresh_schema, postgres_server
@@ -124,7 +124,7 @@ def new_team(request: pytest.FixtureRequest, services: SessionServices) -> Itera
 
     def make() -> Team:
         name = f"t-{uuid.uuid4().hex[:12]}"
-        _, key = create_key(database, name, "write")
+        _, key = create_key(database, name, "write", "test")
         made.append(Team(collector, name, key))
         return made[-1]
 

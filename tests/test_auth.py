@@ -20,14 +20,12 @@ from specdec_collector.service.auth import (
     OpenMode,
     Principal,
     authenticate,
-    create_key,
     hash_key,
     is_loopback,
-    list_keys,
     parse_env_keys,
-    revoke_key,
     team_scope,
 )
+from specdec_collector.service.keys import create_key, list_keys, revoke_key
 from specdec_collector.store.db import open_database, upgrade_database
 
 KEY_A = "team-a-write-key-0123456789"
@@ -63,21 +61,21 @@ def test_authenticate_env_and_database_keys(database: Engine) -> None:
     assert authenticate(f"Bearer {KEY_A}", env, database, OpenMode.NEVER) == Principal(
         "a", KeyRole.WRITE, "env:1"
     )
-    row, key = create_key(database, "b", "read")
+    row, key = create_key(database, "b", "read", "test")
     assert authenticate(f"bearer {key}", env, database, OpenMode.NEVER) == Principal(
         "b", KeyRole.READ, f"key:{row.id}"
     )
     for header in (None, "Bearer nope-nope-nope-nope", f"Basic {KEY_A}", f"Bearer {KEY_A}x"):
         with pytest.raises(NotAuthenticated):
             authenticate(header, env, database, OpenMode.UNTIL_FIRST_KEY)
-    assert revoke_key(database, row.id or 0)
-    assert not revoke_key(database, row.id or 0)
+    assert revoke_key(database, row.id or 0, "test")
+    assert not revoke_key(database, row.id or 0, "test")
     with pytest.raises(NotAuthenticated, match="unknown or revoked API key"):
         authenticate(f"Bearer {key}", env, database, OpenMode.NEVER)
 
 
 def test_keys_are_stored_hashed_and_listed_without_the_key(database: Engine) -> None:
-    _, key = create_key(database, "team-x", "admin")
+    _, key = create_key(database, "team-x", "admin", "test")
     with database.connect() as connection:
         stored = connection.execute(text("SELECT key_hash, prefix FROM api_key")).one()
     assert stored[0] == hash_key(key) != key
@@ -93,11 +91,11 @@ def test_open_mode_only_without_any_key(database: Engine) -> None:
     )
     with pytest.raises(NotAuthenticated):
         authenticate(None, [], database, OpenMode.NEVER)  # bound beyond loopback without permission
-    row, _ = create_key(database, "t", "read")
+    row, _ = create_key(database, "t", "read", "test")
     with pytest.raises(NotAuthenticated):
         authenticate(None, [], database, OpenMode.UNTIL_FIRST_KEY)  # a key exists: auth is on
     # Revoking the last key does not reopen the service (it was fail-open)...
-    assert revoke_key(database, row.id or 0)
+    assert revoke_key(database, row.id or 0, "test")
     with pytest.raises(NotAuthenticated):
         authenticate(None, [], database, OpenMode.UNTIL_FIRST_KEY)
     # ...unless SPECDEC_ALLOW_ANONYMOUS says so explicitly.
@@ -125,9 +123,9 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(
     try:
         assert await access.is_open() and await access.is_open()
         other = open_database(str(database.url.render_as_string(hide_password=False)))
-        row, _ = create_key(other, "t", "read")
+        row, _ = create_key(other, "t", "read", "test")
         assert not await access.is_open()
-        assert revoke_key(other, row.id or 0)
+        assert revoke_key(other, row.id or 0, "test")
         other.dispose()
         statements: list[str] = []
         event.listen(database, "before_cursor_execute", lambda *a: statements.append(a[2]))

@@ -30,7 +30,7 @@ def test_upgrade_of_an_empty_database_matches_the_models(database_url: str) -> N
             assert diff == []
             assert set(inspect(connection).get_table_names()) == {
                 "alembic_version", "window", "window_target", "endpoint_series", "snapshot", "api_key",
-                "heartbeat", "catalogue_purge",
+                "heartbeat", "catalogue_purge", "key_event",
             }  # fmt: skip
     finally:
         database.dispose()

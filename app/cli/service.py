@@ -162,8 +162,19 @@ def keys_database(command: str, init: bool = False) -> "Engine | None":
     return open_database(url)
 
 
+def _cli_actor() -> str:
+    """Who changes a key from the command line, for the audit trail: `cli:<user>`."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # a uid without a name (containers)
+        return f"cli:uid-{os.getuid()}"
+
+
 def keys_create(args: argparse.Namespace) -> int:
-    from specdec_collector.service.auth import check_role, check_team, create_key
+    from specdec_collector.service.auth import check_role, check_team
+    from specdec_collector.service.keys import create_key
 
     try:
         check_team(args.team)
@@ -174,7 +185,7 @@ def keys_create(args: argparse.Namespace) -> int:
     database = keys_database("create", args.init)
     if database is None:
         return 1
-    row, key = create_key(database, args.team, args.role)
+    row, key = create_key(database, args.team, args.role, _cli_actor())
     database.dispose()
     print(f"key {row.id} for team {row.team}, role {row.role}. It is shown only this once:")
     print(key)
@@ -182,7 +193,7 @@ def keys_create(args: argparse.Namespace) -> int:
 
 
 def keys_list(args: argparse.Namespace) -> int:
-    from specdec_collector.service.auth import list_keys
+    from specdec_collector.service.keys import list_keys
 
     database = keys_database("list")
     if database is None:
@@ -198,12 +209,12 @@ def keys_list(args: argparse.Namespace) -> int:
 
 
 def keys_revoke(args: argparse.Namespace) -> int:
-    from specdec_collector.service.auth import revoke_key
+    from specdec_collector.service.keys import revoke_key
 
     database = keys_database("revoke")
     if database is None:
         return 1
-    revoked = revoke_key(database, args.id)
+    revoked = revoke_key(database, args.id, _cli_actor())
     database.dispose()
     if not revoked:
         print(f"specdec keys revoke: no active key {args.id}", file=sys.stderr)

@@ -1,9 +1,9 @@
 """API keys, roles and teams.
 
 Keys come from `SPECDEC_API_KEYS` (`team:role:key`, comma-separated) and from the database
-(`specdec keys create`), where only their SHA-256 is stored. A client sends
-`Authorization: Bearer <key>`. Roles: `read` (GET only), `write` (start, stop, read) and
-`admin` (any team, named with `?team=`).
+(`specdec keys create`, `POST /keys`: `service.keys`), where only their SHA-256 is stored. A
+client sends `Authorization: Bearer <key>`. Roles: `read` (GET only), `write` (start, stop, read),
+`admin` (any team, named with `?team=`, and the keys themselves) and `metrics` (`/metrics` only).
 
 Open mode (one team, `default`, without auth) is decided by `OpenMode`: on a loopback address
 the service is open until the first key is created, and stays closed once one was, even when
@@ -17,7 +17,6 @@ import ipaddress
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 
 from sqlalchemy import bindparam, create_engine, func
@@ -25,16 +24,13 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import StaticPool
-from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import NotAllowed, NotAuthenticated
-from specdec_collector.schemas import KeyRole
-from specdec_collector.store.tables import TABLES, ApiKey, utcnow
+from specdec_collector.schemas import TEAM_PATTERN, KeyRole
+from specdec_collector.store.tables import TABLES
 
 DEFAULT_TEAM = "default"
-TEAM_MAX_CHARS = 64
-TEAM_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{TEAM_MAX_CHARS - 1}}}$"
 _TEAM = re.compile(TEAM_PATTERN)
 _BEARER = "bearer "
 
@@ -204,37 +200,6 @@ def _reader_on_the_loop(database: Engine) -> Engine | None:
     )
 
 
-def create_key(database: Engine, team: str, role: str) -> tuple[ApiKey, str]:
-    """Store a new key of `team` with `role`; the key itself is returned once, never stored."""
-    key = new_key()
-    row = ApiKey(
-        team=check_team(team), role=check_role(role), key_hash=hash_key(key), prefix=key[:8]
-    )
-    with Session(database) as session:
-        session.add(row)
-        session.commit()
-        session.refresh(row)
-    return row, key
-
-
-def list_keys(database: Engine) -> list[ApiKey]:
-    """Every key, revoked ones included, oldest first."""
-    with Session(database) as session:
-        return list(session.exec(select(ApiKey).order_by(col(ApiKey.id))).all())
-
-
-def revoke_key(database: Engine, key_id: int, now: datetime | None = None) -> bool:
-    """Revoke a key; `False` if there is no such key or it was revoked already."""
-    with Session(database) as session:
-        row = session.get(ApiKey, key_id)
-        if row is None or row.revoked_at is not None:
-            return False
-        row.revoked_at = now or utcnow()
-        session.add(row)
-        session.commit()
-        return True
-
-
 def _lookup(database: Engine, key: str) -> Principal | None:
     with database.connect() as connection:
         row = connection.execute(_KEY_BY_HASH, {"key_hash": hash_key(key)}).first()
@@ -294,6 +259,13 @@ def writer(principal: Principal) -> Principal:
     if principal.role is KeyRole.READ:
         raise NotAllowed("a read key cannot start or stop windows")
     return reader(principal)
+
+
+def admin(principal: Principal) -> Principal:
+    """`principal` if it holds an admin key, else 403."""
+    if principal.role is not KeyRole.ADMIN:
+        raise NotAllowed("only admin keys may do this")
+    return principal
 
 
 def team_scope(principal: Principal, team: str | None) -> str:

@@ -11,12 +11,11 @@ from fastapi import Depends, Query, Request
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
-from specdec_collector.exceptions import NotAllowed, NotAuthenticated
-from specdec_collector.schemas import KeyRole
+from specdec_collector.exceptions import NotAuthenticated
+from specdec_collector.schemas import TEAM_MAX_CHARS, TEAM_PATTERN
 from specdec_collector.service.auth import (
-    TEAM_MAX_CHARS,
-    TEAM_PATTERN,
     Principal,
+    admin,
     anonymous,
     authenticate,
     principal_from_env_keys,
@@ -24,6 +23,7 @@ from specdec_collector.service.auth import (
     team_scope,
     writer,
 )
+from specdec_collector.service.keys import KeyService
 from specdec_collector.service.middleware import OPEN_ANSWER
 from specdec_collector.service.state import Health, Services
 from specdec_collector.windows.service import WindowService
@@ -50,6 +50,14 @@ async def get_windows(request: Request) -> WindowService:
 
 
 WindowsDep = Annotated[WindowService, Depends(get_windows)]
+
+
+async def get_keys(request: Request) -> KeyService:
+    """The stored keys' calls (`service.keys`)."""
+    return _services(request).keys
+
+
+KeysDep = Annotated[KeyService, Depends(get_keys)]
 
 
 async def get_health(request: Request) -> Health:
@@ -137,11 +145,17 @@ async def get_actor(request: Request, team: TeamQuery = None) -> Actor:
 ActorDep = Annotated[Actor, Depends(get_actor)]
 
 
+async def get_admin(request: Request) -> Principal:
+    """The caller, who must hold an admin key; 403 for any other key."""
+    return admin(await get_principal(request))
+
+
+AdminDep = Annotated[Principal, Depends(get_admin)]
+
+
 async def get_admin_actor(request: Request, team: TeamQuery = None) -> Actor:
     """An admin acting in a team (see `get_actor`); 403 for any other key."""
-    principal = await get_writer(request)
-    if principal.role is not KeyRole.ADMIN:
-        raise NotAllowed("only admin keys may do this")
+    principal = await get_admin(request)
     return Actor(team_scope(principal, team), principal.key)
 
 

@@ -22,8 +22,9 @@ from specdec_collector.schemas import Source
 from specdec_collector.service.allocator import tune_allocator
 from specdec_collector.service.auth import AnonymousAccess, OpenMode, parse_env_keys
 from specdec_collector.service.exception_handlers import add_exception_handlers
+from specdec_collector.service.keys import KeyService
 from specdec_collector.service.middleware import BodySizeLimit, LoopbackHostOnly
-from specdec_collector.service.routes import compare, health, windows
+from specdec_collector.service.routes import compare, health, keys, windows
 from specdec_collector.service.routes.docs import serve_docs
 from specdec_collector.service.sampler import Sampler
 from specdec_collector.service.state import Services, State
@@ -133,7 +134,7 @@ def create_app(
         )
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         anonymous = AnonymousAccess(open_mode, env_keys, database)
-        services = Services(database, env_keys, anonymous, windows)
+        services = Services(database, env_keys, anonymous, windows, KeyService(database))
         # Asked once now: its connection opened and its query compiled before the first call
         # without a key (~2 ms of it), and a database that has a key closes it from the start.
         await anonymous.is_open()
@@ -177,6 +178,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(windows.router)
     app.include_router(compare.router)
+    app.include_router(keys.router)
     serve_docs(app)
     # The dashboard: static files shipped in the package, no external assets.
     app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "ui", html=True), name="ui")

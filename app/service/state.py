@@ -8,6 +8,7 @@ from typing import TypedDict
 from sqlalchemy.engine import Engine
 
 from specdec_collector.service.auth import AnonymousAccess, EnvKey
+from specdec_collector.service.keys import KeyService
 from specdec_collector.windows.service import WindowService
 
 
@@ -39,13 +40,14 @@ class Health:
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """The database, the keys and the window calls' service, as the lifespan built them."""
+    """The database, the keys, the window and key calls' services, as the lifespan built them."""
 
     database: Engine
     env_keys: list[EnvKey]
     # Whether a request without a key is served as team `default` (`specdec serve` decides).
     anonymous: AnonymousAccess
     windows: WindowService
+    keys: KeyService
     health: Health = field(default_factory=Health)
 
 

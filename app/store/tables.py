@@ -4,9 +4,9 @@ Tables: `window` (one per benchmark window), `window_target` (one per target of 
 holding its final result once the window is closed), `endpoint_series` (the spec-decode series
 an endpoint has shown: family and labels, stored once for every window that reads it) and
 `snapshot` (one scrape of one target: the counter values per series, or the reason it
-failed). Keeping labels out of the snapshots keeps a one-instance sample under 1 KB. The
-schema is created only by the Alembic migrations in `migrations/`; a test checks that the
-two agree.
+failed); `api_key` and `key_event` (the keys, hashed, and every change to them). Keeping
+labels out of the snapshots keeps a one-instance sample under 1 KB. The schema is created
+only by the Alembic migrations in `migrations/`; a test checks that the two agree.
 """
 
 from datetime import UTC, datetime
@@ -16,7 +16,7 @@ from sqlalchemy import JSON, Column, DateTime, Index, MetaData, Text, UniqueCons
 from sqlmodel import AutoString, Field, SQLModel
 
 from specdec_collector.core.readings import FailureKind, SnapshotPhase
-from specdec_collector.schemas import Source, WindowState
+from specdec_collector.schemas import KeyAction, Source, WindowState
 
 # Alembic and the models name constraints alike (Polar's convention).
 SQLModel.metadata.naming_convention = {
@@ -149,6 +149,22 @@ class ApiKey(SQLModel, table=True):
     prefix: str = Field(max_length=16)
     created_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
     revoked_at: datetime | None = Field(default=None, sa_column=_utc_column(True))
+
+
+class KeyEvent(SQLModel, table=True):
+    """One change to the keys (created or revoked): when, by whom, which key; never the key.
+    Written in the transaction of the change itself, so no change goes unrecorded."""
+
+    __tablename__ = "key_event"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(False))
+    action: KeyAction = Field(sa_type=AutoString(16))
+    key_id: int = Field(index=True)
+    team: str = Field(max_length=64)
+    role: str = Field(max_length=16)
+    # Who made the change: an admin key's label (`env:N`, `key:ID`) or `cli:<user>`.
+    actor: str = Field(max_length=128)
 
 
 class Heartbeat(SQLModel, table=True):

@@ -148,6 +148,17 @@ def test_keys_cli_create_list_revoke(
         assert started.json()["started_by"] == "key:1"
         assert specdec("revoke", "1").returncode == 0
         assert specdec("revoke", "1").returncode == 1
+        # Both changes are in the audit trail, made from the command line (the second revoke
+        # changed nothing, so it left no event).
+        with create_engine(database_url).connect() as connection:
+            events = connection.execute(
+                text("SELECT action, key_id, team, role, actor FROM key_event ORDER BY id")
+            ).all()
+        assert [tuple(event[:4]) for event in events] == [
+            ("created", 1, "ml", "write"),
+            ("revoked", 1, "ml", "write"),
+        ]
+        assert all(event.actor.startswith("cli:") and len(event.actor) > 4 for event in events)
         assert api.get("/windows/x", headers=auth(key)).status_code == 401
         # The last key revoked: the service does not fall back to open mode.
         assert api.get("/windows/x").status_code == 401
