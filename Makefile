@@ -32,11 +32,12 @@ simulate: $(VENV)/.installed ## a vLLM-shaped /metrics on 127.0.0.1:9000 whose c
 
 demo: $(VENV)/.installed ## simulator + collector + a short load through `specdec run`, then the report
 	@set -e; dir=$$(mktemp -d); \
+	echo "== starting a simulated vLLM server on :9100 and the collector on :8100 (migrating $$dir/demo.db) =="; \
 	$(BIN)/specdec simulate --port 9100 --instances 2 --drafts-per-s 0 > $$dir/simulator.log 2>&1 & sim=$$!; \
 	SPECDEC_DATABASE_URL=sqlite:///$$dir/demo.db $(BIN)/specdec serve --port 8100 > $$dir/collector.log 2>&1 & col=$$!; \
 	trap 'kill $$sim $$col 2>/dev/null' EXIT; \
 	$(BIN)/specdec wait-ready http://127.0.0.1:8100/healthz http://127.0.0.1:9100/v1/models; \
-	echo "== a simulated vLLM server on :9100 (2 data-parallel instances), the collector on :8100 =="; \
+	echo "== both ready: a load of 400 requests through specdec run (2 data-parallel instances) =="; \
 	$(BIN)/specdec run --server http://127.0.0.1:8100 --target 127.0.0.1:9100 --id demo --sample-interval 0.5 \
 	  --output-dir $$dir -- $(BIN)/specdec load --url http://127.0.0.1:9100 --requests 400 --concurrency 16 --max-tokens 64; \
 	echo "== the JSON result and the logs are in $$dir =="

@@ -8,7 +8,7 @@ Around a benchmark run, three lines are enough:
     print(client.stop_and_report("run-42"))
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,11 +20,14 @@ from specdec_collector.schemas import (
     BoundedTargetResult,
     Comparison,
     Source,
+    WindowPage,
     WindowSummary,
     WindowView,
 )
 
 Target = str | Mapping[str, Any]
+# The largest page `GET /windows` answers.
+PAGE_LIMIT = 500
 Labels = Mapping[str, str] | None
 
 
@@ -160,7 +163,12 @@ class BaseClient:
 
     @staticmethod
     def listing(
-        limit: int, state: str | None, labels: Sequence[str] = (), target: str | None = None
+        limit: int,
+        state: str | None,
+        labels: Sequence[str] = (),
+        target: str | None = None,
+        started_after: datetime | None = None,
+        cursor: str | None = None,
     ) -> Call:
         params: dict[str, Any] = {"limit": limit}
         if state:
@@ -169,7 +177,15 @@ class BaseClient:
             params["label"] = list(labels)  # `key=value`, all must match
         if target:
             params["target"] = target
+        if started_after:
+            params["started_after"] = started_after.isoformat()
+        if cursor:
+            params["cursor"] = cursor
         return Call("GET", "/windows", params=params)
+
+    @staticmethod
+    def page_of(response: httpx.Response) -> WindowPage:
+        return WindowPage.model_validate(response.json())
 
     @staticmethod
     def force_closing(window_id: str) -> Call:
@@ -266,6 +282,23 @@ class CollectorClient(BaseClient):
         `target` (`host:port`) filter them."""
         return self.windows_of(self._send(self.listing(limit, state, labels, target)))
 
+    def every_window(
+        self,
+        state: str | None = None,
+        labels: Sequence[str] = (),
+        target: str | None = None,
+        started_after: datetime | None = None,
+    ) -> Iterator[WindowSummary]:
+        """Every window of the team that the filters keep, newest first, a page at a time."""
+        cursor: str | None = None
+        while True:
+            call = self.listing(PAGE_LIMIT, state, labels, target, started_after, cursor)
+            page = self.page_of(self._send(call))
+            yield from page.windows
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
     def force_close(self, window_id: str) -> WindowView:
         """Close an open window at once without a final scrape (admin keys only)."""
         return self.window_of(self._send(self.force_closing(window_id)))
@@ -347,6 +380,24 @@ class AsyncCollectorClient(BaseClient):
         """The team's windows, newest first; `labels` (`key=value`, all must match) and
         `target` (`host:port`) filter them."""
         return self.windows_of(await self._send(self.listing(limit, state, labels, target)))
+
+    async def every_window(
+        self,
+        state: str | None = None,
+        labels: Sequence[str] = (),
+        target: str | None = None,
+        started_after: datetime | None = None,
+    ) -> AsyncIterator[WindowSummary]:
+        """Every window of the team that the filters keep, newest first, a page at a time."""
+        cursor: str | None = None
+        while True:
+            call = self.listing(PAGE_LIMIT, state, labels, target, started_after, cursor)
+            page = self.page_of(await self._send(call))
+            for window in page.windows:
+                yield window
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     async def force_close(self, window_id: str) -> WindowView:
         """Close an open window at once without a final scrape (admin keys only)."""

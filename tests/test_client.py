@@ -79,3 +79,27 @@ def test_list_endpoint_is_newest_first_and_filters_state(api: httpx.Client) -> N
         "third"
     ]
     assert api.get("/windows", params={"limit": 0}).status_code == 422
+
+
+def test_every_window_pages_through_them_all(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`every_window` follows `next_cursor` until the last page, sync and async alike."""
+    monkeypatch.setattr("specdec_collector.client.PAGE_LIMIT", 2)
+    ids = [f"p-{index}" for index in range(5)]
+    with (
+        serve_metrics(body=drafts_payload(10)) as server,
+        CollectorClient(team.base_url, api_key=team.key) as client,
+    ):
+        for window_id in ids:
+            client.start(window_id, [server.target], labels={"odd": str(int(window_id[-1]) % 2)})
+        every = [window.id for window in client.every_window()]
+        odd = [window.id for window in client.every_window(labels=["odd=1"])]
+
+        async def listed() -> list[str]:
+            async with AsyncCollectorClient(team.base_url, api_key=team.key) as async_client:
+                return [window.id async for window in async_client.every_window()]
+
+        every_async = asyncio.run(listed())
+        for window_id in ids:
+            client.stop(window_id)
+    assert every == every_async == ids[::-1]
+    assert odd == ["p-3", "p-1"]

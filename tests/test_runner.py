@@ -1,5 +1,6 @@
 """`specdec run`: a benchmark wrapped in a window, as a user runs it, over real processes."""
 
+import csv
 import json
 import os
 import signal
@@ -264,6 +265,52 @@ def test_ls_filters_and_prints_json_and_an_admin_force_closes(team: Team) -> Non
         assert specdec("stop", "ls-c").returncode == 0
     window = httpx.get(f"{team.base_url}/windows/ls-b", headers=team.headers, timeout=30).json()
     assert window["state"] == "closed" and window["targets"][0]["result"]["status"] == "na"
+
+
+def test_export_writes_every_window_with_its_results_as_json_lines_and_csv(
+    team: Team, tmp_path: Path
+) -> None:
+    env = _env(team)
+
+    def specdec(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*specdec_command(), *args], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    with serve_metrics(body=drafts_payload(100)) as server:
+        assert specdec("start", "ex-1", "--target", server.target, "--label", "m=a").returncode == 0
+        server.replace(drafts_payload(300))
+        assert specdec("stop", "ex-1").returncode == 0
+        assert specdec("start", "ex-2", "--target", server.target).returncode == 0
+        lines = specdec("export")
+        assert lines.returncode == 0, lines.stderr
+        table = specdec("export", "--format", "csv", "--output", str(tmp_path / "all.csv"))
+        assert table.returncode == 0, table.stderr
+        closed = specdec("export", "--state", "closed", "--format", "csv", "--quiet")
+        later = specdec("export", "--since", "2999-01-01T00:00:00Z")
+        assert specdec("stop", "ex-2").returncode == 0
+    exported = [json.loads(line) for line in lines.stdout.splitlines()]
+    assert [window["id"] for window in exported] == ["ex-2", "ex-1"]
+    # Each line is the window as GET /windows/{id} answered it then.
+    with httpx.Client(base_url=team.base_url, headers=team.headers, timeout=30) as api:
+        assert exported[1] == api.get("/windows/ex-1").json()
+    assert "2 windows written to stdout" in lines.stderr
+    assert table.stdout == "" and f"written to {tmp_path / 'all.csv'}" in table.stderr
+    rows = list(csv.DictReader((tmp_path / "all.csv").open()))
+    assert [(row["window"], row["state"]) for row in rows] == [("ex-2", "open"), ("ex-1", "closed")]
+    assert rows[0]["status"] == "" and rows[0]["target"] == server.target  # no result yet
+    done = rows[1]
+    # drafts_payload(d): d drafts of 3 tokens, d/2, d/4, d/8 accepted at positions 0-2.
+    drafts, accepted = 300 - 100, (150 - 50) + (75 - 25) + (37 - 12)
+    assert int(done["num_drafts"]) == drafts and int(done["draft_tokens"]) == 3 * drafts
+    assert int(done["accepted_tokens"]) == accepted
+    assert float(done["acceptance_rate"]) == pytest.approx(100 * accepted / (3 * drafts), abs=0.01)
+    assert float(done["acceptance_length"]) == pytest.approx(1 + accepted / drafts, abs=0.01)
+    assert float(done["position_0"]) == pytest.approx((150 - 50) / drafts, abs=1e-4)  # a share
+    assert json.loads(done["labels"]) == {"m": "a"} and done["stopped_at"].endswith("Z")
+    assert closed.stderr == ""  # --quiet
+    assert [row["window"] for row in csv.DictReader(closed.stdout.splitlines())] == ["ex-1"]
+    assert later.returncode == 0 and later.stdout == ""
 
 
 @pytest.mark.parametrize(

@@ -202,6 +202,25 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--target", metavar="HOST:PORT", help="only windows on this target")
     ls.add_argument("--json", action="store_true", help="the windows as JSON")
     ls.set_defaults(handler=remote.ls)
+    export = client_command(
+        "export", "every window the filters keep, with its results, as JSON lines or CSV"
+    )
+    export.add_argument("--state", choices=["open", "closed"], help="only open or closed windows")
+    export.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE",
+        help="only windows with this label (repeatable: all must match)",
+    )  # fmt: skip
+    export.add_argument("--target", metavar="HOST:PORT", help="only windows on this target")
+    export.add_argument(
+        "--since", metavar="TIME", help="only windows started after TIME (RFC 3339)"
+    )
+    export.add_argument(
+        "--format", choices=["jsonl", "csv"], default="jsonl",
+        help="jsonl: a window per line, as GET /windows/ID; csv: a row per window and target",
+    )  # fmt: skip
+    export.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
+    export.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    export.set_defaults(handler=remote.export)
     force = client_command(
         "force-close", "admin keys: close an open window at once, without a final scrape"
     )
@@ -276,11 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="write each answer's own account of its drafts (vLLM's metrics.speculative_decoding, "
         "llama.cpp's timings, SGLang's meta_info, a gateway's usage) and their summary as JSON",
     )
+    load.add_argument("--quiet", action="store_true", help="no progress on stderr")
     load.set_defaults(handler=remote.load)
 
     wait = commands.add_parser("wait-ready", help="wait until every URL answers 2xx (for scripts)")
     wait.add_argument("urls", nargs="+", metavar="URL", help="URLs that must answer 2xx")
     wait.add_argument("--timeout", type=float, default=60.0, help="seconds to wait in all")
+    wait.add_argument("--quiet", action="store_true", help="no progress on stderr")
     wait.set_defaults(handler=remote.wait_ready)
 
     keys = commands.add_parser("keys", help="manage API keys stored (hashed) in the database")

@@ -3,6 +3,7 @@ to a server (`load`, `wait-ready`)."""
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import secrets
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
     from specdec_collector.cli.runner import Gates
     from specdec_collector.client import CollectorClient
+    from specdec_collector.core.results import TargetResult
 
 
 def _client(args: argparse.Namespace) -> "CollectorClient":
@@ -218,6 +220,42 @@ def ls(args: argparse.Namespace) -> int:
     return _client_call(args, call)
 
 
+def export(args: argparse.Namespace) -> int:
+    """Every window the filters keep, with its results: JSON lines (one window each, as
+    `GET /windows/{id}` answers it, written as read) or CSV (one row per window and target)."""
+    from specdec_collector.cli.progress import Progress
+    from specdec_collector.core.report import windows_results_csv
+
+    since = _moment(args.since, "--since")
+    progress = Progress("specdec export", quiet=args.quiet)
+
+    def call(client: "CollectorClient") -> int:
+        rows: list[tuple[tuple[object, ...], str, TargetResult | None]] = []
+        listed = client.every_window(args.state, args.label, args.target, since)
+        count = 0
+        with contextlib.ExitStack() as stack:
+            out = (
+                sys.stdout
+                if args.output is None
+                else stack.enter_context(open(args.output, "w", encoding="utf-8"))
+            )
+            for count, summary in enumerate(listed, start=1):
+                view = client.get(summary.id)
+                if args.format == "jsonl":
+                    out.write(view.model_dump_json() + "\n")
+                else:
+                    labels = json.dumps(view.labels, sort_keys=True) if view.labels else None
+                    context = (view.id, view.state, view.started_at, view.stopped_at, labels)
+                    rows.extend((context, t.target, t.result) for t in view.targets)
+                progress.show(f"{count} windows read, {progress.seconds():.0f} s")
+            if args.format == "csv":
+                out.write(windows_results_csv(rows))
+        progress.done(f"{count} windows written to {args.output or 'stdout'}")
+        return 0
+
+    return _client_call(args, call)
+
+
 def force_close(args: argparse.Namespace) -> int:
     def call(client: "CollectorClient") -> int:
         window = client.force_close(args.id)
@@ -309,8 +347,17 @@ def _run_past(args: argparse.Namespace, window_id: str, command: list[str]) -> i
 
 
 def load(args: argparse.Namespace) -> int:
+    from specdec_collector.cli.progress import Progress
     from specdec_collector.cli.runner import generate_load
     from specdec_collector.core.request_accounts import render, summarise
+
+    progress = Progress("specdec load", quiet=args.quiet)
+
+    def said(answered: int, failed: int, tokens: int) -> None:
+        progress.show(
+            f"{answered}/{args.requests} requests, {failed} failed, {tokens} tokens, "
+            f"{progress.seconds():.0f} s"
+        )
 
     summary = asyncio.run(
         generate_load(
@@ -323,8 +370,10 @@ def load(args: argparse.Namespace) -> int:
             model=args.model,
             temperature=args.temperature,
             prompt=args.prompt,
+            progress=said,
         )
     )
+    progress.done(f"{summary.requests} requests answered in {summary.seconds:.1f} s")
     uncounted = f" ({summary.uncounted} answers without usage)" if summary.uncounted else ""
     print(
         f"{summary.requests} requests ({summary.failed} failed), "
@@ -345,21 +394,29 @@ def load(args: argparse.Namespace) -> int:
 def wait_ready(args: argparse.Namespace) -> int:
     import httpx
 
+    from specdec_collector.cli.progress import Progress
+
     deadline = time.monotonic() + args.timeout
+    progress = Progress("specdec wait-ready", quiet=args.quiet)
     # One client for every try: each new one would build a TLS context (~40 ms of CPU).
     with httpx.Client(timeout=2) as http:
         for url in args.urls:
             while True:
                 try:
-                    if http.get(url).is_success:
+                    answer = http.get(url)
+                    if answer.is_success:
                         break
-                except httpx.HTTPError:
-                    pass
+                    why = f"HTTP {answer.status_code}"
+                except httpx.HTTPError as exc:
+                    why = type(exc).__name__
                 if time.monotonic() > deadline:
                     print(
-                        f"specdec wait-ready: {url} did not answer in {args.timeout:g} s",
+                        f"specdec wait-ready: {url} did not answer in {args.timeout:g} s "
+                        f"(last: {why})",
                         file=sys.stderr,
                     )
                     return Exit.UNREACHABLE
+                progress.show(f"waiting for {url} ({why}, {progress.seconds():.0f} s)")
                 time.sleep(0.1)
+        progress.done(f"ready after {progress.seconds():.1f} s")
     return 0

@@ -295,22 +295,24 @@ async def generate_load(
     model: str | None = None,
     temperature: float = 0.0,
     prompt: str = "question {index}",
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> LoadSummary:
     """Send `requests` OpenAI completion requests, `concurrency` at a time; each one's prompt
     is `prompt` with `{index}` replaced by the request's number.
 
     Tokens are the server's own count, `usage.completion_tokens`; streamed requests ask for it
     with `stream_options.include_usage`, and a streamed answer without it is counted as such
-    (`uncounted`), never guessed from its text.
+    (`uncounted`), never guessed from its text. `progress` is told after each request how many
+    have answered, how many of them failed, and the tokens so far.
     """
     path = "/v1/chat/completions" if chat else "/v1/completions"
     queue = iter(range(requests))
-    failed = tokens = uncounted = 0
+    failed = tokens = uncounted = answered = 0
     first_failure: str | None = None
     accounts: list[RequestAccount] = []
 
     async def worker(http: httpx.AsyncClient) -> None:
-        nonlocal failed, tokens, uncounted, first_failure
+        nonlocal failed, tokens, uncounted, first_failure, answered
         for index in queue:
             body: dict[str, Any] = {
                 "max_tokens": max_tokens, "stream": stream, "model": model,
@@ -338,6 +340,9 @@ async def generate_load(
                 accounts.append(answer.account)
             failed += not answer.ok
             first_failure = first_failure or answer.why
+            answered += 1
+            if progress is not None:
+                progress(answered, failed, tokens)
 
     began = time.monotonic()
     async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=120) as http:

@@ -283,27 +283,50 @@ def windows_csv(windows: Sequence[Any]) -> str:
 def results_csv(results: Iterable[tuple[str, TargetResult]]) -> str:
     """A window's results as CSV, one row per target: AISBench's figures, then what the
     collector adds beside them (95 % intervals, throughput, flags)."""
-    pairs = list(results)
+    return _results_table((), (((), target, result) for target, result in results))
+
+
+# The columns of a window that `windows_results_csv` puts before each of its targets' results.
+WINDOW_COLUMNS = ("window", "state", "started_at", "stopped_at", "labels")
+
+
+def windows_results_csv(
+    rows: Iterable[tuple[Sequence[object], str, TargetResult | None]],
+) -> str:
+    """Many windows' results as one CSV (`specdec export`), one row per window and target: the
+    window's `WINDOW_COLUMNS`, then `results_csv`'s columns (empty for a target without a
+    result: an open window's)."""
+    return _results_table(WINDOW_COLUMNS, rows)
+
+
+def _results_table(
+    context: Sequence[str], rows: Iterable[tuple[Sequence[object], str, TargetResult | None]]
+) -> str:
+    triples = list(rows)
     positions = sorted(
         {
             int(pos)
-            for _, result in pairs
-            for pos in (result.data.per_position_acceptance_rates or {} if result.data else {})
+            for _, _, result in triples
+            if result is not None and result.data is not None
+            for pos in result.data.per_position_acceptance_rates or {}
         }
     )
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(
-        [
-            "target", "status", "error", "engine", "exact", "restarts", "num_drafts",
+    header = [
+            *context, "target", "status", "error", "engine", "exact", "restarts", "num_drafts",
             "draft_tokens", "accepted_tokens", "acceptance_rate", "acceptance_rate_low",
             "acceptance_rate_high", "acceptance_length", "acceptance_length_low",
             "acceptance_length_high", *(f"position_{p}" for p in positions), "seconds",
             "generated_tokens", "generated_tokens_per_second", "inter_token_latency_ms",
             "generated_tokens_per_step", "accepted_token_share", "flags",
-        ]
-    )  # fmt: skip
-    for target, result in pairs:
+    ]  # fmt: skip
+    writer.writerow(header)
+    for values, target, result in triples:
+        if result is None:
+            known = [*(csv_cell(value) for value in values), csv_cell(target)]
+            writer.writerow([*known, *[""] * (len(header) - len(known))])
+            continue
         data, confidence, throughput = result.data, result.confidence, result.throughput
         rates = (data.per_position_acceptance_rates or {}) if data else {}
         rate = confidence.acceptance_rate if confidence else None
@@ -311,7 +334,7 @@ def results_csv(results: Iterable[tuple[str, TargetResult]]) -> str:
         writer.writerow(
             csv_cell(value)
             for value in (
-                target, result.status, result.error, result.engine, result.exact,
+                *values, target, result.status, result.error, result.engine, result.exact,
                 result.restarts, *(
                     (None,) * 3 if data is None
                     else (data.num_drafts, data.draft_tokens, data.accepted_tokens)
