@@ -10,19 +10,29 @@ export SPECDEC_DATABASE_URL ?= sqlite:///./data/specdec.db
 # Test processes: the suite mostly waits on its collectors, one per core keeps both busy.
 TEST_WORKERS ?= 2
 
-.PHONY: run test test-engines engines lint format bench simulate demo postgres clean
+.PHONY: run test test-engines engines lint format bench simulate demo postgres clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+# The service's dependencies at the versions of docker/requirements.lock (what the image installs);
+# the tools of [dev] at the newest that fit.
+$(VENV)/.installed: pyproject.toml docker/requirements.lock | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c docker/requirements.lock -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+$(VENV)/.installed-dev: pyproject.toml docker/requirements.lock | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c docker/requirements.lock -e ".[dev]"
 	touch $(VENV)/.installed $@
+
+lock: | $(BIN)/python ## pin the service's dependencies anew into docker/requirements.lock (newest that fit)
+	@mkdir -p build
+	$(BIN)/python -m pip install --quiet --dry-run --ignore-installed --report build/resolved.json .
+	@( echo "# The service's dependencies, pinned: \`make lock\` writes this file (do not edit)."; \
+	  $(BIN)/python -c "import json; r = json.load(open('build/resolved.json')); \
+	  pins = sorted((m['name'].lower().replace('_', '-'), m['version']) for m in (i['metadata'] for i in r['install'])); \
+	  print('\n'.join(f'{n}=={v}' for n, v in pins if n != 'specdec-collector'))" ) > docker/requirements.lock
 
 run: $(VENV)/.installed ## serve on $(HOST):$(PORT), SQLite under ./data (migrations first)
 	$(BIN)/specdec serve --host $(HOST) --port $(PORT)

@@ -1,11 +1,15 @@
 """The compose stack, checked without a Docker engine: files it names exist, commands parse."""
 
 import os
+import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from specdec_collector.cli import build_parser
 from specdec_collector.config import cores_allowed
@@ -89,12 +93,13 @@ def test_what_the_dockerfile_copies_is_enough_to_build_the_package(tmp_path: Pat
             *sources, _ = line.split()[1:]
             for source in sources:
                 origin = ROOT / source
+                # `COPY a/b ./` puts b in the work dir, as Docker does.
                 if origin.is_dir():
                     shutil.copytree(
-                        origin, context / source, ignore=shutil.ignore_patterns("__pycache__")
+                        origin, context / origin.name, ignore=shutil.ignore_patterns("__pycache__")
                     )
                 else:
-                    shutil.copy(origin, context / source)
+                    shutil.copy(origin, context / origin.name)
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
          "--wheel-dir", str(tmp_path / "wheel"), str(context)],
@@ -113,24 +118,65 @@ def test_the_build_context_leaves_out_what_the_image_does_not_need() -> None:
         if line.strip() and not line.startswith("#")
     }
     assert {".venv", ".engines", ".git", "data", "tests"} <= ignored
+    assert "docker" not in ignored  # the lock file is in it
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     copied = {
         source for line in dockerfile.splitlines() if line.startswith("COPY ")
         for source in line.split()[1:-1]
     }  # fmt: skip
-    assert copied == {"pyproject.toml", "README.md", "LICENSE", "app", "migrations"}
+    assert copied == {
+        "docker/requirements.lock", "pyproject.toml", "README.md", "LICENSE", "app", "migrations"
+    }  # fmt: skip
     assert not copied & ignored
 
 
 def test_the_dependencies_are_a_layer_of_their_own() -> None:
-    """The image installs the dependencies from pyproject.toml alone, before the code is
-    copied: a change to the code reuses that layer."""
+    """The image installs the dependencies from the lock file alone, before anything else is
+    copied: a change to the code (or to pyproject.toml) reuses that layer."""
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     lines = dockerfile.splitlines()
-    first_code = next(i for i, line in enumerate(lines) if line.startswith("COPY app"))
+    copies = [i for i, line in enumerate(lines) if line.startswith("COPY ")]
     deps = next(i for i, line in enumerate(lines) if "pip install -r" in line)
-    assert deps < first_code and lines[deps - 2] == "COPY pyproject.toml ./"
+    assert lines[copies[0]] == "COPY docker/requirements.lock ./"
+    assert lines[deps] == "RUN pip install -r requirements.lock"
+    assert copies[0] < deps < copies[1]
     assert "pip install --no-deps ." in dockerfile
+
+
+def _pins() -> dict[str, str]:
+    lines = (ROOT / "docker" / "requirements.lock").read_text().splitlines()
+    pins = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    assert all(name == canonicalize_name(name) for name in pins), "names as make lock writes them"
+    return pins
+
+
+def test_the_lock_pins_every_dependency_within_what_pyproject_allows() -> None:
+    """Every dependency of pyproject.toml (and each one's own, as installed) is pinned, each
+    to one version that its specifier allows: what `make lock` wrote is still true."""
+    pins = _pins()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(text) for text in project["dependencies"]]
+    for requirement in wanted:
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not in docker/requirements.lock: run make lock"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name])
+    # The closure: every installed dependency of a pinned package is pinned too.
+    for name in pins:
+        for text in metadata.requires(name) or []:
+            needed = Requirement(text)
+            if needed.marker is None or needed.marker.evaluate({"extra": ""}):
+                assert canonicalize_name(needed.name) in pins, (name, needed.name)
+
+
+def test_the_suite_runs_the_locked_versions() -> None:
+    """`make` installs the service's dependencies under the lock (`-c`): the versions the
+    tests run with are the image's."""
+    differ = {
+        name: (pinned, metadata.version(name))
+        for name, pinned in _pins().items()
+        if metadata.version(name) != pinned
+    }
+    assert differ == {}, f"installed versions differ from docker/requirements.lock: {differ}"
 
 
 @pytest.mark.parametrize(
