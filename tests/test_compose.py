@@ -157,9 +157,10 @@ def test_the_lock_pins_every_dependency_within_what_pyproject_allows() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = [Requirement(text) for text in project["dependencies"]]
     for requirement in wanted:
-        name = canonicalize_name(requirement.name)
-        assert name in pins, f"{name} is not in docker/requirements.lock: run make lock"
-        assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name])
+        wanted_name = canonicalize_name(requirement.name)
+        assert wanted_name in pins, f"{wanted_name} is not in docker/requirements.lock: make lock"
+        pinned = pins[wanted_name]
+        assert requirement.specifier.contains(pinned, prereleases=True), (wanted_name, pinned)
     # The closure: every installed dependency of a pinned package is pinned too.
     for name in pins:
         for text in metadata.requires(name) or []:
