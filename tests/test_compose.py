@@ -229,3 +229,17 @@ def test_every_option_says_what_it_is_and_no_help_shows_a_key() -> None:
     assert all(key not in text for text in texts)
     (ls_help,) = [t for p, t in zip(every, texts, strict=True) if p.prog == "specdec ls"]
     assert "(default: 50)" in ls_help
+
+
+def test_the_compose_file_is_valid_against_the_compose_spec() -> None:
+    """The compose specification's own schema (vendored in check-jsonschema): a misspelt key
+    or a wrong type, which `docker compose` would refuse, fails here without a Docker engine."""
+    import subprocess
+    import sys
+
+    checked = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec",
+         str(ROOT / "docker-compose.yml")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
