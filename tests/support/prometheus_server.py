@@ -1,5 +1,6 @@
 """A real Prometheus server for the tests (Debian's `prometheus`), scraping what a test names."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -7,6 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,21 +34,25 @@ def prometheus_binary() -> str:
 def run_prometheus(targets: list[str], interval_s: float = 1.0) -> Iterator[str]:
     """Prometheus on a free loopback port scraping `targets` (`host:port`, at `/metrics`) every
     `interval_s`; yields its base URL once ready, and stops it (its data is thrown away)."""
+    config = {
+        "global": {"scrape_interval": f"{interval_s:g}s", "scrape_timeout": f"{interval_s:g}s"},
+        "scrape_configs": [{"job_name": "vllm", "static_configs": [{"targets": targets}]}],
+    }
+    with run_prometheus_config(config) as base_url:
+        yield base_url
+
+
+@contextmanager
+def run_prometheus_config(config: dict[str, Any]) -> Iterator[str]:
+    """Prometheus on a free loopback port with this configuration (as its YAML would load);
+    yields its base URL once ready, and stops it (its data is thrown away)."""
     binary = prometheus_binary()
     with tempfile.TemporaryDirectory(prefix="specdec-prometheus-") as folder:
-        config = Path(folder) / "prometheus.yml"
-        listed = ", ".join(f'"{target}"' for target in targets)
-        config.write_text(
-            "global:\n"
-            f"  scrape_interval: {interval_s:g}s\n"
-            f"  scrape_timeout: {interval_s:g}s\n"
-            "scrape_configs:\n"
-            "  - job_name: vllm\n"
-            f"    static_configs:\n      - targets: [{listed}]\n"
-        )
+        path = Path(folder) / "prometheus.yml"
+        path.write_text(json.dumps(config))  # YAML is a superset of JSON
         port = free_port()
         process = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={folder}/data",
+            [binary, f"--config.file={path}", f"--storage.tsdb.path={folder}/data",
              f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
