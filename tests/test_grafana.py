@@ -128,7 +128,9 @@ def stack(tmp_path: Path) -> Iterator[tuple[Prometheus, list[str], str, dict[str
                 api.post("/windows/open/stop")
 
 
-def _samples(prometheus: Prometheus, selector: str, at: float) -> dict[tuple[str, ...], float]:
+def _samples(
+    prometheus: Prometheus, selector: str, at: float
+) -> dict[tuple[tuple[str, str], ...], float]:
     """The increase of each series over RANGE before `at`, from its raw samples: last - first."""
     found = {}
     for series in prometheus.query(f"{selector}[{RANGE}]", at):
