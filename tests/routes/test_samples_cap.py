@@ -1,6 +1,9 @@
 """`/samples` of a long window is capped: both ends, every restart and evenly spaced others,
 and the counts of the last row are still the window's."""
 
+import gzip
+import json
+import time
 from datetime import timedelta
 
 import httpx
@@ -63,3 +66,45 @@ def test_a_long_timeline_keeps_its_ends_and_restarts_within_max_points(database_
         points[-1]["num_drafts"] == result["data"]["num_drafts"] == full["points"][-1]["num_drafts"]
     )
     assert full["thinned"] is False and len(full["points"]) == SAMPLES + 2
+
+
+def test_a_live_view_gets_only_the_newer_samples_compressed(database_url: str) -> None:
+    """`after` answers the points taken after it, each with the figures of the interval before
+    it (as in the whole series); a large answer comes gzip-compressed when asked for."""
+    with (
+        serve_metrics(body=drafts_payload(10)) as server,
+        serve_collector(database_url) as collector,
+    ):
+        api = httpx.Client(base_url=collector, timeout=60)
+        body = {"targets": [server.target], "sample_interval_s": 0.5}
+        assert api.post("/windows/live/start", json=body).is_success
+        for drafts in range(20, 200, 20):
+            server.replace(drafts_payload(drafts))
+            time.sleep(0.6)
+        (whole,) = api.get("/windows/live/samples").json()["series"]
+        points = whole["points"]
+        assert len(points) >= 6
+        cut = points[3]["taken_at"]
+        newer = api.get("/windows/live/samples", params={"after": cut})
+        assert newer.headers.get("content-encoding") in (None, "gzip")
+        (tail,) = newer.json()["series"]
+        assert tail["points"] == points[4 : 4 + len(tail["points"])]
+        assert len(tail["points"]) >= len(points) - 4
+        # Compressed on request: smaller on the wire, the same JSON.
+        sent = api.send(api.build_request("GET", "/windows/live/samples",
+                                          headers={"Accept-Encoding": "gzip"}), stream=True)  # fmt: skip
+        wire = b"".join(sent.iter_raw())
+        sent.close()
+        assert (
+            sent.headers["content-encoding"] == "gzip" and sent.headers["vary"] == "Accept-Encoding"
+        )
+        unpacked = json.loads(gzip.decompress(wire))
+        assert unpacked["series"][0]["points"][: len(points)] == points
+        assert len(wire) * 3 < len(gzip.decompress(wire))
+        plain = api.get("/windows/live/samples", headers={"Accept-Encoding": "identity"})
+        assert "content-encoding" not in plain.headers
+        bad = api.get("/windows/live/samples", params={"after": "yesterday"})
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "after"]
+        naive = api.get("/windows/live/samples", params={"after": "2026-01-01T00:00:00"})
+        assert naive.status_code == 422
+        api.post("/windows/live/stop")

@@ -1,6 +1,7 @@
 """Benchmark windows: start, stop, read, results, samples and the console report."""
 
-from datetime import datetime
+import gzip
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
@@ -269,14 +270,26 @@ async def get_samples(
     max_points: Annotated[
         int, Query(ge=2, le=100_000, description="snapshots per target at most (about)")
     ] = 2000,
+    after: Annotated[
+        AwareDatetime | None,
+        Query(description="only snapshots taken after this time (a live view's last one)"),
+    ] = None,
 ) -> Response:
     """Every snapshot of the window's targets over time (live while the window is open); past
-    `max_points` of a target, both ends, every restart and evenly spaced others (`thinned`)."""
+    `max_points` of a target, both ends, every restart and evenly spaced others (`thinned`).
+    With `after`, only the newer ones: each keeps the figures of the interval before it, so a
+    live view appends them to what it has. Gzip-compressed when the client accepts it."""
     key = None if target is None else _target_name(target, "query")
     series = await windows.timelines(scope, window_id, key, max_points)
+    if after is not None:
+        series = [
+            (name, [row for row in rows if _utc(row["taken_at"]) > after], thinned)
+            for name, rows, thinned in series
+        ]
     if _wants_csv(request, format):
         rows_only = [(name, rows) for name, rows, _ in series]
-        return Response(timeline_csv(rows_only), media_type="text/csv; charset=utf-8")
+        text = timeline_csv(rows_only).encode()
+        return _maybe_compressed(request, text, "text/csv; charset=utf-8")
     body = WindowSamples.model_validate(
         {
             "id": window_id,
@@ -286,4 +299,23 @@ async def get_samples(
             ],
         }
     )
-    return Response(body.model_dump_json(), media_type="application/json")
+    return _maybe_compressed(request, body.model_dump_json().encode(), "application/json")
+
+
+# Below this, gzip saves less than its header and CPU cost.
+_COMPRESS_FROM_BYTES = 2048
+
+
+def _maybe_compressed(request: Request, body: bytes, media_type: str) -> Response:
+    """`body`, gzip-compressed when the client accepts it and it is large enough: a window's
+    samples are a few hundred bytes a point, and compress about tenfold."""
+    accepted = request.headers.get("accept-encoding", "")
+    headers = {"Vary": "Accept-Encoding"}
+    if len(body) >= _COMPRESS_FROM_BYTES and "gzip" in accepted.lower():
+        headers["Content-Encoding"] = "gzip"
+        body = gzip.compress(body, compresslevel=5)
+    return Response(body, media_type=media_type, headers=headers)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
