@@ -1,5 +1,6 @@
 """The built-in dashboard in a real browser: Playwright driving Chromium, headless."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -125,16 +126,16 @@ def test_dashboard_pages_draw_real_data(
     ]
     heights = [float(bars.nth(i).get_attribute("height") or "0") for i in range(3)]
     assert heights[0] > heights[1] > heights[2] > 0
-    assert int(card.locator("svg.timeline").get_attribute("data-points") or "0") >= 1
+    assert int(card.locator(".timeline").get_attribute("data-points") or "0") >= 1
     assert page.evaluate("sessionStorage.getItem('specdec-api-key')") == team.key
     page.screenshot(path=str(tmp_path / "window.png"), full_page=True)
 
     _open(page, team.base_url, "#/window/live-run")
-    before = int(page.locator("svg.timeline").get_attribute("data-points") or "0")
+    before = int(page.locator(".timeline").get_attribute("data-points") or "0")
     server.replace(payload(2000, [1500, 1000, 500]))
     deadline = time.monotonic() + 20
     while (
-        int(page.locator("svg.timeline").get_attribute("data-points") or "0") <= before
+        int(page.locator(".timeline").get_attribute("data-points") or "0") <= before
     ):  # live refresh
         assert time.monotonic() < deadline, "the open window's chart did not grow"
         page.wait_for_timeout(200)
@@ -272,3 +273,195 @@ def test_the_api_docs_work_offline_and_slash_leads_to_the_dashboard(
     page.goto(f"{team.base_url}/")
     page.wait_for_selector("#key-dialog[open]")  # the dashboard, asking for the team's key
     assert page.url == f"{team.base_url}/ui/"
+
+
+def _shots(tmp_path: Path) -> Path:
+    """Where screenshots go: SPECDEC_SCREENSHOTS (the docs' images are made so), else tmp."""
+    folder = Path(os.environ.get("SPECDEC_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _sign_in(page: Page, base_url: str, key: str) -> None:
+    page.goto(f"{base_url}/ui/")
+    page.fill("#key-input", key)
+    page.click("#key-form button")
+    page.wait_for_function("document.body.dataset.ready === '#/'")
+
+
+def _chart(page: Page, target: str, expression: str) -> object:
+    return page.evaluate(
+        f"(() => {{ const c = window.specdecCharts.get({target!r}); return {expression}; }})()"
+    )
+
+
+@pytest.mark.slow
+def test_what_a_person_sees_axes_legends_details_downloads_and_live_refresh(
+    browser: Browser, filled: tuple[Team, MetricsServer], tmp_path: Path
+) -> None:
+    team, server = filled
+    shots = _shots(tmp_path)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    # A wrong key is said to be refused, then the right one is taken.
+    page.goto(f"{team.base_url}/ui/")
+    page.fill("#key-input", "not-a-key-of-anyone-0123456789")
+    page.click("#key-form button")
+    page.wait_for_selector("#key-refused:not([hidden])")
+    assert page.locator("#key-refused").inner_text() == (
+        "That key was refused: unknown or revoked API key"
+    )
+    page.fill("#key-input", team.key)
+    page.click("#key-form button")
+    page.wait_for_function("document.body.dataset.ready === '#/'")
+    # "open" is a state, not an error: not in the error colour.
+    live_row = page.locator("#windows tr[data-id=live-run]")
+    assert live_row.locator(".state").inner_text() == "open"
+    assert live_row.locator(".na").count() == 0 and live_row.locator(".open").count() >= 1
+    assert "method=eagle" in live_row.locator(".chip").all_inner_texts()
+    page.screenshot(path=str(shots / "windows.png"), full_page=True)
+    # Comparing one window says what is missing.
+    page.check("input[value=eagle-run]")
+    page.click("#compare")
+    assert "at least two" in page.locator("#compare-hint").inner_text()
+    # A filter that keeps nothing says so.
+    _open(page, team.base_url, "#/?label=method%3Dnone")
+    assert page.locator("#empty").inner_text() == "No window matches these filters."
+
+    with team.client() as api:
+        eagle = api.get("/windows/eagle-run").json()
+    result = eagle["targets"][0]["result"]
+    _open(page, team.base_url, "#/window/eagle-run")
+    target = server.target
+    card = page.locator(".card").first
+    # The time chart: a time axis in the viewer's zone, both y axes named, ticks drawn, and a
+    # legend of both figures whose time is UTC on hover.
+    assert _chart(page, target, "c.plot.scales.x.time") is True
+    labels = _chart(page, target, "c.plot.axes.map((a) => a.label)")
+    assert labels == [
+        f"time ({page.evaluate('Intl.DateTimeFormat().resolvedOptions().timeZone')})",
+        "acceptance rate (%)",
+        "length (tokens/step)",
+    ]
+    ticks = _chart(page, target, "c.plot.axes.map((a) => a._values || [])")
+    assert isinstance(ticks, list) and all(len(values) >= 2 for values in ticks), ticks
+    legend = card.locator(".timeline .u-legend .u-series .u-label").all_inner_texts()
+    assert legend == ["UTC", "Acceptance rate", "Acceptance length"]
+    points = [p for p in api_points(team, "eagle-run") if p["acceptance_rate"] is not None]
+    assert int(card.locator(".timeline").get_attribute("data-points") or "0") == len(points)
+    drawn = _chart(page, target, "c.plot.data[1]")
+    assert drawn == [p["acceptance_rate"] for p in points]
+    plot = card.locator(".timeline .u-over")
+    plot.hover(position={"x": 5, "y": 20})
+    page.wait_for_timeout(200)
+    shown = card.locator(".timeline .u-legend .u-series").first.locator(".u-value").inner_text()
+    assert shown.endswith(" UTC") and shown.startswith(points[0]["taken_at"][:10])
+    # The window's details: labels, samples, restarts, the times with their zone.
+    assert page.locator("dd.labels .chip").all_inner_texts() == ["method=eagle"]
+    assert card.locator("dd.samples").inner_text() == (
+        f"{result['samples']['taken']} taken, {result['samples']['failed']} failed"
+    )
+    assert card.locator("dd.restarts").inner_text() == "0"
+    started = page.locator("dl.window time").first
+    assert started.get_attribute("datetime") == eagle["started_at"]
+    assert (started.get_attribute("title") or "").endswith(" UTC")
+    # Per-position bars on a labelled axis with a legend.
+    axis_labels = card.locator("svg.positions text.axis-label")
+    assert axis_labels.evaluate_all("nodes => nodes.map((n) => n.textContent)") == [
+        "accepted (%)", "draft position"
+    ]  # fmt: skip
+    assert card.locator("figure.positions ul.legend li").all_inner_texts() == ["eagle-run"]
+    with page.expect_download() as downloading:
+        page.click("button[data-download=json]")
+    saved = tmp_path / "eagle.json"
+    downloading.value.save_as(saved)
+    assert json.loads(saved.read_text()) == eagle
+    page.screenshot(path=str(shots / "window.png"), full_page=True)
+
+    # A live window: only newer samples are fetched, appended without rebuilding the page.
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/samples" in r.url else None)
+    _open(page, team.base_url, "#/window/live-run")
+    page.evaluate("document.querySelector('.card').dataset.kept = 'yes'")
+    before = int(page.locator(".timeline").get_attribute("data-points") or "0")
+    server.replace(payload(2000, [1500, 1000, 500]))
+    deadline = time.monotonic() + 20
+    while int(page.locator(".timeline").get_attribute("data-points") or "0") <= before:
+        assert time.monotonic() < deadline, "the open window's chart did not grow"
+        page.wait_for_timeout(200)
+    assert page.locator(".card").first.get_attribute("data-kept") == "yes"  # not rebuilt
+    later = [url for url in asked[1:] if "after=" in url]
+    assert asked and "after=" not in asked[0] and later, asked
+    # Stopped: the page shows the results once, and stops asking.
+    with team.client() as api:
+        api.post("/windows/live-run/stop")
+    page.wait_for_selector(".card dd.rate", timeout=20_000)
+
+    # Three windows, the baseline picked: each window in its own colour, named in a legend.
+    _open(page, team.base_url, "#/?state=closed")
+    for window_id in ("eagle-run", "ngram-run", "live-run"):
+        page.check(f"input[type=checkbox][value={window_id}]")
+    page.check("input[type=radio][value=eagle-run]")
+    page.click("#compare")
+    page.wait_for_function(
+        "document.body.dataset.ready === '#/compare/eagle-run,live-run,ngram-run'"
+    )
+    figure = page.locator(".card figure.positions").first
+    fills = {
+        bar.get_attribute("data-series"): bar.get_attribute("fill")
+        for bar in figure.locator("rect.bar").all()
+    }
+    assert set(fills) == {"eagle-run", "live-run", "ngram-run"}
+    assert len(set(fills.values())) == 3
+    assert figure.locator("ul.legend li").all_inner_texts() == [
+        "eagle-run",
+        "live-run",
+        "ngram-run",
+    ]
+    assert "(baseline)" in page.locator(".card tr[data-window=eagle-run]").inner_text()
+    page.screenshot(path=str(shots / "compare.png"), full_page=True)
+    page.select_option("#baseline", "ngram-run")
+    page.wait_for_function(
+        "document.body.dataset.ready === '#/compare/ngram-run,eagle-run,live-run'"
+    )
+
+
+def api_points(team: Team, window_id: str) -> list[dict[str, object]]:
+    with team.client() as api:
+        (series,) = api.get(f"/windows/{window_id}/samples").json()["series"]
+    points: list[dict[str, object]] = series["points"]
+    return points
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_phone_in_either_colour_scheme_needs_no_sideways_scroll(
+    browser: Browser, filled: tuple[Team, MetricsServer], tmp_path: Path, scheme: str
+) -> None:
+    team, server = filled
+    with team.client() as api:
+        api.post("/windows/live-run/stop")
+        api.post("/windows/unsampled/start", json={"targets": [server.target]})
+        api.post("/windows/unsampled/stop")
+    page = browser.new_page(viewport={"width": 390, "height": 844}, color_scheme=scheme)  # type: ignore[arg-type]
+    _sign_in(page, team.base_url, team.key)
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    channels = [int(n) for n in background.removeprefix("rgb(").rstrip(")").split(",")]
+    assert (sum(channels) / 3 < 60) == (scheme == "dark"), background
+    for route in (
+        "#/",
+        "#/window/eagle-run",
+        "#/window/unsampled",
+        "#/compare/ngram-run,eagle-run",
+    ):
+        _open(page, team.base_url, route)
+        wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert wide <= 0, (route, wide)
+        if route == "#/window/eagle-run":
+            # The charts take the scheme's colours as they draw.
+            muted = page.evaluate(
+                "getComputedStyle(document.documentElement).getPropertyValue('--muted').trim()"
+            )
+            assert _chart(page, server.target, "c.plot.axes[0].stroke(c.plot, 0)") == muted
+            page.screenshot(path=str(_shots(tmp_path) / f"phone-{scheme}.png"), full_page=True)
+        if route == "#/window/unsampled":
+            assert page.locator(".timeline p.empty").inner_text().startswith("Not sampled:")
