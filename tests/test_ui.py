@@ -354,7 +354,7 @@ def test_what_a_person_sees_axes_legends_details_downloads_and_live_refresh(
     plot.hover(position={"x": 5, "y": 20})
     page.wait_for_timeout(200)
     shown = card.locator(".timeline .u-legend .u-series").first.locator(".u-value").inner_text()
-    assert shown.endswith(" UTC") and shown.startswith(points[0]["taken_at"][:10])
+    assert shown.endswith(" UTC") and shown.startswith(str(points[0]["taken_at"])[:10])
     # The window's details: labels, samples, restarts, the times with their zone.
     assert page.locator("dd.labels .chip").all_inner_texts() == ["method=eagle"]
     assert card.locator("dd.samples").inner_text() == (

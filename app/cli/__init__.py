@@ -314,14 +314,17 @@ def build_parser() -> argparse.ArgumentParser:
         "only, every team's results: for Prometheus)",
     )  # fmt: skip
     create.add_argument(
+        "--json", action="store_true", help="the new key (and its id, team, role) as JSON"
+    )
+    create.add_argument(
         "--init", action="store_true",
         help="make SPECDEC_DATABASE_URL the collector's database if it is not yet (a first key "
         "before the first serve)",
     )  # fmt: skip
     create.set_defaults(handler=service.keys_create)
-    key_commands.add_parser("list", help="list keys (never the keys themselves)").set_defaults(
-        handler=service.keys_list
-    )
+    listing = key_commands.add_parser("list", help="list keys (never the keys themselves)")
+    listing.add_argument("--json", action="store_true", help="the keys as JSON")
+    listing.set_defaults(handler=service.keys_list)
     revoke = key_commands.add_parser("revoke", help="revoke a key by its id")
     revoke.add_argument("id", type=int, help="the key's id (`specdec keys list`)")
     revoke.set_defaults(handler=service.keys_revoke)

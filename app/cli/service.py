@@ -1,6 +1,7 @@
 """Service-side commands: `serve` the collector, `simulate` a vLLM server, manage `keys`."""
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -14,6 +15,8 @@ from specdec_collector.service.connections import GuardedHttpToolsProtocol, rais
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
+
+    from specdec_collector.store.tables import ApiKey
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -187,9 +190,23 @@ def keys_create(args: argparse.Namespace) -> int:
         return 1
     row, key = create_key(database, args.team, args.role, _cli_actor())
     database.dispose()
+    if args.json:
+        print(json.dumps({**_key_json(row), "key": key}))
+        return 0
     print(f"key {row.id} for team {row.team}, role {row.role}. It is shown only this once:")
     print(key)
     return 0
+
+
+def _key_json(row: "ApiKey") -> dict[str, object]:
+    """A stored key as `GET /keys` answers it (never the key, nor its hash)."""
+    from specdec_collector.store.tables import as_utc
+
+    revoked = None if row.revoked_at is None else as_utc(row.revoked_at).isoformat()
+    return {
+        "id": row.id, "team": row.team, "role": row.role, "prefix": row.prefix,
+        "created_at": as_utc(row.created_at).isoformat(), "revoked_at": revoked,
+    }  # fmt: skip
 
 
 def keys_list(args: argparse.Namespace) -> int:
@@ -200,6 +217,9 @@ def keys_list(args: argparse.Namespace) -> int:
         return 1
     rows = list_keys(database)
     database.dispose()
+    if args.json:
+        print(json.dumps([_key_json(row) for row in rows], indent=2))
+        return 0
     print(f"{'id':>5}  {'team':<24} {'role':<6} {'prefix':<9} {'created':<20} revoked")
     for row in rows:
         revoked = row.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if row.revoked_at else "-"

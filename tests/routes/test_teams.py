@@ -1,5 +1,6 @@
 """A shared deployment end to end: keys, roles, team isolation, open mode, the key CLI."""
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -140,6 +141,10 @@ def test_keys_cli_create_list_revoke(
         assert key.startswith("sdk_")
         listed = specdec("list")
         assert key not in listed.stdout and key[:8] in listed.stdout and "ml" in listed.stdout
+        (as_json,) = json.loads(specdec("list", "--json").stdout)
+        assert as_json["id"] == 1 and as_json["team"] == "ml" and as_json["role"] == "write"
+        assert as_json["prefix"] == key[:8] and as_json["revoked_at"] is None
+        assert key not in json.dumps(as_json)
         # The running service sees the new key at once: auth is now required.
         assert api.get("/windows/x").status_code == 401
         started = api.post("/windows/x/start", json={"targets": [server.target]}, headers=auth(key))
@@ -186,6 +191,13 @@ def test_keys_cli_create_list_revoke(
     )  # fmt: skip
     assert first.returncode == 0 and first.stdout.strip().splitlines()[-1].startswith("sdk_")
     assert (elsewhere / "data" / "specdec.db").is_file()
+    scripted = subprocess.run(
+        [*specdec_command(), "keys", "create", "--team", "ci", "--role", "metrics", "--json"],
+        env=stray, cwd=elsewhere, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    made = json.loads(scripted.stdout)
+    assert (made["id"], made["team"], made["role"]) == (2, "ci", "metrics")
+    assert made["key"].startswith(made["prefix"]) and made["key"].startswith("sdk_")
     engine = create_engine(database_url)
     with engine.connect() as connection:
         stored = connection.execute(text("SELECT * FROM api_key")).all()
