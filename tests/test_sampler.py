@@ -1,6 +1,7 @@
 """The background sampler, with the real scheduler at sub-second intervals over real sockets."""
 
 import csv
+import fcntl
 import io
 import threading
 import time
@@ -247,7 +248,7 @@ async def test_sampler_schedules_the_daily_retention_job(database_url: str) -> N
         sampler = Sampler(database, client, ScrapeConfig(1.0, 1 << 20), retention_days=7)
         await sampler.start()
         job = sampler.scheduler.get_job("purge-samples")
-        sampler.shutdown()
+        await sampler.stop()
     assert job is not None
     assert job.trigger.interval == timedelta(days=1)
     database.dispose()
@@ -278,3 +279,37 @@ def test_an_idle_lease_scan_never_waits_for_the_writers_turn(tmp_path: Path) -> 
         assert scanned.wait(timeout=10)
     thread.join()
     database.dispose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("held_s", "ending"), [(0.5, "finished"), (3.0, "cancelled")])
+def test_a_sampling_run_in_flight_at_shutdown_ends_without_a_traceback(
+    tmp_path: Path, held_s: float, ending: str
+) -> None:
+    """At shutdown, asyncio cancels the jobs still running, and APScheduler logged the
+    cancellation of each as an error with its traceback (a lease scan caught so in CI). A run
+    has the scrape timeout and a second to finish (here 1.5 s after the shutdown began), then it is cancelled."""
+    database_file = tmp_path / "shutdown.db"
+    env = {"SPECDEC_SCRAPE_TIMEOUT_S": "0.5"}
+    with (
+        run_collector(f"sqlite:///{database_file}", tmp_path, **env) as collector,
+        serve_metrics() as server,
+    ):
+        server.set_text(vllm_payload([counters(1000)]))
+        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        body = {"targets": [server.target], "sample_interval_s": 0.5}
+        assert api.post("/windows/down/start", json=body).status_code == 201
+        serve_and_wait(server, 1100)
+        assert collector.process is not None
+        # Every process's turn to write: held here, the next run waits on its lease renewal.
+        with Path(f"{database_file}.writer-lock").open("a") as turn:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            time.sleep(1.0)  # a sampling run is now waiting for the turn
+            collector.process.terminate()
+            time.sleep(held_s)  # the service shuts down around it
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        collector.process.wait(timeout=15)
+    lines = collector.stderr_text.splitlines()
+    assert not [line for line in lines if "apscheduler" in line or "Traceback" in line]
+    cancelled = [line for line in lines if "cancelled: the service stops" in line]
+    assert bool(cancelled) == (ending == "cancelled"), cancelled

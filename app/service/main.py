@@ -151,7 +151,7 @@ def create_app(
             yield {"services": services}
         finally:
             REGISTRY.unregister(database_metrics)
-            sampler.shutdown()
+            await sampler.stop()
             await run_in_threadpool(computations.close)
             await run_in_threadpool(writes.close)
             await client.aclose()

@@ -14,12 +14,17 @@ windows whose lease ran out (or that are its own, after a restart) every
 within two intervals, and the time nobody sampled shows as a gap, nothing is invented.
 
 A daily job deletes the samples of windows closed longer ago than the retention.
+
+At shutdown the runs in flight are given the scrape timeout to finish and store what they
+read; the rest are cancelled, each ending quietly (APScheduler logs a job's cancellation as
+an error with its traceback).
 """
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -204,6 +209,7 @@ class Sampler:
         self.scan_interval_s = scan_interval_s
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self.watched: set[int] = set()
+        self._running: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
         """Start the scheduler, take over the windows to sample, schedule the scan and retention."""
@@ -229,10 +235,33 @@ class Sampler:
             replace_existing=True,
         )
 
-    def shutdown(self) -> None:
-        """Stop the scheduler without waiting for running jobs (their writes are atomic)."""
-        if self.scheduler.running:
-            self.scheduler.shutdown(wait=False)
+    async def stop(self) -> None:
+        """Stop the scheduler; let the runs in flight finish within the scrape timeout, then
+        cancel the rest (their writes are atomic: a cancelled run stores nothing)."""
+        if not self.scheduler.running:
+            return
+        self.scheduler.pause()  # no new runs; the scheduler's shutdown cancels those running
+        running = set(self._running)
+        if running:
+            await asyncio.wait(running, timeout=self.scrape.timeout_s + 1.0)
+        late = set(self._running)
+        self.scheduler.shutdown(wait=False)
+        if late:
+            await asyncio.wait(late)
+
+    @contextlib.contextmanager
+    def _job(self, what: str) -> Iterator[None]:
+        """One run of a job: known to `stop`, and ending quietly when cancelled there."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            logger.info("%s cancelled: the service stops", what)
+        finally:
+            if task is not None:
+                self._running.discard(task)
 
     def watch(
         self,
@@ -270,13 +299,15 @@ class Sampler:
 
     async def claim(self, include_own: bool = False) -> None:
         """Take over the windows whose lease ran out (and at start-up this replica's own)."""
-        try:
-            claimed = await run_in_threadpool(
-                claim_windows, self.database, self.replica_id, set(self.watched), include_own
-            )
-        except SQLAlchemyError as exc:
-            logger.warning("lease scan failed: %s", type(exc).__name__)
-            return
+        claimed: list[tuple[int, str, float, list[StoredTarget]]] = []
+        with self._job("lease scan"):
+            try:
+                claimed = await run_in_threadpool(
+                    claim_windows, self.database, self.replica_id, set(self.watched), include_own
+                )
+            except SQLAlchemyError as exc:
+                logger.warning("lease scan failed: %s", type(exc).__name__)
+                return
         for window_pk, team, interval_s, targets in claimed:
             logger.info("replica %s samples window %d from now on", self.replica_id, window_pk)
             self.watch(window_pk, team, targets, interval_s, at_once=True)
@@ -285,6 +316,12 @@ class Sampler:
         self, window_pk: int, team: str, targets: list[StoredTarget], interval_s: float
     ) -> None:
         """One sampling run: confirm the lease, scrape every target at once, store it all."""
+        with self._job(f"sample of window {window_pk}"):
+            await self._sample(window_pk, team, targets, interval_s)
+
+    async def _sample(
+        self, window_pk: int, team: str, targets: list[StoredTarget], interval_s: float
+    ) -> None:
         try:
             owned = await run_in_threadpool(
                 renew_lease, self.database, window_pk, self.replica_id, interval_s
