@@ -92,7 +92,7 @@ class WindowOptions(BaseModel):
     """What a window is given at its start, and shows in every view of it."""
 
     labels: dict[str, str] = Field(default_factory=dict)
-    sample_interval_s: float | None = Field(default=None, ge=0.5, le=3600)
+    sample_interval_s: float | None = Field(default=None, ge=0.25, le=3600)
 
 
 class _ParsedTargets(list[str | dict[str, Any]]):

@@ -21,6 +21,7 @@ BENCHMARKS = [
     "load",
     "prometheus_source",
     "attacks",
+    "observer",
 ]
 
 

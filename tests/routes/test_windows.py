@@ -230,7 +230,7 @@ def test_conflicts_and_unknown_windows(api: httpx.Client) -> None:
         ("/windows/bad-2/start", {"targets": ["ftp://h:21/m"]}, ["body", "targets"], "scheme 'ftp'"),
         ("/windows/bad-3/start", {"targets": ["h:70000"]}, ["body", "targets"], "outside 1-65535"),
         ("/windows/bad-4/start", {"targets": ["h:1"], "labels": {"a": 1}}, ["body", "labels", "a"], "string"),
-        ("/windows/bad-5/start", {"targets": ["h:1"], "sample_interval_s": 0.1}, ["body", "sample_interval_s"], "0.5"),
+        ("/windows/bad-5/start", {"targets": ["h:1"], "sample_interval_s": 0.1}, ["body", "sample_interval_s"], "0.25"),
         ("/windows/bad-6/start", {"targets": [{"host_ip": "h"}]}, ["body", "targets"], "host_port"),
         ("/windows/bad-7/start", {}, ["body", "targets"], "at least one target"),
         ("/windows/" + "a" * 300 + "/start", {"targets": ["h:1"]}, ["path", "window_id"], "128"),
