@@ -52,7 +52,14 @@ def _tokens_per_s(
         answer.raise_for_status()
     try:
         summary = asyncio.run(
-            generate_load(engine.base, model=servers.MODEL, temperature=0.0, **load)
+            generate_load(
+                engine.base,
+                load["requests"],
+                load["concurrency"],
+                load["max_tokens"],
+                model=servers.MODEL,
+                temperature=0.0,
+            )
         )
     finally:
         if interval_s is not None:
