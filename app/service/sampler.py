@@ -15,9 +15,9 @@ within two intervals, and the time nobody sampled shows as a gap, nothing is inv
 
 A daily job deletes the samples of windows closed longer ago than the retention.
 
-At shutdown the runs in flight are given the scrape timeout to finish and store what they
-read; the rest are cancelled, each ending quietly (APScheduler logs a job's cancellation as
-an error with its traceback).
+At shutdown the runs in flight are given the scrape timeout and a second to finish and store
+what they read; the rest are cancelled, each ending quietly (APScheduler logs a job's
+cancellation as an error with its traceback).
 """
 
 import asyncio
@@ -299,15 +299,17 @@ class Sampler:
 
     async def claim(self, include_own: bool = False) -> None:
         """Take over the windows whose lease ran out (and at start-up this replica's own)."""
-        claimed: list[tuple[int, str, float, list[StoredTarget]]] = []
         with self._job("lease scan"):
-            try:
-                claimed = await run_in_threadpool(
-                    claim_windows, self.database, self.replica_id, set(self.watched), include_own
-                )
-            except SQLAlchemyError as exc:
-                logger.warning("lease scan failed: %s", type(exc).__name__)
-                return
+            await self._claim(include_own)
+
+    async def _claim(self, include_own: bool) -> None:
+        try:
+            claimed = await run_in_threadpool(
+                claim_windows, self.database, self.replica_id, set(self.watched), include_own
+            )
+        except SQLAlchemyError as exc:
+            logger.warning("lease scan failed: %s", type(exc).__name__)
+            return
         for window_pk, team, interval_s, targets in claimed:
             logger.info("replica %s samples window %d from now on", self.replica_id, window_pk)
             self.watch(window_pk, team, targets, interval_s, at_once=True)
