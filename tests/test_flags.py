@@ -3,7 +3,7 @@
 from specdec_collector.core.exposition import Series, extract_spec_decode
 from specdec_collector.core.figures import build_result
 from specdec_collector.core.report import render_block
-from specdec_collector.core.results import FlagKind, OtherTeams, Overlaps, TargetResult
+from specdec_collector.core.results import CountedWindows, FlagKind, Overlaps, TargetResult
 from specdec_collector.core.trust import FEW_DRAFTS, NEAR_ZERO_DRAFT_TOKENS
 from tests.support.payloads import InstanceCounters, vllm_payload
 
@@ -51,9 +51,9 @@ def test_draft_length_that_varies_inside_a_sampled_window() -> None:
 
 def test_overlapping_windows_are_flagged_and_shown_in_the_block() -> None:
     result = build_result(URL, snap(0, 0, [0, 0]), snap(500, 1000, [300, 200]))
-    overlapped = result.with_overlaps(Overlaps(other_teams=OtherTeams(windows=2, seconds=30.0)))
+    overlapped = result.with_overlaps(Overlaps(other_teams=CountedWindows(windows=2, seconds=30.0)))
     assert kinds(overlapped) == [FlagKind.OVERLAPS]
-    again = overlapped.with_overlaps(Overlaps(other_teams=OtherTeams(windows=1, seconds=5.0)))
+    again = overlapped.with_overlaps(Overlaps(other_teams=CountedWindows(windows=1, seconds=5.0)))
     assert kinds(again) == [FlagKind.OVERLAPS]  # replaced, never twice
     assert result.with_overlaps(Overlaps()).flags is None
     block = render_block("10.0.0.1:8000", overlapped)

@@ -1,7 +1,7 @@
 """Window storage under concurrency, on SQLite and PostgreSQL."""
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,14 @@ from specdec_collector.core.exposition import (
     labels_from_text,
     labels_to_text,
 )
+from specdec_collector.core.figures import build_result
 from specdec_collector.core.readings import Failure, FailureKind, SnapshotPhase, TargetReading
-from specdec_collector.core.results import UNREADABLE_RESULT, TargetResult
+from specdec_collector.core.results import (
+    MAX_NAMED_OVERLAPS,
+    UNREADABLE_RESULT,
+    FlagKind,
+    TargetResult,
+)
 from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.schemas import WindowCreate
 from specdec_collector.store.db import open_database, upgrade_database, write_alone
@@ -438,6 +444,30 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     assert result.data is not None and result.data.num_drafts == 4
 
 
+_Plan = Sequence[tuple[str, str, list[Target], int, int | None]]
+
+
+def _plant(database: Engine, plan: _Plan, t0: datetime) -> None:
+    """Windows as `plan` has them: (team, id, targets, started, stopped) in seconds after
+    `t0`; one never stopped is open."""
+    table = TABLES["window"]
+    for team, window_id, targets, started, stopped in plan:
+        body = WindowCreate(targets=[t.name for t in targets])
+        assert write_alone(
+            database, add_window, Actor(team, "k"), window_id, body, targets, 100, "r", 0
+        )
+        with database.begin() as connection:
+            connection.execute(
+                table.update()
+                .where(table.c.window_id == window_id)
+                .values(
+                    started_at=t0 + timedelta(seconds=started),
+                    stopped_at=None if stopped is None else t0 + timedelta(seconds=stopped),
+                    state="open" if stopped is None else "closed",
+                )
+            )
+
+
 def test_overlaps_name_each_shared_target_and_count_other_teams(
     engines: tuple[Engine, Engine],
 ) -> None:
@@ -457,32 +487,26 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
         ("y", "theirs", [a, c], 120, 170),
         ("y", "theirs-2", [c], 90, 110),
     ]
-    table = TABLES["window"]
-    for team, window_id, targets, started, stopped in plan:
-        body = WindowCreate(targets=[t.name for t in targets])
-        assert write_alone(
-            database, add_window, Actor(team, "k"), window_id, body, targets, 10, "r", 0
-        )
-        with database.begin() as connection:
-            connection.execute(
-                table.update()
-                .where(table.c.window_id == window_id)
-                .values(
-                    started_at=t0 + timedelta(seconds=started),
-                    stopped_at=None if stopped is None else t0 + timedelta(seconds=stopped),
-                    state="open" if stopped is None else "closed",
-                )
-            )
+    _plant(database, plan, t0)
     stored = load_window(database, "x", "main")
     with Session(database) as session:
         found = overlaps_of(session, stored)
     shown = {key: overlaps.model_dump() for key, overlaps in found.items()}
     none = {"windows": 0, "seconds": 0.0}
     assert shown == {
-        a.name: {"windows": [], "other_teams": {"windows": 1, "seconds": 50.0}},
-        b.name: {"windows": [{"id": "early", "seconds": 30.0}], "other_teams": none},
+        a.name: {
+            "windows": [],
+            "more_windows": none,
+            "other_teams": {"windows": 1, "seconds": 50.0},
+        },
+        b.name: {
+            "windows": [{"id": "early", "seconds": 30.0}],
+            "more_windows": none,
+            "other_teams": none,
+        },
         c.name: {
             "windows": [{"id": "early", "seconds": 30.0}, {"id": "late", "seconds": 50.0}],
+            "more_windows": none,
             "other_teams": {"windows": 2, "seconds": 60.0},
         },
     }
@@ -494,6 +518,42 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
         again = overlaps_of(session, stored)
     assert {key: overlaps.model_dump() for key, overlaps in again.items()} == shown
     assert len(statements) == 1 and "window_target" not in statements[0]
+
+
+def test_overlaps_name_the_longest_of_many_and_count_the_rest(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """Beside more windows of its team than an overlap names, a target lists the longest
+    overlaps (in the order they started) and counts the others with their seconds; the flag
+    counts every one."""
+    database, _ = engines
+    target = parse_target("127.0.0.1:9101")
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    extra = 5
+    # Window i runs from 100 + i for 3 + 7 * i % 23 seconds: overlaps of mixed lengths.
+    lengths = [3 + (7 * i) % 23 for i in range(MAX_NAMED_OVERLAPS + extra)]
+    plan: _Plan = [
+        ("x", "main", [target], 100, 200),
+        *(("x", f"w{i}", [target], 100 + i, 100 + i + length) for i, length in enumerate(lengths)),
+    ]
+    _plant(database, plan, t0)
+    stored = load_window(database, "x", "main")
+    with Session(database) as session:
+        overlaps = overlaps_of(session, stored)[target.name]
+    # Longest first, ties to the earlier start: the ones named.
+    ranked = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    named, counted = sorted(ranked[:MAX_NAMED_OVERLAPS]), ranked[MAX_NAMED_OVERLAPS:]
+    assert overlaps.windows == [{"id": f"w{i}", "seconds": float(lengths[i])} for i in named]
+    assert overlaps.more_windows.windows == extra
+    assert overlaps.more_windows.seconds == pytest.approx(sum(lengths[i] for i in counted))
+    assert overlaps.other_teams.windows == 0
+    before, after = (
+        extract_spec_decode(vllm_payload([InstanceCounters(d, 3 * d, [d, d // 2, 0])]))
+        for d in (5, 50)
+    )
+    result = build_result(target.url, before, after).with_overlaps(overlaps)
+    reasons = [flag.reason for flag in result.flags or [] if flag.kind is FlagKind.OVERLAPS]
+    assert reasons and f"{len(lengths)} other window(s)" in reasons[0]
 
 
 def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_target(

@@ -205,18 +205,41 @@ class OverlappingWindow(TypedDict):
     seconds: float
 
 
-class OtherTeams(BaseModel):
-    """Other teams' windows on the same target at the same time: counted, never named."""
+class CountedWindows(BaseModel):
+    """Windows on the same target at the same time, counted, with the seconds they were open
+    during this one (summed)."""
 
     windows: int = 0
     seconds: float = 0.0
 
 
+#: The most windows of the caller's team an overlap names per target; any more are counted
+#: in `more_windows`. A stop beside 200 windows of its team on the same servers named each on
+#: each target: thousands of entries per stop, a quarter of a loaded collector's CPU to store,
+#: send and read back, and a list nobody reads.
+MAX_NAMED_OVERLAPS = 16
+
+
 class Overlaps(BaseModel):
     """Benchmarks of other windows whose traffic is in this window's counters."""
 
-    windows: list[OverlappingWindow] = Field(default_factory=list)
-    other_teams: OtherTeams = Field(default_factory=OtherTeams)
+    windows: list[OverlappingWindow] = Field(
+        default_factory=list,
+        description=f"the caller's team's windows, the {MAX_NAMED_OVERLAPS} longest overlaps at "
+        "most, in the order they started",
+    )
+    more_windows: CountedWindows = Field(
+        default_factory=CountedWindows,
+        description="the caller's team's windows past those named: counted",
+    )
+    other_teams: CountedWindows = Field(
+        default_factory=CountedWindows, description="other teams' windows: counted, never named"
+    )
+
+    @property
+    def count(self) -> int:
+        """Every overlapping window, named or counted."""
+        return len(self.windows) + self.more_windows.windows + self.other_teams.windows
 
 
 class Bounds(BaseModel):
@@ -317,7 +340,7 @@ class TargetResult(BaseModel):
         """This result with `overlaps` (a stop stores them; reads of older results add them),
         flagged where other benchmarks ran on the server meanwhile."""
         flags = [flag for flag in self.flags or [] if flag.kind is not FlagKind.OVERLAPS]
-        others = len(overlaps.windows) + overlaps.other_teams.windows
+        others = overlaps.count
         if others and self.ok:
             flags.append(Flag(kind=FlagKind.OVERLAPS, reason=OVERLAPS_FLAG.format(n=others)))
         return self.model_copy(update={"overlaps": overlaps, "flags": flags or None})

@@ -1,5 +1,7 @@
 """The other windows open on a target while a window was: named, or counted."""
 
+import heapq
+import math
 import threading
 from collections import OrderedDict
 from datetime import datetime
@@ -9,7 +11,13 @@ from sqlalchemy import String, bindparam, type_coerce
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from specdec_collector.core.results import OverlappingWindow, Overlaps, TargetResult
+from specdec_collector.core.results import (
+    MAX_NAMED_OVERLAPS,
+    CountedWindows,
+    OverlappingWindow,
+    Overlaps,
+    TargetResult,
+)
 from specdec_collector.store.db import MAX_IN_LIST, PerEngine
 from specdec_collector.store.tables import TABLES, as_utc, utcnow
 from specdec_collector.windows.stored import StoredWindow
@@ -100,6 +108,8 @@ def overlaps_of(
     if end is None:
         end = as_utc(window.stopped_at) if window.stopped_at else utcnow()
     found = {t.name: Overlaps() for t in stored.targets}
+    named: dict[str, list[OverlappingWindow]] = {name: [] for name in found}
+    other_teams: dict[str, list[float]] = {name: [] for name in found}
     # The windows open at some moment since `start` (open now, or stopped after it), along an
     # index; then which of them used these targets, from each process's memory of every
     # window's targets (a window's targets never change). A join driven by the target would
@@ -124,15 +134,33 @@ def overlaps_of(
         # One object for every target the other window shares (a window of many targets
         # beside many windows made thousands per stop).
         if team == window.team:
-            named = OverlappingWindow(id=other_id, seconds=seconds)  # a dict
+            entry = OverlappingWindow(id=other_id, seconds=seconds)  # a dict
             for key in keys:
-                found[key].windows.append(named)
+                named[key].append(entry)
         else:
             for key in keys:
-                others = found[key].other_teams
-                others.windows += 1
-                others.seconds = round(others.seconds + seconds, 3)
+                other_teams[key].append(seconds)
+    for key, overlaps in found.items():
+        overlaps.windows, overlaps.more_windows = _named(named[key])
+        overlaps.other_teams = _counted(other_teams[key])
     return found
+
+
+def _counted(seconds: list[float]) -> CountedWindows:
+    return CountedWindows(windows=len(seconds), seconds=round(math.fsum(seconds), 3))
+
+
+def _named(entries: list[OverlappingWindow]) -> tuple[list[OverlappingWindow], CountedWindows]:
+    """The MAX_NAMED_OVERLAPS longest of `entries` (in start order, as `entries` are), and the
+    rest counted."""
+    if len(entries) <= MAX_NAMED_OVERLAPS:
+        return entries, CountedWindows()
+    seconds = [entry["seconds"] for entry in entries]
+    # Of equal ones the earliest started: `nlargest` keeps their order (a stable sort's).
+    longest = sorted(heapq.nlargest(MAX_NAMED_OVERLAPS, range(len(seconds)), seconds.__getitem__))
+    rest = math.fsum(seconds) - math.fsum(seconds[index] for index in longest)
+    counted = CountedWindows(windows=len(entries) - len(longest), seconds=round(rest, 3))
+    return [entries[index] for index in longest], counted
 
 
 def with_overlaps(

@@ -337,6 +337,8 @@ function resultDetails(result) {
   const overlaps = result.overlaps;
   if (overlaps) {
     const others = overlaps.windows.map((w) => `<a href="#/window/${encodeURIComponent(w.id)}">${esc(w.id)}</a> (${fmt(w.seconds, 0)} s)`);
+    const more = overlaps.more_windows;  // absent from results stored before it was counted
+    if (more?.windows) others.push(`${esc(more.windows)} more of this team (${fmt(more.seconds, 0)} s)`);
     if (overlaps.other_teams.windows) others.push(`${esc(overlaps.other_teams.windows)} of other teams (${fmt(overlaps.other_teams.seconds, 0)} s)`);
     rows.push(`<dt>Overlapping windows</dt><dd class="overlaps">${others.length ? others.join(", ") : "none"}</dd>`);
   }
