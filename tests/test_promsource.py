@@ -26,7 +26,8 @@ from specdec_collector.core.promql import (
     instance_selector,
     parse_selector,
     range_query,
-    sample_spacing,
+    scrape_spacing_query,
+    scrape_spacings,
     scrape_time_query,
     scrapes_of,
     series_query,
@@ -100,6 +101,20 @@ def test_bad_selectors(text: str, message: str) -> None:
         parse_selector(text)
 
 
+def test_the_scrape_interval_is_the_median_gap_of_each_instances_up_samples() -> None:
+    """One `up` series per instance over the last 30 s: one late scrape does not move its
+    interval; an instance scraped once has none; the query asks `up` alone, raw."""
+    query = scrape_spacing_query(instance_selector("10.0.0.1:8000"), 30)
+    assert query == 'up{instance="10.0.0.1:8000"}[30s]'
+    other = {**LABELS, "instance": "10.0.0.2:8000"}
+    steady = [T0, T0 + 10, T0 + 20, T0 + 45, T0 + 55]  # gaps 10, 10, 25, 10
+    answer = matrix(
+        ("up", LABELS, [(stamp, 1.0) for stamp in steady]),
+        ("up", other, [(T0 + 3, 1.0)]),
+    )
+    assert scrape_spacings(answer) == {"10.0.0.1:8000": 10.0}
+
+
 def test_the_answer_becomes_the_chain_with_every_reset_counted() -> None:
     """Scrapes every 10 s; the engine restarts between the 2nd and 3rd sample (its `_created`
     moves on): 250 - 100 before, then 40 + (90 - 40) after."""
@@ -113,7 +128,6 @@ def test_the_answer_becomes_the_chain_with_every_reset_counted() -> None:
         ("process_cpu_seconds_total", LABELS, [(T0, 1.0)]),  # not ours: never read
     )
     scrapes = scrapes_of(answer)
-    assert sample_spacing(scrapes.points) == 10.0
     before, middle, after, began, ended = scrapes.window(datetime.fromtimestamp(T0, UTC))
     assert began == datetime.fromtimestamp(T0 - 5, UTC)  # the last sample at or before start
     assert ended == datetime.fromtimestamp(T0 + 25, UTC)

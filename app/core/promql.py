@@ -344,9 +344,21 @@ def chunks(start: datetime, end: datetime, span_s: float) -> list[tuple[datetime
         low = high
 
 
-def sample_spacing(points: Sequence[tuple[datetime, Series]]) -> float | None:
-    """The typical seconds between two scrapes of the target (their median), or None."""
-    gaps = sorted(
-        (later - earlier).total_seconds() for (earlier, _), (later, _) in itertools.pairwise(points)
-    )
-    return gaps[len(gaps) // 2] if gaps else None
+def scrape_spacing_query(selector: str, span_s: float) -> str:
+    """The PromQL of the raw `up` samples of each instance `selector` matches over the last
+    `span_s` seconds: one sample per scrape, so their spacing is the target's scrape interval
+    (one series per instance; its spec-decode series are dozens, each with the same times)."""
+    return "up{" + _matchers(selector) + f"}}[{max(1, math.ceil(span_s))}s]"
+
+
+def scrape_spacings(answer: dict[str, Any]) -> dict[str, float]:
+    """Each instance's typical seconds between two scrapes (the median gap of its `up`
+    samples), from a `scrape_spacing_query` answer; none for an instance scraped once."""
+    spacings: dict[str, float] = {}
+    for entry in _result(answer, "matrix"):
+        times = sorted(_number(stamp) for stamp, _ in entry.get("values") or [])
+        gaps = sorted(later - earlier for earlier, later in itertools.pairwise(times))
+        if gaps:
+            instance = (entry.get("metric") or {}).get("instance", "")
+            spacings[instance] = max(spacings.get(instance, 0.0), gaps[len(gaps) // 2])
+    return spacings

@@ -1,13 +1,13 @@
 """A stand-in Prometheus for windows longer than a test can wait for: one vLLM server scraped
 every `interval_s` since `first`, its samples made up on demand.
 
-It answers the three instant queries the Prometheus source sends (`core.promql`), as the real
-HTTP API does: the spec-decode series at a time (a vector of each one's last sample at or
-before it), the time of the last scrape of `up` (a vector by instance), the count of `up` series by
-instance (its scrape configurations: `configs`), and a range selector
-`{...}[Ns]` (a matrix of the samples in the `N` s up to the query's time). At scrape `k` the
-counters are `drafts = 2k`, `draft tokens = 6k`, `accepted = 4k`, counted afresh from every
-scrape in `resets` (an engine restart). Every query is recorded with its range, if any.
+It answers the queries the Prometheus source sends (`core.promql`), as the real HTTP API
+does: the spec-decode series at a time (a vector of each one's last sample at or before it), the
+time of the last scrape of `up` (a vector by instance), the count of `up` series by instance
+(its scrape configurations: `configs`), the raw samples of `up` (a matrix, one a scrape), and a
+range selector `{...}[Ns]` (a matrix of the samples in the `N` s up to the query's time). At
+scrape `k` the counters are `drafts = 2k`, `draft tokens = 6k`, `accepted = 4k`, counted afresh
+from every scrape in `resets` (an engine restart). Every query is recorded with its range, if any.
 """
 
 import json
@@ -83,6 +83,10 @@ class StandinPrometheus:
         self.ranges_s.append(span)
         low = self.scrape_index(at - span)
         ks = range(0 if low is None else low + 1, (last if last is not None else -1) + 1)
+        if query.startswith("up{"):  # the raw samples of `up`: one a scrape
+            labels = {"__name__": "up", "instance": self.instance, "job": "vllm"}
+            values = [[self.first + k * self.interval_s, "1"] for k in ks]
+            return _success("matrix", [{"metric": labels, "values": values}] if values else [])
         return _success("matrix", [
             {"metric": self.labels(name),
              "values": [[self.first + k * self.interval_s, str(self.counter(k, step))]

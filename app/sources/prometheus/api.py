@@ -29,8 +29,9 @@ from specdec_collector.core.promql import (
     chunks,
     instances_selector,
     range_query,
-    sample_spacing,
     scrape_configs_query,
+    scrape_spacing_query,
+    scrape_spacings,
     scrape_time_query,
     scrapes_of,
     series_query,
@@ -266,12 +267,8 @@ class PrometheusAPI:
             if latest and min(latest) >= end.timestamp():
                 return None, datetime.fromtimestamp(max(latest), UTC)
             if bound is None:
-                since = now - timedelta(seconds=SPACING_SPAN_S)
-                recent = split_by_instance(
-                    await self.query(range_query(selector, since, now), now), "matrix"
-                )
-                spacings = [sample_spacing(scrapes_of(part).points) for part in recent.values()]
-                spacing = max((s for s in spacings if s), default=None)
+                recent = await self.query(scrape_spacing_query(selector, SPACING_SPAN_S), now)
+                spacing = max(scrape_spacings(recent).values(), default=None)
                 bound = min(self.wait_max_s, 2 * spacing if spacing else DEFAULT_WAIT_S)
             if time.monotonic() - began >= bound:
                 note = (
