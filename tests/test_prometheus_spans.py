@@ -105,6 +105,43 @@ def test_a_long_window_is_read_in_chunks_and_keeps_only_the_scrapes_it_needs(
     assert sum(prometheus.ranges_s) >= stop - start  # every second of the window was read
 
 
+def test_a_window_of_a_fleet_reads_every_target_with_one_query_a_step(tmp_path: Path) -> None:
+    """A window of 256 servers (the most a window may name) behind a proxy that takes URLs
+    of 8 KB at most: its selector names them all, far longer, and is sent in the body; the one
+    the stand-in serves counts exactly, the others say Prometheus has none of theirs, and the
+    stop asked the same few queries as for one target."""
+    now = time.time()
+    fleet = [f"10.9.{i // 250}.{i % 250}:8000" for i in range(255)] + [INSTANCE]
+    with (
+        serve_standin_prometheus(INSTANCE, now - 7200, INTERVAL_S) as prometheus,
+        serve_collector(f"sqlite:///{tmp_path}/f.db", prometheus_url=prometheus.url) as collector,
+    ):
+        api = httpx.Client(base_url=collector, timeout=60)
+        start, stop = now - 3600 + 1, now - 127  # neither on a scrape
+        body = {"targets": fleet, "source": "prometheus", "at": _iso(start)}
+        assert api.post("/windows/fleet/start", json=body).status_code == 201
+        one = {"targets": [INSTANCE], "source": "prometheus", "at": _iso(start)}
+        assert api.post("/windows/one/start", json=one).status_code == 201
+        before = prometheus.queries
+        stopped = api.post("/windows/fleet/stop", json={"at": _iso(stop)})
+        fleet_queries = prometheus.queries - before
+        before = prometheus.queries
+        assert api.post("/windows/one/stop", json={"at": _iso(stop)}).status_code == 200
+        one_queries = prometheus.queries - before
+    assert stopped.status_code == 200, stopped.text
+    results = {t["target"]: t["result"] for t in stopped.json()["targets"]}
+    assert len(results) == len(fleet)
+    ours = results.pop(INSTANCE)
+    k_start, k_stop = prometheus.scrape_index(start), prometheus.scrape_index(stop)
+    assert k_start is not None and k_stop is not None
+    assert ours["status"] == "ok", ours
+    # The first scrape at or after the stop ends the window.
+    assert ours["data"]["num_drafts"] == _expected_drafts(k_start, k_stop + 1, ())
+    assert {r["status"] for r in results.values()} == {"na"}
+    assert all("holds no spec-decode series" in r["error"] for r in results.values())
+    assert fleet_queries == one_queries
+
+
 def test_an_open_windows_timeline_is_read_once_then_only_what_is_new(tmp_path: Path) -> None:
     """The dashboard reads an open window's samples every 2 s: after the first read, each one
     asks Prometheus only for the seconds since; reads within a second share one."""

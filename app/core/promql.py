@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from specdec_collector.core.arithmetic import TooManyChanges, needed_points
@@ -191,6 +192,18 @@ class Scrapes:
 def _key(labels: dict[str, str]) -> tuple[tuple[SeriesKey, bool] | None, str | None]:
     """The series key of one Prometheus series, whether it is a `_created` one, and its
     instance; None for a name no schema reads."""
+    try:
+        return _key_of(tuple(labels.items()))
+    except TypeError:  # a label value that is not a string (unhashable, or not text)
+        raise SourceError("Prometheus holds a series whose labels are not text") from None
+
+
+# Cached: every query of a window, and of every window on the same servers, names the same
+# label sets (a 64-target stop's answers held ~2,600); the bound keeps a hostile Prometheus's
+# from growing it.
+@lru_cache(maxsize=16_384)
+def _key_of(items: tuple[tuple[str, str], ...]) -> tuple[tuple[SeriesKey, bool] | None, str | None]:
+    labels = dict(items)
     name = labels.get("__name__", "")
     if any(has_control_characters(k + v) for k, v in labels.items()):
         raise SourceError("Prometheus holds a series whose labels are not printable text")

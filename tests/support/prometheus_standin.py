@@ -23,6 +23,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.support.metrics_server import QuietServer
 
+#: The longest URL taken: a proxy's (nginx's request line buffer is 8 KB by default).
+MAX_URL_BYTES = 8192
+
 FAMILIES = {
     "vllm:spec_decode_num_drafts_total": 2,
     "vllm:spec_decode_num_draft_tokens_total": 6,
@@ -108,9 +111,17 @@ def serve_standin_prometheus(
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            parts = urlsplit(self.path)
-            params = parse_qs(parts.query)
-            if parts.path != "/api/v1/query":
+            if len(self.path) > MAX_URL_BYTES:  # as the proxy in front of it would
+                self.send_error(414)
+                return
+            self._answer(parse_qs(urlsplit(self.path).query))
+
+        def do_POST(self) -> None:  # a form-encoded body, as the API takes it
+            length = int(self.headers.get("Content-Length") or 0)
+            self._answer(parse_qs(self.rfile.read(length).decode()))
+
+        def _answer(self, params: dict[str, list[str]]) -> None:
+            if urlsplit(self.path).path != "/api/v1/query":
                 self.send_error(404)
                 return
             body = json.dumps(state.answer(params["query"][0], float(params["time"][0]))).encode()

@@ -106,8 +106,11 @@ class PrometheusAPI:
         params = {"query": promql, "time": f"{stamp:.3f}", "timeout": f"{self.timeout_s:g}s"}
         try:
             async with asyncio.timeout(self.timeout_s + 1):
+                # POST, form-encoded (Prometheus' API takes both): a window's selector names
+                # every target, and a fleet's is longer than a URL may be past a proxy; httpx
+                # also took 0.8 ms to build one of 64 targets as a URL.
                 request = self.client.build_request(
-                    "GET", f"{self.base_url}/api/v1/query", params=params, headers=self.headers
+                    "POST", f"{self.base_url}/api/v1/query", data=params, headers=self.headers
                 )
                 response = await self.client.send(request, stream=True)
                 try:
