@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
@@ -14,6 +15,9 @@ from sqlmodel import Session
 from specdec_collector.exceptions import TooManyWindows
 from specdec_collector.store.db import open_database, takes_turns, upgrade_database
 from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S, Lane
+from tests.support.collector import serve_collector
+from tests.support.metrics_server import serve_metrics
+from tests.support.payloads import InstanceCounters, vllm_payload
 
 
 @pytest.fixture
@@ -219,3 +223,41 @@ def test_a_lane_that_is_not_serial_runs_each_write_alone_at_once(database: Engin
     assert len(commits) == 3
     assert "test" not in {thread.name for thread in threading.enumerate()}
     lane.close()
+
+
+def test_a_small_stop_on_sqlite_is_computed_on_the_event_loop_a_large_one_in_the_lane(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unsampled window of a few targets has its results computed on the event loop (in
+    the lane's thread, under load, a stop waited for the interpreter's lock several times as
+    long as it ran); a sampled one's, with as many samples as it was long, in the lane."""
+    used: list[str] = []
+    run = Lane.run
+
+    async def recorded(self: Lane, *args: Any, **kwargs: Any) -> Any:
+        used.append(self._thread.name if self._thread else "")
+        return await run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Lane, "run", recorded)
+
+    def growing(n: int) -> bytes:  # the n-th scrape's counters: 5 drafts more each time
+        counters = InstanceCounters(drafts=5 * n, draft_tokens=15 * n, accepted_per_pos=[3 * n, n])
+        return vllm_payload([counters]).encode()
+
+    with (
+        serve_metrics(body_for=growing) as server,
+        serve_collector(f"sqlite:///{tmp_path / 's.db'}") as collector,
+        httpx.Client(base_url=collector, timeout=30) as api,
+    ):
+        body: dict[str, Any] = {"targets": [server.target]}
+        assert api.post("/windows/small/start", json=body).status_code == 201
+        stopped = api.post("/windows/small/stop")
+        small = list(used)
+        sampled = {**body, "sample_interval_s": 60}
+        assert api.post("/windows/sampled/start", json=sampled).status_code == 201
+        assert api.post("/windows/sampled/stop").status_code == 200
+    assert stopped.status_code == 200, stopped.text
+    result = stopped.json()["targets"][0]["result"]
+    assert result["status"] == "ok", result["error"]
+    assert "specdec-computations" not in small
+    assert used.count("specdec-computations") == 1

@@ -28,10 +28,12 @@ from specdec_collector.core.results import (
 )
 from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.schemas import WindowCreate
+from specdec_collector.sources.protocol import Chain
 from specdec_collector.store.db import open_database, upgrade_database, write_alone
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot
 from specdec_collector.windows.answers import view_json
 from specdec_collector.windows.cache import OpenViews, ResultsCache
+from specdec_collector.windows.closing import prepare_close, prepare_close_here
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.storage import (
@@ -554,6 +556,39 @@ def test_overlaps_name_the_longest_of_many_and_count_the_rest(
     result = build_result(target.url, before, after).with_overlaps(overlaps)
     reasons = [flag.reason for flag in result.flags or [] if flag.kind is FlagKind.OVERLAPS]
     assert reasons and f"{len(lengths)} other window(s)" in reasons[0]
+
+
+@pytest.mark.anyio
+async def test_a_stop_computed_on_the_event_loop_equals_the_lanes(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """`prepare_close_here` (a small stop on SQLite) gives what `prepare_close` (the lane's)
+    does: baselines, results with their overlaps, and the rows that store them."""
+    database, _ = engines
+    targets = [parse_target(f"127.0.0.1:{port}") for port in (9301, 9302, 9303)]
+    names = [t.name for t in targets]
+    for window_id in ("mine", "beside"):
+        assert write_alone(database, add_window, Actor("default", "t"), window_id,
+                           WindowCreate(targets=names), targets, 10, "r", 0)  # fmt: skip
+    stored = load_window(database, "default", "mine")
+    now = datetime.now(UTC)
+
+    def reading(target: Target, drafts: int) -> TargetReading:
+        counters = InstanceCounters(drafts, 3 * drafts, [drafts, drafts // 2, 0])
+        return TargetReading(target, now, extract_spec_decode(vllm_payload([counters])))
+
+    failed = Failure(FailureKind.CONNECT, "Connection refused")
+    store_baseline(database, stored, [reading(targets[0], 4), reading(targets[1], 4),
+                                      TargetReading(targets[2], now, failed)])  # fmt: skip
+    chains = [Chain(reading(targets[0], 40)), Chain(TargetReading(targets[1], now, failed)),
+              Chain(reading(targets[2], 9))]  # fmt: skip
+    lanes = prepare_close(database, stored, chains, now)
+    here = await prepare_close_here(database, stored, chains, now)
+    assert here.closed == lanes.closed and here.read_up_to == lanes.read_up_to
+    assert here.rows == lanes.rows
+    first = here.closed.results[stored.targets[0].id]
+    assert first is not None and first.data is not None and first.data.num_drafts == 36
+    assert first.overlaps is not None and [w["id"] for w in first.overlaps.windows] == ["beside"]
 
 
 def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_target(

@@ -5,7 +5,10 @@ computing at once contended for the GIL and none finished sooner; one computing 
 another's write overlap, since SQLite runs statements without the GIL). When each such job
 waited for its turn in a thread of the request pool, the waiting threads held the pool's
 places: under load (200 clients, one worker) every read, key check and stop's read of its
-targets queued behind them for ~0.8 s, and a stop's final scrape with it.
+targets queued behind them for ~0.8 s, and a stop's final scrape with it. A lane's thread gets
+only a share of the GIL against a busy event loop, though: a small stop's results (most of
+them) are computed on the loop instead (`windows.closing.prepare_close_here`), the larger
+ones' here.
 
 A lane's jobs wait in its queue instead, and the pool stays free. The queue is ordered by
 deadline: a job's arrival plus how long it may yield. A start's writes (its claim of the
@@ -81,6 +84,11 @@ class Lane:
             self._queue = queue.PriorityQueue()
             self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
             self._thread.start()
+
+    @property
+    def serial(self) -> bool:
+        """Whether its jobs take turns in its thread (SQLite)."""
+        return self._queue is not None
 
     async def run(
         self, may_yield_s: float, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs

@@ -1,6 +1,7 @@
 """A stop's write: every target's result from its snapshots, stored with the stop's readings."""
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -20,7 +21,7 @@ from specdec_collector.core.readings import (
     TargetReading,
     series_churn_text,
 )
-from specdec_collector.core.results import TargetResult
+from specdec_collector.core.results import Overlaps, TargetResult
 from specdec_collector.schemas import WindowState
 from specdec_collector.sources.protocol import Chain
 from specdec_collector.store.db import EncodedJSON
@@ -28,7 +29,7 @@ from specdec_collector.store.tables import TABLES, as_utc
 from specdec_collector.windows.catalogue import endpoints_over_budget, keys_of, reading_of
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.storage import snapshots_of, store_snapshots
-from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredWindow
+from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
 _WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABLES["snapshot"]
 _LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id)).where(
@@ -68,43 +69,70 @@ class ClosedWindow:
     results: dict[int, TargetResult | None]
 
 
-def _results(
+@dataclass(frozen=True, slots=True)
+class _StopInputs:
+    """What a stop's results are computed from, read from the database: each target's stored
+    snapshots, the series they name, and the windows that overlapped it."""
+
+    stored_chains: dict[int, list[StoredSnapshot]]
+    catalog: Mapping[int, SeriesKey]
+    overlaps: dict[str, Overlaps]
+
+
+def _inputs(
     session: Session,
     stored: StoredWindow,
     stored_chains: dict[int, list[StoredSnapshot]],
-    chains: Sequence[Chain],
     stopped_at: datetime,
-) -> ClosedWindow:
-    """Every target's result, from its stored snapshots and what the source read at the stop
-    (`chains`, in the targets' order: the same readings their stored snapshots give back)."""
-    catalog = keys_of(session, stored_chains)
-    overlaps = overlaps_of(session, stored, end=stopped_at)
-    baselines: dict[int, Reading] = {}
-    results: dict[int, TargetResult | None] = {}
+) -> _StopInputs:
+    return _StopInputs(
+        stored_chains, keys_of(session, stored_chains), overlaps_of(session, stored, end=stopped_at)
+    )
+
+
+def _target_result(
+    target: StoredTarget, chain: Chain, inputs: _StopInputs
+) -> tuple[Reading | None, TargetResult]:
+    """One target's baseline (None if it has none) and result, from its stored snapshots and
+    what the source read at the stop (`chain`: the same readings its stored snapshots give
+    back)."""
+    catalog = inputs.catalog
+    kept = inputs.stored_chains.get(target.id, [])
+    final_at = as_utc(chain.after.taken_at)
+    before = next((s for s in kept if s.phase == SnapshotPhase.BEFORE), None)
+    # The source's own baseline (read at the stop), else the stored one; read once: the view
+    # shows it too.
+    baseline = chain.before.reading if chain.before else reading_of(before, catalog)
+    # A sample scraped after the final reading (while this stop ran) is not part of it.
+    samples = [
+        reading_of(s, catalog)
+        for s in kept
+        if s.phase == SnapshotPhase.SAMPLE and as_utc(s.taken_at) <= final_at
+    ] + [sample.reading for sample in chain.samples]
+    started = chain.before.taken_at if chain.before else before.taken_at if before else None
+    seconds = None if started is None else (final_at - as_utc(started)).total_seconds()
+    result = build_result(target.url, baseline, chain.after.reading, samples, target.hints, seconds)
+    if chain.notes:
+        result = result.model_copy(update={"notes": [*(result.notes or []), *chain.notes]})
+    has_baseline = chain.before is not None or before is not None
+    return (baseline if has_baseline else None), result.with_overlaps(inputs.overlaps[target.name])
+
+
+def _results(stored: StoredWindow, chains: Sequence[Chain], inputs: _StopInputs) -> ClosedWindow:
+    """Every target's result (`chains` in the targets' order)."""
+    closed = ClosedWindow({}, {})
     for target, chain in zip(stored.targets, chains, strict=True):
-        kept = stored_chains.get(target.id, [])
-        final_at = as_utc(chain.after.taken_at)
-        before = next((s for s in kept if s.phase == SnapshotPhase.BEFORE), None)
-        # The source's own baseline (read at the stop), else the stored one; read once: the
-        # view shows it too.
-        baseline = chain.before.reading if chain.before else reading_of(before, catalog)
-        if chain.before is not None or before is not None:
-            baselines[target.id] = baseline
-        # A sample scraped after the final reading (while this stop ran) is not part of it.
-        samples = [
-            reading_of(s, catalog)
-            for s in kept
-            if s.phase == SnapshotPhase.SAMPLE and as_utc(s.taken_at) <= final_at
-        ] + [sample.reading for sample in chain.samples]
-        started = chain.before.taken_at if chain.before else before.taken_at if before else None
-        seconds = None if started is None else (final_at - as_utc(started)).total_seconds()
-        result = build_result(
-            target.url, baseline, chain.after.reading, samples, target.hints, seconds
-        )
-        if chain.notes:
-            result = result.model_copy(update={"notes": [*(result.notes or []), *chain.notes]})
-        results[target.id] = result.with_overlaps(overlaps[target.name])
-    return ClosedWindow(baselines, results)
+        _add(closed, target, _target_result(target, chain, inputs))
+    return closed
+
+
+def _add(
+    closed: ClosedWindow, target: StoredTarget, found: tuple[Reading | None, TargetResult]
+) -> None:
+    baseline, result = found
+    if baseline is not None:
+        closed.baselines[target.id] = baseline
+    closed.results[target.id] = result
 
 
 def _latest_snapshot(session: Session, target_ids: list[int]) -> int:
@@ -190,10 +218,35 @@ def prepare_close_in(
 ) -> PreparedClose:
     """`prepare_close` through `session`."""
     stored_chains = snapshots_of(session, [t.id for t in stored.targets])
-    read_up_to = max((s.id for chain in stored_chains.values() for s in chain), default=0)
-    closed = _results(session, stored, stored_chains, chains, stopped_at)
+    inputs = _inputs(session, stored, stored_chains, stopped_at)
+    return _prepared(chains, stopped_at, inputs, _results(stored, chains, inputs))
+
+
+def _prepared(
+    chains: Sequence[Chain], stopped_at: datetime, inputs: _StopInputs, closed: ClosedWindow
+) -> PreparedClose:
+    read_up_to = max((s.id for chain in inputs.stored_chains.values() for s in chain), default=0)
     rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
     return PreparedClose(chains, stopped_at, read_up_to, closed, rows)
+
+
+async def prepare_close_here(
+    database: Engine, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
+) -> PreparedClose:
+    """`prepare_close` on the event loop, for a small stop on SQLite: its reads first (a
+    fraction of a millisecond each: WAL readers never wait for the writer, and the pool has a
+    connection for every thread and the loop), then one target's result at a time, letting
+    the loop's other work go between. In the lane's thread, under load, a stop waited for the
+    interpreter's lock several times as long as it ran, and queued there for seconds while
+    starts went ahead (reading in the request pool kept half of that wait)."""
+    with Session(database) as session:
+        stored_chains = snapshots_of(session, [t.id for t in stored.targets])
+        inputs = _inputs(session, stored, stored_chains, stopped_at)
+    closed = ClosedWindow({}, {})
+    for target, chain in zip(stored.targets, chains, strict=True):
+        await asyncio.sleep(0)
+        _add(closed, target, _target_result(target, chain, inputs))
+    return _prepared(chains, stopped_at, inputs, closed)
 
 
 def add_close(
@@ -217,7 +270,8 @@ def add_close(
     # one) has its readings failures, and the results are computed again with them.
     chains = _churn_refused(session, prepared.chains)
     if chains is not prepared.chains or _latest_snapshot(session, ids) != prepared.read_up_to:
-        closed = _results(session, stored, snapshots_of(session, ids), chains, stopped_at)
+        inputs = _inputs(session, stored, snapshots_of(session, ids), stopped_at)
+        closed = _results(stored, chains, inputs)
         rows = _result_rows(closed)
     by_key = {t.name: t.id for t in stored.targets}
     befores = [chain.before for chain in chains if chain.before is not None]

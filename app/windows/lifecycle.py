@@ -22,7 +22,7 @@ from specdec_collector.sources.protocol import Chain, StartCheck
 from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S
 from specdec_collector.store.tables import TABLES, as_utc, utcnow
 from specdec_collector.windows.answers import encoded_view, remember_results, view_json
-from specdec_collector.windows.closing import add_close, prepare_close
+from specdec_collector.windows.closing import add_close, prepare_close, prepare_close_here
 from specdec_collector.windows.leases import first_lease_seconds
 from specdec_collector.windows.storage import add_baseline, add_window, load_window
 from specdec_collector.windows.stored import Actor, StoredWindow
@@ -49,6 +49,21 @@ async def _view(
     if series > ON_LOOP_SERIES:
         return await run_in_threadpool(view_from, stored, baselines, results)
     return view_from(stored, baselines, results)
+
+
+#: The most readings (the targets' snapshots, stored and read at the stop) whose results a
+#: stop computes on the event loop (SQLite; see `closing.prepare_close_here`); a larger
+#: stop's go to the computations lane.
+ON_LOOP_READINGS = 64
+
+
+def _small_stop(stored: StoredWindow, chains: Sequence[Chain]) -> bool:
+    """Whether a stop's results are few enough to compute on the event loop: an unsampled
+    window's (a baseline each, stored or read, and the stop's own readings) of a few targets."""
+    if stored.window.sample_interval_s is not None:
+        return False  # its stored samples: as many as the window was long
+    readings = sum(2 + len(chain.samples) for chain in chains)
+    return readings <= ON_LOOP_READINGS
 
 
 def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
@@ -201,9 +216,11 @@ async def stop_window(
         service.read_budget.stop(actor.team, len(targets))
         start = as_utc(stored.window.started_at)
         chains = await source.read_stop(targets, start, stopped_at, actor.team, at is not None)
-    prepared = await service.computations.run(
-        NO_YIELD_S, prepare_close, database, stored, chains, stopped_at
-    )
+    lane = service.computations
+    if lane.serial and _small_stop(stored, chains):
+        prepared = await prepare_close_here(database, stored, chains, stopped_at)
+    else:
+        prepared = await lane.run(NO_YIELD_S, prepare_close, database, stored, chains, stopped_at)
     closed = await service.writes.write(STOP_MAY_YIELD_S, add_close, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_view, database, actor.team, window_id)
