@@ -12,6 +12,7 @@ from tests.bench.figures import Figure, show, write_table
 BENCHMARKS = [
     "extract",
     "start",
+    "fleet",
     "scrape_cost",
     "sampler",
     "api",

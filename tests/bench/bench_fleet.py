@@ -1,0 +1,91 @@
+"""A direct window over a fleet: 1,024 targets that each answer after 200 ms.
+
+The real `specdec serve` (SQLite, windows of up to 1,024 targets allowed, no team read budget)
+and 1,024 `/metrics` servers in a separate process (one-instance payloads). Each round starts
+a 1,024-target window (timed, with the collector's CPU over it), then stops it (untimed). The
+memory figure is the collector's resident memory grown by opening windows of the fleet and
+keeping them open, per window.
+"""
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.bench.farm import run_farm
+from tests.bench.figures import Figure, show
+from tests.support.collector import CollectorProcess, run_collector
+
+TARGETS, DELAY_S, ROUNDS, KEPT_OPEN = 1024, 0.2, 5, 4
+COMMAND = "python -m tests.bench.bench_fleet"
+
+
+def resident_bytes(collector: CollectorProcess) -> int:
+    """The resident memory of the collector's processes (Linux /proc)."""
+    total = 0
+    for pid in collector.pids():
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:  # gone since listed
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def measure() -> list[Figure]:
+    starts, cpus = [], []
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        run_farm(TARGETS, "vllm_v1_dp1_k5.txt", DELAY_S) as targets,
+        run_collector(
+            f"sqlite:///{Path(folder) / 'fleet.db'}",
+            Path(folder),
+            SPECDEC_MAX_TARGETS_PER_WINDOW=str(TARGETS),
+            SPECDEC_MAX_TARGET_READS_PER_SECOND_PER_TEAM="1e9",
+        ) as collector,
+        httpx.Client(base_url=collector.base_url, timeout=120) as api,
+    ):
+        body = {"targets": targets}
+        for index in range(ROUNDS + 1):  # the first warms the connections and the catalogue
+            cpu = collector.cpu_seconds()
+            began = time.perf_counter()
+            answer = api.post(f"/windows/fleet-{index}/start", json=body)
+            took = time.perf_counter() - began
+            used = collector.cpu_seconds() - cpu
+            assert answer.status_code == 201, answer.text
+            assert api.post(f"/windows/fleet-{index}/stop").status_code == 200
+            if index:
+                starts.append(took)
+                cpus.append(used)
+        time.sleep(1)
+        before = resident_bytes(collector)
+        for index in range(KEPT_OPEN):
+            assert api.post(f"/windows/open-{index}/start", json=body).status_code == 201
+        time.sleep(1)
+        grown = (resident_bytes(collector) - before) / KEPT_OPEN
+    start, cpu = statistics.median(starts), statistics.median(cpus) / TARGETS
+    return [
+        Figure(
+            f"window start, {TARGETS} targets that each answer after {DELAY_S * 1000:.0f} ms",
+            f"median {start:.3f} s = **{start / DELAY_S:.2f} x {DELAY_S * 1000:.0f} ms**, "
+            f"collector CPU {cpu * 1e3:.2f} ms per target (median of {ROUNDS}, known servers)",
+            f"≤ 1.5 x {DELAY_S * 1000:.0f} ms at ≤ 0.7 ms CPU per target",
+            start <= 1.5 * DELAY_S and cpu <= 0.7e-3,
+            COMMAND,
+        ),
+        Figure(
+            f"memory per open {TARGETS}-target window (collector's resident memory)",
+            f"**{grown / 2**20:.1f} MiB** (grown over {KEPT_OPEN} windows kept open)",
+            "",
+            None,
+            COMMAND,
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    show(measure())
