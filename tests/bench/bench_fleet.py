@@ -16,24 +16,10 @@ import httpx
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.support.collector import CollectorProcess, run_collector
+from tests.support.collector import run_collector
 
 TARGETS, DELAY_S, ROUNDS, KEPT_OPEN = 1024, 0.2, 5, 4
 COMMAND = "python -m tests.bench.bench_fleet"
-
-
-def resident_bytes(collector: CollectorProcess) -> int:
-    """The resident memory of the collector's processes (Linux /proc)."""
-    total = 0
-    for pid in collector.pids():
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except FileNotFoundError:  # gone since listed
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
-    return total
 
 
 def measure() -> list[Figure]:
@@ -62,11 +48,11 @@ def measure() -> list[Figure]:
                 starts.append(took)
                 cpus.append(used)
         time.sleep(1)
-        before = resident_bytes(collector)
+        before = collector.resident_bytes()
         for index in range(KEPT_OPEN):
             assert api.post(f"/windows/open-{index}/start", json=body).status_code == 201
         time.sleep(1)
-        grown = (resident_bytes(collector) - before) / KEPT_OPEN
+        grown = (collector.resident_bytes() - before) / KEPT_OPEN
     start, cpu = statistics.median(starts), statistics.median(cpus) / TARGETS
     return [
         Figure(

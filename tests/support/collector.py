@@ -96,17 +96,32 @@ class CollectorProcess:
                 queue += [int(child) for child in task.read_text().split()]
         return found
 
+    def _proc_texts(self, name: str) -> list[str]:
+        """`/proc/<pid>/<name>` of the process and its workers (those still there)."""
+        texts = []
+        for pid in self.pids():
+            try:
+                texts.append(Path(f"/proc/{pid}/{name}").read_text())
+            except FileNotFoundError:  # gone since listed
+                continue
+        return texts
+
     def cpu_seconds(self) -> float:
         """User + system CPU time the process and its workers have used so far (Linux /proc)."""
         total = 0
-        for pid in self.pids():
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except FileNotFoundError:  # gone since listed
-                continue
+        for stat in self._proc_texts("stat"):
             fields = stat.rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
         return total / os.sysconf("SC_CLK_TCK")
+
+    def resident_bytes(self) -> int:
+        """The resident memory of the process and its workers (Linux /proc)."""
+        return sum(
+            int(line.split()[1]) * 1024
+            for status in self._proc_texts("status")
+            for line in status.splitlines()
+            if line.startswith("VmRSS:")
+        )
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""
