@@ -205,10 +205,17 @@ def _query(prometheus: str, promql: str, at: float) -> dict[str, Any]:
     return body
 
 
-def _has_sample_after(prometheus: str, instance: str, moment: float) -> bool | None:
-    promql = f'timestamp(up{{instance="{instance}"}})'
+def _scraped_after(prometheus: str, instance: str, moment: float) -> float | None:
+    """The time of Prometheus' latest successful scrape of `instance` if it is at or after
+    `moment` (a failed one, `up` 0, stores no sample of the server's series)."""
+    promql = f'up{{instance="{instance}"}}[30s]'  # raw: each scrape's time and outcome
     result = _query(prometheus, promql, time.time())["data"]["result"]
-    return True if result and float(result[0]["value"][1]) >= moment else None
+    scraped = max((float(t) for r in result for t, up in r["values"] if up == "1"), default=None)
+    return scraped if scraped is not None and scraped >= moment else None
+
+
+def _has_sample_after(prometheus: str, instance: str, moment: float) -> bool | None:
+    return True if _scraped_after(prometheus, instance, moment) is not None else None
 
 
 @pytest.mark.slow
@@ -229,10 +236,13 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape(engine: s
             with httpx.Client(base_url=simulator, timeout=30) as http:
                 for index in range(20):
                     http.post("/v1/completions", json={"prompt": f"q{index}", "max_tokens": 32})
-            time.sleep(1.5)
+            # Two successful scrapes after the load, so the window holds one in between
+            # whatever a busy machine made of the scrapes (one that timed out stores nothing).
+            loaded = time.time()
+            seen = wait_for(lambda: _scraped_after(prometheus, instance, loaded), "a scrape")
+            wait_for(lambda: _scraped_after(prometheus, instance, seen + 0.001), "another one")
             end = time.time()
             direct_after = extract_spec_decode(httpx.get(f"{simulator}/metrics").text)
-            wait_for(lambda: _has_sample_after(prometheus, instance, end), "a sample after the end")
             selector = instance_selector(instance)
             values = _query(prometheus, series_query(selector), start)
             times = _query(prometheus, scrape_time_query(selector), start)
