@@ -1,6 +1,7 @@
 """Extraction of the spec-decode series, checked against prometheus_client's parsers."""
 
 import math
+import re
 from unittest.mock import ANY
 
 import pytest
@@ -31,6 +32,7 @@ from specdec_collector.core.exposition import (
     ExtractionError,
     SeriesKey,
     SeriesValue,
+    any_of,
     extract_spec_decode,
     labels_from_text,
     labels_to_text,
@@ -424,3 +426,17 @@ def test_openmetrics_with_escaped_names_reads_as_the_classic_text() -> None:
     assert "lmdeploy_spec_decode_num_drafts_total" in escaped
     assert {key.engine for key in classic} >= {ServingEngine.SGLANG}
     assert extract_spec_decode(escaped) == classic
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(st.text(alphabet="ab:_.{", min_size=1, max_size=6), min_size=1, max_size=8),
+    text=st.text(alphabet="ab:_.{\n", max_size=40),
+)
+def test_any_of_matches_where_any_word_starts(words: list[str], text: str) -> None:
+    """The companions' pattern, prefixes written once, finds exactly the offsets where one of
+    its words starts (what a plain alternation finds)."""
+    pattern = re.compile(any_of(words))
+    starts = {at for at in range(len(text)) if any(text.startswith(w, at) for w in words)}
+    assert {at for at in range(len(text)) if pattern.match(text, at)} == starts
+    assert any_of(["vllm:a", "vllm:b", "vllm_a"]) == "vllm(?::(?:a|b)|_a)"

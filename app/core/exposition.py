@@ -14,9 +14,10 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from specdec_collector.core.counters import (
     GAUGES,
@@ -251,11 +252,33 @@ def _companion_markers(schema: CounterSchema) -> tuple[str, ...]:
     return tuple(spelling for name in names for spelling in spellings(name))
 
 
+def any_of(words: Iterable[str]) -> str:
+    """A regular expression that matches where any of `words` starts, each shared prefix
+    written once (`vllm(?::(?:generation_tokens|prompt_tokens)|_(?:...))`). The engine then
+    skips to its literal prefix by a fast search and tries the rest only there; a plain
+    alternation of the words is tried word by word at each offset (on a 60 KB vLLM payload,
+    105-194 us a pass, by the order the words came in, against 64 us)."""
+    trie: dict[str, dict[str, Any]] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a word ends here
+
+    def written(node: dict[str, Any]) -> str:
+        branches = [re.escape(char) + written(node[char]) for char in sorted(node) if char]
+        if "" in node:
+            return f"(?:{'|'.join(branches)})?" if branches else ""
+        return branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+
+    return written(trie)
+
+
 #: Each engine's companion markers (`_companion_markers`) as one pattern: a single pass over
 #: the payload finds every one of their lines (a search per name and spelling cost a pass each,
 #: most of a scrape's time on a large payload).
 _COMPANION_PATTERNS = tuple(
-    (schema.engine, re.compile("|".join(map(re.escape, _companion_markers(schema)))))
+    (schema.engine, re.compile(any_of(_companion_markers(schema))))
     for schema in SCHEMAS
     if schema.companions
 )
