@@ -11,13 +11,14 @@ import traceback
 import zlib
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import httpx
 
 from specdec_collector.core.exposition import ExtractionError, ExtractionLimits, extract_spec_decode
 from specdec_collector.core.readings import FailureKind, TargetReading
 from specdec_collector.core.targets import Target
-from specdec_collector.sources.scrape.client import ScrapeClient
+from specdec_collector.sources.scrape.client import ScrapeClient, parsed_url
 from specdec_collector.sources.scrape.config import OFF_LOOP_BYTES, ScrapeConfig
 from specdec_collector.sources.scrape.failures import (
     REFUSAL_BODY_BYTES,
@@ -27,6 +28,7 @@ from specdec_collector.sources.scrape.failures import (
 )
 from specdec_collector.sources.scrape.pinning import Pin, Refused, Unresolved, pin
 from specdec_collector.sources.scrape.resolver import RESOLVING_FOR
+from specdec_collector.sources.scrape.transport import Answer
 from specdec_collector.store.tables import utcnow
 from specdec_collector.telemetry import SCRAPE_ERRORS, SCRAPE_SECONDS
 
@@ -62,7 +64,7 @@ class _LargeAnswerSlot:
             self._held = False
 
 
-async def _refusal_body(response: httpx.Response) -> bytes:
+async def _refusal_body(response: Answer) -> bytes:
     """The first bytes of a refusal's plain body, for its message; none of a compressed one."""
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", ""):
@@ -75,7 +77,7 @@ async def _refusal_body(response: httpx.Response) -> bytes:
     return head[:REFUSAL_BODY_BYTES]
 
 
-async def _read_capped(response: httpx.Response, max_bytes: int, slot: _LargeAnswerSlot) -> bytes:
+async def _read_capped(response: Answer, max_bytes: int, slot: _LargeAnswerSlot) -> bytes:
     """The body, gzip-decoded, reading no more than `max_bytes` of decoded output; past
     OFF_LOOP_BYTES only while holding a large-answer `slot`."""
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
@@ -182,11 +184,7 @@ async def _fetch_and_read(
         # for every piece of the answer that arrived (~4 % of a scrape's CPU).
         async with asyncio.timeout(timeout_s):
             url, headers, extensions = pinned or await pin(target, config)
-            request = client.build_request(
-                "GET", _parsed_url(url), headers=headers, extensions=extensions,
-                timeout=_steps_timeout(timeout_s),
-            )  # fmt: skip
-            response = await client.send(request, stream=True)
+            response = await _get(client, url, headers, extensions, timeout_s)
             try:
                 if response.status_code != 200:
                     said = refusal_message(await _refusal_body(response))
@@ -220,16 +218,29 @@ async def _fetch_and_read(
     return _extracted(target, body, config.limits)
 
 
+async def _get(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    extensions: dict[str, Any],
+    timeout_s: float,
+) -> Answer:
+    """The answer's head, its body to be read: straight from the server where the request
+    goes there (through the service's client), else through httpx."""
+    if isinstance(client, ScrapeClient):
+        direct = await client.get_direct(url, headers, extensions, timeout_s)
+        if direct is not None:
+            return direct
+    request = client.build_request(
+        "GET", parsed_url(url), headers=headers, extensions=extensions,
+        timeout=_steps_timeout(timeout_s),
+    )  # fmt: skip
+    return await client.send(request, stream=True)
+
+
 @lru_cache(maxsize=16)
 def _steps_timeout(timeout_s: float) -> httpx.Timeout:
     return httpx.Timeout(timeout_s, read=None)
-
-
-@lru_cache(maxsize=4096)
-def _parsed_url(url: str) -> httpx.URL:
-    """The URL as httpx parses it, once per URL: every scrape of a target asks for the same
-    one, and parsing it was a tenth of the HTTP client's CPU per request."""
-    return httpx.URL(url)
 
 
 def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> TargetReading:
