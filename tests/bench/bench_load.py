@@ -1,5 +1,6 @@
-"""Load on SQLite: 200 clients start, read, stop and report windows of 1-20 real targets for
-30 s, with the collector serving in one process and then in two (`--workers 2`).
+"""Load: 200 clients start, read, stop and report windows of 1-20 real targets for 30 s, with
+the collector on SQLite serving in one process and then in two (`--workers 2`), then in one
+process on PostgreSQL (SPECDEC_TEST_POSTGRES_URL, else the suite's throwaway server).
 
 The client runs in a process of its own (`tests.bench.load_client`), so the collector's CPU
 (read from /proc for it and its workers) is its own. Per run: calls/s, windows/s, p50/p99 of
@@ -13,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from sqlalchemy import create_engine, text
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.support.collector import run_collector
+from tests.support.postgres import fresh_schema, postgres_server
 
 CLIENTS, SECONDS, TARGETS = 200, 30.0, 20
 COMMAND = "python -m tests.bench.bench_load"
@@ -30,6 +33,7 @@ TARGET = "p99 stop ≤ 1.5 x p99 start, both ≤ 2 s; no 5xx, every window close
 @dataclass(frozen=True)
 class LoadRun:
     workers: int
+    database: str  # sqlite, postgresql
     seconds: float
     calls: int
     windows: int
@@ -83,12 +87,23 @@ def machine_cpu_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def load_run(workers: int) -> LoadRun:
-    with tempfile.TemporaryDirectory() as folder:
-        database = Path(folder) / "load.db"
+# Counted the same way on both databases ("window" is a reserved word of PostgreSQL's).
+_WINDOWS_LEFT = text("""SELECT count(*), count(*) FILTER (WHERE state = 'open') FROM "window" """)
+_WITHOUT_RESULT = text(
+    """SELECT count(*) FROM window_target JOIN "window" ON "window".id = window_pk """
+    """WHERE "window".state = 'closed' AND window_target.result IS NULL"""
+)
+
+
+def load_run(workers: int, on_postgres: bool = False) -> LoadRun:
+    with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
+        if on_postgres:
+            database_url = stack.enter_context(fresh_schema(stack.enter_context(postgres_server())))
+        else:
+            database_url = f"sqlite:///{Path(folder) / 'load.db'}"
         with (
             run_collector(
-                f"sqlite:///{database}",
+                database_url,
                 Path(folder),
                 SPECDEC_WORKERS=str(workers),
                 SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM=str(CLIENTS),  # one open window per client
@@ -107,21 +122,15 @@ def load_run(workers: int) -> LoadRun:
             cpu = collector.cpu_seconds() - before
             machine = machine_cpu_seconds() - machine_before
         report = json.loads(done.stdout)
-        engine = create_engine(f"sqlite:///{database}")
+        engine = create_engine(database_url)
         with engine.connect() as connection:
-            started, open_left = connection.execute(
-                text("SELECT count(*), coalesce(sum(state = 'open'), 0) FROM window")
-            ).one()
-            without_result = connection.execute(
-                text(
-                    "SELECT count(*) FROM window_target JOIN window ON window.id = window_pk "
-                    "WHERE window.state = 'closed' AND window_target.result IS NULL"
-                )
-            ).scalar_one()
+            started, open_left = connection.execute(_WINDOWS_LEFT).one()
+            without_result = connection.execute(_WITHOUT_RESULT).scalar_one()
         engine.dispose()
     statuses: dict[str, int] = report["statuses"]
     return LoadRun(
         workers=workers,
+        database="postgresql" if on_postgres else "sqlite",
         seconds=report["seconds"],
         calls=sum(statuses.values()),
         windows=len(report["windows"]),
@@ -138,18 +147,20 @@ def load_run(workers: int) -> LoadRun:
 
 
 def measure() -> list[Figure]:
-    runs = [load_run(workers) for workers in (1, 2)]
-    one, two = runs
+    one, two, postgres = load_run(1), load_run(2), load_run(1, on_postgres=True)
     what = (
-        f"load on SQLite: {CLIENTS} clients x {SECONDS:.0f} s starting, reading, stopping and "
+        f"load: {CLIENTS} clients x {SECONDS:.0f} s starting, reading, stopping and "
         f"reporting windows of 1-{TARGETS} targets (client in its own process)"
     )
     ratio = two.windows_per_s / one.windows_per_s
     return [
-        Figure(f"{what}, 1 worker", one.summary(), TARGET, one.balanced, COMMAND),
-        Figure(f"{what}, `--workers 2`", two.summary(), TARGET, two.balanced, COMMAND),
+        Figure(f"{what}, SQLite, 1 worker", one.summary(), TARGET, one.balanced, COMMAND),
+        Figure(f"{what}, SQLite, `--workers 2`", two.summary(), TARGET, two.balanced, COMMAND),
         Figure(
-            "windows/s at 2 workers vs 1 worker (same load, one run)",
+            f"{what}, PostgreSQL, 1 worker", postgres.summary(), TARGET, postgres.balanced, COMMAND
+        ),
+        Figure(
+            "windows/s at 2 workers vs 1 worker (SQLite, same load, one run)",
             f"{two.windows_per_s:.1f} vs {one.windows_per_s:.1f}: **{ratio:.2f} x**",
             "≥ 1.7 x",
             ratio >= 1.7,
