@@ -79,12 +79,9 @@ class _StopInputs:
     overlaps: dict[str, Overlaps]
 
 
-def _inputs(
-    session: Session,
-    stored: StoredWindow,
-    stored_chains: dict[int, list[StoredSnapshot]],
-    stopped_at: datetime,
-) -> _StopInputs:
+def _inputs(session: Session, stored: StoredWindow, stopped_at: datetime) -> _StopInputs:
+    """Read, through `session`, what the window's results are computed from."""
+    stored_chains = snapshots_of(session, [t.id for t in stored.targets])
     return _StopInputs(
         stored_chains, keys_of(session, stored_chains), overlaps_of(session, stored, end=stopped_at)
     )
@@ -217,8 +214,7 @@ def prepare_close_in(
     session: Session, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
 ) -> PreparedClose:
     """`prepare_close` through `session`."""
-    stored_chains = snapshots_of(session, [t.id for t in stored.targets])
-    inputs = _inputs(session, stored, stored_chains, stopped_at)
+    inputs = _inputs(session, stored, stopped_at)
     return _prepared(chains, stopped_at, inputs, _results(stored, chains, inputs))
 
 
@@ -240,8 +236,7 @@ async def prepare_close_here(
     interpreter's lock several times as long as it ran, and queued there for seconds while
     starts went ahead (reading in the request pool kept half of that wait)."""
     with Session(database) as session:
-        stored_chains = snapshots_of(session, [t.id for t in stored.targets])
-        inputs = _inputs(session, stored, stored_chains, stopped_at)
+        inputs = _inputs(session, stored, stopped_at)
     closed = ClosedWindow({}, {})
     for target, chain in zip(stored.targets, chains, strict=True):
         await asyncio.sleep(0)
@@ -270,8 +265,7 @@ def add_close(
     # one) has its readings failures, and the results are computed again with them.
     chains = _churn_refused(session, prepared.chains)
     if chains is not prepared.chains or _latest_snapshot(session, ids) != prepared.read_up_to:
-        inputs = _inputs(session, stored, snapshots_of(session, ids), stopped_at)
-        closed = _results(stored, chains, inputs)
+        closed = _results(stored, chains, _inputs(session, stored, stopped_at))
         rows = _result_rows(closed)
     by_key = {t.name: t.id for t in stored.targets}
     befores = [chain.before for chain in chains if chain.before is not None]

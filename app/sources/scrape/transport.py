@@ -87,21 +87,6 @@ def _origin(url: URL, server_hostname: str | None) -> Origin:
     return (url.scheme, url.raw_host, url.port, server_hostname)
 
 
-class _AnswerStream(httpx.AsyncByteStream):
-    """The answer's body as it arrives, undecoded (the scrape decodes gzip itself, bounded)."""
-
-    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
-        self._response, self._request = response, request
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _as_httpx_errors(self._request):
-            async for chunk in self._response.content.iter_any():
-                yield chunk
-
-    async def aclose(self) -> None:
-        self._response.release()
-
-
 class Answer(Protocol):
     """What a scrape reads of an answer: an `httpx.Response`, or a `DirectAnswer`."""
 
@@ -121,10 +106,12 @@ class DirectAnswer:
     status, its headers (case-insensitive) and its body as it arrives, undecoded; aiohttp's
     failures raised as httpx's (the tree above)."""
 
-    __slots__ = ("_response",)
+    __slots__ = ("_request", "_response")
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
+    def __init__(
+        self, response: aiohttp.ClientResponse, request: httpx.Request | None = None
+    ) -> None:
+        self._response, self._request = response, request  # the request its errors name
 
     @property
     def status_code(self) -> int:
@@ -135,12 +122,26 @@ class DirectAnswer:
         return self._response.headers
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
-        with _as_httpx_errors(None):
+        with _as_httpx_errors(self._request):
             async for chunk in self._response.content.iter_any():
                 yield chunk
 
     async def aclose(self) -> None:
         self._response.release()
+
+
+class _AnswerStream(httpx.AsyncByteStream):
+    """A `DirectAnswer`'s body as an `httpx.Response` reads it, for requests sent through httpx."""
+
+    def __init__(self, answer: DirectAnswer) -> None:
+        self._answer = answer
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._answer.aiter_raw():
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._answer.aclose()
 
 
 @lru_cache(maxsize=16)
@@ -294,7 +295,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return httpx.Response(
             status_code=response.status,
             headers=[(name, value) for name, value in response.raw_headers],
-            stream=_AnswerStream(response, request),
+            stream=_AnswerStream(DirectAnswer(response, request)),
             extensions={
                 "http_version": b"HTTP/1.1",
                 "reason_phrase": (response.reason or "").encode(),
