@@ -1,7 +1,7 @@
 """A target's result over a window, engine by engine: figures, exactness and notes.
 
 `core.arithmetic` computes per-series increases; here each engine's increases become its
-result. The contract (docs/engines.md): every result says its `engine`; `exact` is true only
+result (those of engines whose counters are not vLLM's shape in `core.engine_figures`). The contract (docs/engines.md): every result says its `engine`; `exact` is true only
 when every figure follows from counters with the seed formulas; `notes` says in a sentence why
 not; a figure the counters cannot give is null, never guessed; an engine whose metrics cannot
 give a window at all is `na` with a reason that says what to do. A target serving several
@@ -27,12 +27,22 @@ from specdec_collector.core.arithmetic import (
     reading_error,
 )
 from specdec_collector.core.counters import GAUGES, LIFETIME, WITNESSES, Role, ServingEngine
-from specdec_collector.core.exposition import MAX_COUNTER, SPEC_LIKE_MAX_NAMES, Series
+from specdec_collector.core.engine_figures import (
+    MORE_ACCEPTED,
+    active_draft_tokens,
+    diffusion_result,
+    fastdeploy_result,
+    max_result,
+    sglang_result,
+    tgi_result,
+    trtllm_result,
+    unrecognised_result,
+)
+from specdec_collector.core.exposition import MAX_COUNTER, Series
 from specdec_collector.core.readings import Failure, Reading
 from specdec_collector.core.results import (
     Bounds,
     Counts,
-    DiffusionFigures,
     EngineResult,
     LifetimeRatios,
     Raw,
@@ -59,18 +69,6 @@ LLAMACPP_COMPLETION_NOTE = (
     "llama.cpp counts a request when it completes: one running across an end of the window "
     "counts where it finishes"
 )
-TRTLLM_NOTE = (
-    "TensorRT-LLM: the acceptance rate is exact (iteration counters); drafts, the acceptance "
-    "length and per-position rates count finished requests only"
-)
-SGLANG_NOTES = [
-    "SGLang counts a request when it completes: one running across an end of the window "
-    "counts where it finishes",
-    "accepted tokens are derived as generated tokens - requests - verify calls (each finished "
-    "request gave 1 + the sum over its verify calls of accepted + 1 tokens)",
-    "draft tokens and the acceptance rate need the server's draft tokens per step, which its "
-    "metrics do not give",
-]
 MINDIE_REASON = (
     "MindIE Service documents no spec-decode counters on its metrics endpoint: no window can be "
     "measured. Measure on the client side (AISBench's own records) until it exports them."
@@ -104,11 +102,6 @@ UNSEEN_RESTART = (
     "restart inside the window that left every counter higher at the end than at the start "
     "cannot be seen; sample the window (sample_interval_s) to see restarts"
 )
-INCONSISTENT = "Inconsistent counters: fewer generated tokens than requests and verify calls"
-MORE_ACCEPTED = (
-    "Inconsistent counters: more tokens accepted ({accepted}) than drafted ({drafted}) in the "
-    "window"
-)
 MORE_ACCEPTED_AT = (
     "Inconsistent counters: more tokens accepted at position {position} ({accepted}) than "
     "drafts ({drafts}) in the window"
@@ -117,72 +110,12 @@ BEYOND_EXACT = (
     "a count of the window passed 2^53 ({count}): floats hold it to within a few units, so "
     "the figures are not exact"
 )
-MAX_NOTES = [
-    "Modular MAX exports per-batch histograms only: the acceptance length is the mean of its "
-    "batches' mean lengths and each position's rate the mean of its batches' rates "
-    "(change of the sum / change of the count), every batch weighing the same whatever its "
-    "tokens: approximate",
-    "the acceptance rate is the mean of the positions' rates; MAX counts no drafts or tokens",
-]
-FASTDEPLOY_NOTE = (
-    "FastDeploy counts no drafts: they are its decoding steps, derived exactly as emitted - "
-    "accepted tokens (each step emits its accepted tokens and one more); its per-head rates "
-    "are lifetime gauges (under `lifetime`), so per-position rates are not given"
-)
-FASTDEPLOY_NGRAM_NOTE = (
-    "FastDeploy counts draft tokens only for MTP: the acceptance rate needs the draft tokens "
-    "per step (draft_tokens_per_step)"
-)
-FASTDEPLOY_CONFIGURED = (
-    "draft tokens from the configured {k} per step (draft_tokens_per_step); n-gram drafts can "
-    "be shorter, so the acceptance rate is a lower bound"
-)
-TGI_NOTES = [
-    "TGI counts tokens per generation step (its tgi_request_skipped_tokens histogram): the "
-    "accepted tokens are exact, but every step is a draft here, the one that gives a request "
-    "its first token too, so the acceptance length and per-position rates are low by about "
-    "one step per request",
-]
-TGI_SPECULATE = "draft tokens are steps x speculate = {k} ({source})"
-TGI_NO_SPECULATE = (
-    "draft tokens and the acceptance rate need TGI's speculate: its histogram has no buckets "
-    "(an older TGI) and the start body gave no draft_tokens_per_step"
-)
-TGI_NO_BUCKETS = "per-position rates need the histogram's buckets, which this TGI does not write"
-SGLANG_ACTIVE = (
-    "draft tokens from sglang:spec_num_draft_tokens - 1 per verify call (the root of each "
-    "verified block is not a draft)"
-)
-SGLANG_ACTIVE_VARIED = (
-    "the server's draft tokens per verify call changed inside the window (AutoSpec: "
-    "sglang:spec_num_draft_tokens went from {low} to {high}): each interval's calls counted "
-    "with the value at its end, so the draft tokens are approximate; sample the window "
-    "(sample_interval_s) to follow it closer"
-)
 NO_DISTRIBUTION = (
     "the distribution of accepted tokens per draft needs drafts of one length: not given"
 )
 DSPARK_NOTE = (
     "drafts counted by length (DSpark): per_drafted_position_acceptance_rates is each "
     "position's rate over the drafts that reached it, exact"
-)
-DIFFUSION_REASON = (
-    "a diffusion LLM (vLLM's diffusion_* counters): it drafts nothing, so there is no "
-    "acceptance; it committed {tokens} tokens per denoising step in the window (under "
-    "`diffusion`)"
-)
-DIFFUSION_IDLE = (
-    "a diffusion LLM (vLLM's diffusion_* counters) that ran no denoising step in the window"
-)
-UNRECOGNISED_REASON = (
-    "No spec decode metrics the collector reads: the server shows families that look like "
-    "speculative decoding ({names}), of an engine it does not know; see docs/engines.md for "
-    "the engines it reads"
-)
-OLD_SGLANG_REASON = (
-    "SGLang before May 2026 (PR #25689) shows spec decoding only as interval gauges ({names}), "
-    "which cannot give a window: serve with an SGLang that has sglang:spec_verify_calls_total "
-    "(it appears after the first speculative request)"
 )
 VLLM_COMPATIBLE_NOTE = (
     "vLLM-compatible: the payload has vLLM's spec-decode names but none of vLLM's own token "
@@ -298,236 +231,6 @@ def accepted_distribution(totals: Totals) -> dict[str, int | float] | None:
     return {str(n): as_number(count) for n, count in enumerate(exactly)}
 
 
-def _trtllm(totals: Totals) -> EngineResult:
-    """TensorRT-LLM: rate from iteration counters; drafts, length, positions from finished
-    requests (drafted at position 0 = drafts; vLLM-style rate at i = accepted_i / drafts)."""
-    engine = ServingEngine.TRTLLM
-    if totals.num_draft_tokens <= 0:
-        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
-    drafts = totals.drafted_per_pos.get(0, 0.0)
-    accepted_finished = sum(totals.accepted_per_pos.values())
-    data = ResultData(
-        num_drafts=as_number(drafts) if drafts > 0 else None,
-        draft_tokens=as_number(totals.num_draft_tokens),
-        accepted_tokens=as_number(totals.num_accepted_tokens),
-        acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
-        acceptance_length=1 + accepted_finished / drafts if drafts > 0 else None,
-        per_position_acceptance_rates=(
-            {str(p): n / drafts for p, n in sorted(totals.accepted_per_pos.items())}
-            if drafts > 0 else None
-        ),
-    )  # fmt: skip
-    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=[TRTLLM_NOTE])
-
-
-@dataclass(frozen=True, slots=True)
-class ActiveDraftTokens:
-    """SGLang's draft tokens of a window from its `spec_num_draft_tokens` gauge: each
-    interval's verify calls times the gauge at the interval's end, less one (the root)."""
-
-    draft_tokens: float
-    low: float
-    high: float
-
-
-def active_draft_tokens(
-    chain: Sequence[Series], steps: Sequence[Totals]
-) -> ActiveDraftTokens | None:
-    """The draft tokens of an SGLang chain (`steps` its increases) by its gauge, None where a
-    snapshot lacks it."""
-    values = []
-    for snapshot in chain:
-        shown = [
-            v.value
-            for k, v in snapshot.items()
-            if k.role is Role.ACTIVE_DRAFT_TOKENS and v.value is not None
-        ]
-        if not shown:
-            return None
-        values.append(sum(shown) / len(shown))
-    ends = zip(steps, values[1:], strict=True)
-    drafted = sum(step.verify_calls * max(0.0, value - 1) for step, value in ends)
-    return ActiveDraftTokens(drafted, min(values), max(values))
-
-
-def _sglang(
-    totals: Totals, per_step: int | None, active: ActiveDraftTokens | None = None
-) -> EngineResult:
-    """SGLang: drafts are verify calls V; accepted = G - R - V; length = (G - R) / V; draft
-    tokens and the rate from its active-draft-tokens gauge (0.5.23) or the draft tokens per
-    step the start body gave."""
-    engine = ServingEngine.SGLANG
-    calls, generated, requests = totals.verify_calls, totals.generation_tokens, totals.requests
-    if calls <= 0:
-        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
-    accepted = generated - requests - calls
-    if accepted < 0:
-        return EngineResult(engine=engine, status="na", error=INCONSISTENT, exact=False)
-    notes = SGLANG_NOTES[:2]
-    draft_tokens: float | None = None
-    if active is not None and active.high > 1:
-        draft_tokens = active.draft_tokens
-        notes = [*notes, SGLANG_ACTIVE]
-        if active.low != active.high:
-            low, high = as_number(active.low), as_number(active.high)
-            notes.append(SGLANG_ACTIVE_VARIED.format(low=low, high=high))
-    elif per_step:
-        draft_tokens = calls * per_step
-        notes = [*notes, f"draft tokens from the configured {per_step} per step "
-                 "(draft_tokens_per_step)"]  # fmt: skip
-    else:
-        notes = [*notes, *SGLANG_NOTES[2:]]
-    data = ResultData(
-        num_drafts=as_number(calls), accepted_tokens=as_number(accepted),
-        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
-        acceptance_rate=None if not draft_tokens else accepted / draft_tokens * 100,
-        acceptance_length=(generated - requests) / calls, per_position_acceptance_rates=None,
-    )  # fmt: skip
-    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=notes)
-
-
-def _max(totals: Totals) -> EngineResult:
-    """Modular MAX: the mean of per-batch figures over the window (their histograms'
-    change of sum over change of count), batch-weighted."""
-    engine = ServingEngine.MAX
-    rates = {
-        str(position): totals.batch_rate_sum.get(position, 0.0) / count / 100
-        for position, count in sorted(totals.batch_rate_count.items())
-        if count > 0
-    }
-    if totals.batch_length_count <= 0 and not rates:
-        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
-    length = (
-        totals.batch_length_sum / totals.batch_length_count
-        if totals.batch_length_count > 0
-        else None
-    )
-    data = ResultData(
-        num_drafts=None, draft_tokens=None, accepted_tokens=None,
-        acceptance_rate=sum(rates.values()) / len(rates) * 100 if rates else None,
-        acceptance_length=length, per_position_acceptance_rates=rates or None,
-    )  # fmt: skip
-    if not data.is_finite():
-        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=False)
-    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=MAX_NOTES)
-
-
-def _more_accepted(
-    engine: ServingEngine, accepted: float, draft_tokens: float | None
-) -> EngineResult | None:
-    """The `na` of a window that accepted more tokens than it drafted, else None."""
-    if draft_tokens is None or accepted <= draft_tokens:
-        return None
-    error = MORE_ACCEPTED.format(accepted=as_number(accepted), drafted=as_number(draft_tokens))
-    return EngineResult(engine=engine, status="na", error=error, exact=False)
-
-
-def _fastdeploy(totals: Totals, per_step: int | None) -> EngineResult:
-    """FastDeploy: drafts are its steps (emitted - accepted tokens, added so in `Totals`);
-    draft tokens counted with MTP, else from the start body's draft tokens per step."""
-    engine = ServingEngine.FASTDEPLOY
-    drafts, accepted = totals.num_drafts, totals.num_accepted_tokens
-    if drafts <= 0:
-        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
-    notes, exact = [FASTDEPLOY_NOTE], True
-    draft_tokens: float | None = totals.num_draft_tokens or None
-    if draft_tokens is None:
-        if per_step:
-            draft_tokens = drafts * per_step
-            notes.append(FASTDEPLOY_CONFIGURED.format(k=per_step))
-            exact = False
-        else:
-            notes.append(FASTDEPLOY_NGRAM_NOTE)
-    refused = _more_accepted(engine, accepted, draft_tokens)
-    if refused is not None:
-        return refused
-    data = ResultData(
-        num_drafts=as_number(drafts), accepted_tokens=as_number(accepted),
-        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
-        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
-        acceptance_length=1 + accepted / drafts, per_position_acceptance_rates=None,
-    )  # fmt: skip
-    return EngineResult(engine=engine, status="ok", data=data, exact=exact, notes=notes)
-
-
-def _tgi(totals: Totals, per_step: int | None) -> EngineResult:
-    """TGI: steps are drafts, the tokens they gave beyond the first accepted tokens; its
-    buckets (0..speculate) give speculate, the per-position rates and the distribution."""
-    engine = ServingEngine.TGI
-    steps, accepted = totals.num_drafts, totals.num_accepted_tokens
-    if steps <= 0:
-        return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
-    notes = list(TGI_NOTES)
-    at_most = totals.steps_at_most
-    speculate = max(at_most) if at_most else None
-    complete = speculate is not None and all(n in at_most for n in range(speculate + 1))
-    if speculate is not None and speculate > 0:
-        notes.append(TGI_SPECULATE.format(k=speculate, source="the histogram's largest bucket"))
-    elif per_step:
-        speculate = per_step
-        notes.append(TGI_SPECULATE.format(k=per_step, source="draft_tokens_per_step"))
-    else:
-        speculate = None
-        notes.append(TGI_NO_SPECULATE)
-    draft_tokens = steps * speculate if speculate else None
-    refused = _more_accepted(engine, accepted, draft_tokens)
-    if refused is not None:
-        return refused
-    rates = distribution = None
-    if complete and speculate:
-        rates = {str(i): (steps - at_most[i]) / steps for i in range(speculate)}
-        distribution = {
-            str(n): as_number(at_most[n] - (at_most[n - 1] if n else 0.0))
-            for n in range(speculate + 1)
-        }
-    else:
-        notes.append(TGI_NO_BUCKETS)
-    data = ResultData(
-        num_drafts=as_number(steps), accepted_tokens=as_number(accepted),
-        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
-        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
-        acceptance_length=1 + accepted / steps, per_position_acceptance_rates=rates,
-    )  # fmt: skip
-    if not data.is_finite():
-        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=False)
-    return EngineResult(
-        engine=engine, status="ok", data=data, exact=False, notes=notes,
-        accepted_distribution=distribution,
-    )  # fmt: skip
-
-
-def _diffusion(totals: Totals) -> EngineResult:
-    """vLLM serving a diffusion LLM: committed tokens per denoising step, not acceptance."""
-    engine = ServingEngine.VLLM_DIFFUSION
-    steps = totals.denoising_steps
-    if steps <= 0:
-        return EngineResult(engine=engine, status="na", error=DIFFUSION_IDLE, exact=False)
-    figures = DiffusionFigures(
-        denoising_steps=as_number(steps),
-        canvas_positions=as_number(totals.canvas_positions),
-        committed_tokens=as_number(totals.committed_tokens),
-        tokens_per_step=totals.committed_tokens / steps,
-        committed_share=(
-            totals.committed_tokens / totals.canvas_positions * 100
-            if totals.canvas_positions > 0
-            else None
-        ),
-    )
-    error = DIFFUSION_REASON.format(tokens=f"{figures.tokens_per_step:.2f}")
-    return EngineResult(engine=engine, status="na", error=error, exact=True, diffusion=figures)
-
-
-def _unrecognised(after: Series) -> EngineResult:
-    """A payload no schema reads, with families that look like spec decoding: named."""
-    names = sorted(dict(key.labels).get("family", "") for key in after)
-    shown = ", ".join(names[:SPEC_LIKE_MAX_NAMES])
-    if names and all(name.startswith(("sglang:", "sglang_")) for name in names):
-        error = OLD_SGLANG_REASON.format(names=shown)
-    else:
-        error = UNRECOGNISED_REASON.format(names=shown)
-    return EngineResult(engine=ServingEngine.UNRECOGNISED, status="na", error=error, exact=False)
-
-
 def _per_drafted_position(totals: Totals) -> dict[str, float] | None:
     """DSpark: accepted at position i / drafts of length > i, where drafts are counted by
     length; None without that family (or where no draft reached a position counted)."""
@@ -571,17 +274,17 @@ def _figures(
     `ends` its series at the two ends of the window (for llama.cpp's rounding); `hints` what
     the start body told (SGLang's draft tokens per step)."""
     if engine is ServingEngine.TRTLLM:
-        return _trtllm(totals)
+        return trtllm_result(totals)
     if engine is ServingEngine.SGLANG:
-        return _sglang(totals, hints.draft_tokens_per_step)
+        return sglang_result(totals, hints.draft_tokens_per_step)
     if engine is ServingEngine.MAX:
-        return _max(totals)
+        return max_result(totals)
     if engine is ServingEngine.FASTDEPLOY:
-        return _fastdeploy(totals, hints.draft_tokens_per_step)
+        return fastdeploy_result(totals, hints.draft_tokens_per_step)
     if engine is ServingEngine.TGI:
-        return _tgi(totals, hints.draft_tokens_per_step)
+        return tgi_result(totals, hints.draft_tokens_per_step)
     if engine is ServingEngine.VLLM_DIFFUSION:
-        return _diffusion(totals)
+        return diffusion_result(totals)
     notes: list[str] = []
     exact = True
     if engine is ServingEngine.LLAMACPP:
@@ -712,14 +415,14 @@ def _engine_windows(chain: Sequence[Series], hints: EngineHints, seconds: float 
             others = [e for e in last if e is not engine]
             if all(_without_spec_decoding(e, last[e]) for e in others):
                 # Nothing else at the end but witnesses: say what was there.
-                found.windows.append(_EngineWindow(engine, totals, _unrecognised(own[-1])))
+                found.windows.append(_EngineWindow(engine, totals, unrecognised_result(own[-1])))
             continue
         kind = recognised(engine, own[-1])
         if kind is ServingEngine.VLLM_V0:
             result = EngineResult(engine=kind, status="na", error=V0_REASON, exact=False)
         elif kind is ServingEngine.SGLANG:
             active = active_draft_tokens(own, steps)
-            result = _sglang(totals, hints.draft_tokens_per_step, active)
+            result = sglang_result(totals, hints.draft_tokens_per_step, active)
         else:
             has_drafts = Role.DRAFTS in _roles(own[-1])
             result = _figures(kind, totals, has_drafts, (own[0], own[-1]), hints)
