@@ -1,12 +1,13 @@
 """A target's result over a window, engine by engine: figures, exactness and notes.
 
-`core.arithmetic` computes per-series increases; here each engine's increases become its
-result (those of engines whose counters are not vLLM's shape in `core.engine_figures`). The contract (docs/engines.md): every result says its `engine`; `exact` is true only
-when every figure follows from counters with the seed formulas; `notes` says in a sentence why
-not; a figure the counters cannot give is null, never guessed; an engine whose metrics cannot
-give a window at all is `na` with a reason that says what to do. A target serving several
-engines gets one result per engine under `engines`; its own figures are their sum when they
-mean the same, else the first engine's (and a note says so). Pure functions.
+`core.arithmetic` computes per-series increases; here each engine's increases become its result
+(those of engines whose counters are not vLLM's shape in `core.engine_figures`). The contract
+(docs/engines.md): every result says its `engine`; `exact` is true only when every figure
+follows from counters with the seed formulas; `notes` says in a sentence why not; a figure the
+counters cannot give is null, never guessed; an engine whose metrics cannot give a window at
+all is `na` with a reason that says what to do. A target serving several engines gets one
+result per engine under `engines`; its own figures are their sum when they mean the same, else
+the first engine's (and a note says so). Pure functions.
 """
 
 import math
