@@ -3,6 +3,7 @@
 The answers are written here as Prometheus' HTTP API answers an instant query of a range
 selector (`resultType: matrix`); a test against a real Prometheus server is below them."""
 
+import asyncio
 import json
 import re
 import subprocess
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 import pytest
@@ -21,9 +23,11 @@ from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.figures import build_result
 from specdec_collector.core.promql import (
     NAME_PATTERN,
+    Scrapes,
     SourceError,
-    baseline_of,
+    baselines,
     instance_selector,
+    instances_selector,
     parse_selector,
     range_query,
     scrape_spacing_query,
@@ -33,7 +37,7 @@ from specdec_collector.core.promql import (
     series_query,
 )
 from specdec_collector.core.targets import parse_target
-from specdec_collector.sources.prometheus.api import PrometheusAPI
+from specdec_collector.sources.prometheus.api import PrometheusAPI, PrometheusRead
 from tests.support.collector import (
     run_simulator,
     serve_collector,
@@ -85,9 +89,11 @@ def test_the_baseline_is_each_series_last_sample_at_its_own_time() -> None:
         {"metric": metric, "value": [T0, "42"]}]}}  # fmt: skip
     times = {"status": "success", "data": {"resultType": "vector", "result": [
         {"metric": {"instance": LABELS["instance"]}, "value": [T0, str(T0 - 0.7)]}]}}  # fmt: skip
-    assert baseline_of(values, times) == [{"metric": metric, "values": [[T0 - 0.7, "42"]]}]
+    (baseline,) = baselines(values, times)[LABELS["instance"]].points
+    assert baseline[0].timestamp() == T0 - 0.7
+    assert [value.value for value in baseline[1].values()] == [42.0]
     later = matrix(("vllm:spec_decode_num_drafts_total", LABELS, [(T0 + 0.3, 50.0)]))
-    scrapes = scrapes_of(later, baseline_of(values, times))
+    scrapes = Scrapes([baseline]).followed_by(scrapes_of(later).points)
     assert [at.timestamp() for at, _ in scrapes.points] == [T0 - 0.7, T0 + 0.3]
 
 
@@ -252,7 +258,8 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape(engine: s
                             datetime.fromtimestamp(end, UTC)),
                 end,
             )  # fmt: skip
-    scrapes = scrapes_of(answer, baseline_of(values, times))
+    (instance_baseline,) = baselines(values, times).values()
+    scrapes = instance_baseline.followed_by(scrapes_of(answer).points)
     before, middle, after, _, _ = scrapes.window(datetime.fromtimestamp(start, UTC))
     through_prometheus = build_result("u", before, after, middle)
     direct = build_result("u", direct_before, direct_after)
@@ -351,6 +358,41 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
     points = samples["series"][0]["points"]
     assert points[0]["phase"] == "before" and points[-1]["phase"] == "after"
     assert len(points) >= 4  # Prometheus' scrapes in between, each a sample of the window
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_a_stop_looks_for_its_scrape_when_it_is_due() -> None:
+    """Scraped every 3 s, a stop right after a scrape waits for the next one: it looks at
+    once and again when that scrape is due, not every POLL_S (each look queries every
+    instance); the scrape it waited for ends the window."""
+    looks: list[str] = []
+
+    async def seen(request: httpx.Request) -> None:
+        if request.url.path.endswith("/api/v1/query"):
+            looks.append(parse_qs(request.content.decode())["query"][0])
+
+    async def stop(prometheus: str, start: datetime, end: datetime) -> Any:
+        settings = Settings(prometheus_url=prometheus, prometheus_wait_max_s=30)
+        async with httpx.AsyncClient(event_hooks={"request": [seen]}) as client:
+            (read,) = await PrometheusAPI(settings, client).read_many(
+                [instance_selector(instance)], start, end, wait=True
+            )
+        return read
+
+    with run_simulator("--drafts-per-s", "0") as simulator:
+        instance = simulator.removeprefix("http://")
+        with run_prometheus([instance], interval_s=3.0) as prometheus:
+            first = wait_for(lambda: _scraped_after(prometheus, instance, 0), "a first scrape")
+            scraped = wait_for(
+                lambda: _scraped_after(prometheus, instance, first + 1), "a second scrape"
+            )
+            start = datetime.now(UTC)
+            read = asyncio.run(stop(prometheus, start, start + timedelta(seconds=0.1)))
+    assert isinstance(read, PrometheusRead) and read.note is None, read
+    assert read.scrapes.points[-1][0].timestamp() >= scraped + 3.0 - 0.01
+    look = scrape_time_query(instances_selector([instance]))  # a window's instances together
+    assert 1 <= looks.count(look) <= 3, looks  # one every POLL_S would be about 6
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ caller's (`promsource_client` when wired in).
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -253,80 +253,111 @@ def _number(text: Any) -> float:
         raise SourceError(f"Prometheus answered a value that is not a number: {text!r}") from None
 
 
-def baseline_of(values: dict[str, Any], latest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The answers of `series_query` and of `scrape_time_query` at a window's start,
-    as matrix entries of one sample each, at the time of the scrape they come from (a target's
-    series are scraped together), not at the query's time."""
+def baselines(values: dict[str, Any], times: dict[str, Any]) -> dict[str, Scrapes]:
+    """Each instance's baseline from the answers of `series_query` and of `scrape_time_query`
+    at a window's start: one scrape, at the time of the scrape its values come from (a
+    target's series are scraped together), not at the query's time. A target scraped but
+    without spec-decode series yet (engines that show theirs at first use) has that scrape,
+    with none, as a direct scrape reads it."""
     stamps = {
-        (entry.get("metric") or {}).get("instance", ""): float(entry["value"][1])
-        for entry in _result(latest, "vector")
+        (entry.get("metric") or {}).get("instance", ""): _number(_sample(entry)[1])
+        for entry in _result(times, "vector")
     }
-    entries = []
-    shown = set()
+    grouped = _Grouped(by_instance=True)
     for entry in _result(values, "vector"):
-        instance = (entry.get("metric") or {}).get("instance", "")
-        shown.add(instance)
-        stamp = stamps.get(instance, float(entry["value"][0]))
-        entries.append(
-            {"metric": entry.get("metric") or {}, "values": [[stamp, entry["value"][1]]]}
-        )
-    # A target scraped but without spec-decode series yet (engines that show theirs at first
-    # use): its baseline is that scrape, with none, as a direct scrape reads it.
-    entries += [
-        {"metric": {"__name__": EMPTY_SCRAPE, "instance": instance}, "values": [[stamp, "1"]]}
-        for instance, stamp in stamps.items()
-        if instance not in shown
-    ]
-    return entries
+        metric = entry.get("metric") or {}
+        at, text = _sample(entry)
+        grouped.add(metric, ((stamps.get(metric.get("instance", ""), at), text),))
+    for instance, stamp in stamps.items():
+        grouped.scrape(instance, stamp)
+    return grouped.scrapes()
 
 
-#: The name of a baseline entry that stands for a scrape without spec-decode series.
-EMPTY_SCRAPE = "up"
+def scrapes_by_instance(answer: dict[str, Any]) -> dict[str, Scrapes]:
+    """The range-vector answer of `range_query`, grouped by instance, then by scrape;
+    `SourceError` for an error answer or a non-matrix one."""
+    grouped = _Grouped(by_instance=True)
+    for entry in _result(answer, "matrix"):
+        grouped.add(entry.get("metric") or {}, entry.get("values") or ())
+    return grouped.scrapes()
 
 
-def scrapes_of(answer: dict[str, Any], baseline: Sequence[dict[str, Any]] = ()) -> Scrapes:
-    """The range-vector answer of `range_query` (after the `baseline_of` entries), grouped by
-    scrape; `SourceError` for an error answer, a non-matrix one, or series of more than one
-    instance (never a sum of servers)."""
-    by_time: dict[float, Series] = {}
-    created_at: dict[tuple[float, SeriesKey], float] = {}
-    instances: set[str] = set()
-    for entry in [*baseline, *_result(answer, "matrix")]:
-        parsed, instance = _key(entry.get("metric") or {})
+def scrapes_of(answer: dict[str, Any]) -> Scrapes:
+    """The range-vector answer of `range_query` of one server, grouped by scrape;
+    `SourceError` for an error answer, a non-matrix one, or series of more than one instance
+    (never a sum of servers)."""
+    grouped = _Grouped(by_instance=False)
+    for entry in _result(answer, "matrix"):
+        grouped.add(entry.get("metric") or {}, entry.get("values") or ())
+    if len(grouped.instances) > 1:
+        raise SourceError(more_than_one_server(len(grouped.instances)))
+    return next(iter(grouped.scrapes().values()), Scrapes())
+
+
+def _sample(entry: dict[str, Any]) -> Sequence[Any]:
+    """The (time, value text) of an instant vector's entry."""
+    value = entry.get("value")
+    if not isinstance(value, list) or len(value) != 2:
+        raise SourceError(f"Prometheus answered a sample that is not [time, value]: {value!r}")
+    return value
+
+
+class _Grouped:
+    """Samples of Prometheus series as scrapes, in one pass over an answer: by instance (or
+    all as one server's, counting the instances seen), then by time, each scrape a `Series`;
+    the `_created` samples join their series' at the end."""
+
+    __slots__ = ("_by_instance", "_created", "_split", "instances")
+
+    def __init__(self, by_instance: bool) -> None:
+        self._split = by_instance
+        self._by_instance: dict[str, dict[float, Series]] = {}
+        self._created: list[tuple[str, float, SeriesKey, float]] = []
+        self.instances: set[str] = set()
+
+    def scrape(self, instance: str, stamp: float) -> None:
+        """A scrape of `instance` at `stamp`, with or without samples."""
+        self._by_instance.setdefault(instance if self._split else "", {}).setdefault(stamp, {})
+        self.instances.add(instance)
+
+    def add(self, metric: dict[str, str], samples: Iterable[Sequence[Any]]) -> None:
+        """The samples (time, value text) of one series; none if no schema reads its name."""
+        parsed, instance = _key(metric)
         if parsed is None:
-            if (entry.get("metric") or {}).get("__name__") == EMPTY_SCRAPE:
-                for stamp, _ in entry.get("values") or []:
-                    by_time.setdefault(float(stamp), {})
-                if instance is not None:
-                    instances.add(instance)
-            continue
+            return
         if instance is not None:
-            instances.add(instance)
+            self.instances.add(instance)
+        group = (instance or "") if self._split else ""
         key, created = parsed
-        name = (entry.get("metric") or {}).get("__name__", "")
-        for stamp, text in entry.get("values") or []:
+        name = metric.get("__name__", "")
+        optional = created or key.role in GAUGES
+        by_time = self._by_instance.setdefault(group, {})
+        for stamp, text in samples:
             try:
                 # The checks a scrape applies to the same sample (`exposition.checked_value`).
-                checked = checked_value(
-                    _number(text), str(text), name, created or key.role in GAUGES
-                )
+                value = checked_value(_number(text), str(text), name, optional)
             except ExtractionError as exc:
                 raise SourceError(f"Prometheus holds a sample that is not a count: {exc}") from None
-            if checked is None:
+            if value is None:
                 continue
-            value = checked
             if created:
-                created_at[(float(stamp), key)] = value
+                self._created.append((group, _number(stamp), key, value))
             else:
-                by_time.setdefault(float(stamp), {})[key] = SeriesValue(value)
-    if len(instances) > 1:
-        raise SourceError(more_than_one_server(len(instances)))
-    for (stamp, key), value in created_at.items():
-        slot = by_time.get(stamp, {}).get(key)
-        if slot is not None:
-            slot.created = value
-    points = [(datetime.fromtimestamp(stamp, UTC), by_time[stamp]) for stamp in sorted(by_time)]
-    return Scrapes(points)
+                by_time.setdefault(_number(stamp), {})[key] = SeriesValue(value)
+
+    def scrapes(self) -> dict[str, Scrapes]:
+        """Each group's scrapes in time order (none for a group without any)."""
+        for group, stamp, key, value in self._created:
+            slot = self._by_instance[group].get(stamp, {}).get(key)
+            if slot is not None:
+                slot.created = value
+        return {
+            group: Scrapes(
+                [(datetime.fromtimestamp(stamp, UTC), by_time[stamp]) for stamp in sorted(by_time)]
+            )
+            for group, by_time in self._by_instance.items()
+            if by_time
+        }
 
 
 def thin(

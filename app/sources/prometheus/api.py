@@ -25,7 +25,7 @@ from specdec_collector.core.exposition import Series
 from specdec_collector.core.promql import (
     Scrapes,
     SourceError,
-    baseline_of,
+    baselines,
     chunks,
     instances_selector,
     range_query,
@@ -33,7 +33,7 @@ from specdec_collector.core.promql import (
     scrape_spacing_query,
     scrape_spacings,
     scrape_time_query,
-    scrapes_of,
+    scrapes_by_instance,
     series_query,
     split_by_instance,
     thin,
@@ -43,7 +43,10 @@ from specdec_collector.core.safetext import safe_error_text
 
 # Without a known spacing (one sample so far), how long a stop waits at most for the next.
 DEFAULT_WAIT_S = 30.0
+# The shortest pause between two looks for the samples after a stop.
 POLL_S = 0.5
+# After a scrape is due, the time Prometheus takes to scrape and store it before a look.
+STORE_MARGIN_S = 0.2
 # The recent samples whose spacing tells a target's scrape interval.
 SPACING_SPAN_S = 30.0
 # The span of one range query: a long window is read in chunks this long, so that no answer
@@ -52,14 +55,6 @@ SPACING_SPAN_S = 30.0
 RANGE_CHUNK_S = 900.0
 # Above this size an answer is parsed off the event loop.
 OFF_LOOP_BYTES = 256 * 1024
-_EMPTY_VECTOR: dict[str, Any] = {
-    "status": "success",
-    "data": {"resultType": "vector", "result": []},
-}
-_EMPTY_MATRIX: dict[str, Any] = {
-    "status": "success",
-    "data": {"resultType": "matrix", "result": []},
-}
 # How far after a past stop a window's ending scrape is looked for (a scrape interval's worth).
 LOOKAHEAD_S = 30.0
 
@@ -215,16 +210,13 @@ class PrometheusAPI:
                     'selector of one, such as {instance="host:port", job="..."}',
                 )
         if since is None:
-            values = split_by_instance(await self.query(series_query(selector), start), "vector")
-            times = split_by_instance(
-                await self.query(scrape_time_query(selector), start), "vector"
-            )
-            for instance, answer in values.items():
-                baseline = baseline_of(answer, times.get(instance, _EMPTY_VECTOR))
-                held[instance] = scrapes_of(_EMPTY_MATRIX, baseline).points
+            values = await self.query(series_query(selector), start)
+            times = await self.query(scrape_time_query(selector), start)
+            for instance, scrapes in baselines(values, times).items():
+                held[instance] = scrapes.points
         for low, high in chunks(since or start, until, RANGE_CHUNK_S):
             answer = await self.query(range_query(selector, low, high), high)
-            parts = await asyncio.to_thread(_scrapes_by_instance, answer)
+            parts = await asyncio.to_thread(scrapes_by_instance, answer)
             for instance, scrapes in parts.items():
                 if instance in failed:
                     continue
@@ -259,8 +251,13 @@ class PrometheusAPI:
         matches: two scrape intervals (as the samples' own spacing over the last 30 s shows),
         within `wait_max_s`. The note if none came, and the moment to read up to: the latest
         of those samples (each instance's first scrape after the stop ends its window), else
-        `end`."""
-        began, bound = time.monotonic(), None
+        `end`.
+
+        Between two looks it sleeps until the next scrape is due (the last one of the
+        instance scraped longest ago, one spacing on), at least POLL_S: each look is a query
+        of every instance, and at Prometheus' default 15 s interval a look every POLL_S
+        would be 30 queries a stop."""
+        began, bound, spacing = time.monotonic(), None, None
         while True:
             now = datetime.now(UTC)
             answer = await self.query(scrape_time_query(selector), now)
@@ -273,26 +270,24 @@ class PrometheusAPI:
                 recent = await self.query(scrape_spacing_query(selector, SPACING_SPAN_S), now)
                 spacing = max(scrape_spacings(recent).values(), default=None)
                 bound = min(self.wait_max_s, 2 * spacing if spacing else DEFAULT_WAIT_S)
-            if time.monotonic() - began >= bound:
+            waited = time.monotonic() - began
+            if waited >= bound:
                 note = (
                     f"computed with the samples Prometheus held: none at or after the stop "
                     f"came within {bound:g} s"
                 )
                 return note, end
-            await asyncio.sleep(POLL_S)
+            pause = POLL_S
+            if spacing and latest:
+                due = min(latest) + spacing + STORE_MARGIN_S
+                pause = max(pause, due - now.timestamp())
+            await asyncio.sleep(min(pause, bound - waited))
 
 
 def _instance_of(selector: str) -> str | None:
     """The `host:port` of a selector that names one instance exactly, else None."""
     found = re.fullmatch(r'\{instance="([^"\\]*)"\}', selector)
     return found[1] if found else None
-
-
-def _scrapes_by_instance(answer: dict[str, Any]) -> dict[str, Scrapes]:
-    """A range answer's samples grouped by scrape, per instance (run off the event loop)."""
-    return {
-        instance: scrapes_of(part) for instance, part in split_by_instance(answer, "matrix").items()
-    }
 
 
 def _nothing_new(selector: str, since: datetime | None) -> PrometheusRead | Failure:
