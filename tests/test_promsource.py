@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 
 import httpx
 import pytest
+import respx
 
 from specdec_collector.config import Settings
 from specdec_collector.core.exposition import extract_spec_decode
@@ -36,6 +37,7 @@ from specdec_collector.core.promql import (
     scrapes_of,
     series_query,
 )
+from specdec_collector.core.readings import Failure
 from specdec_collector.core.targets import parse_target
 from specdec_collector.sources.prometheus.api import PrometheusAPI, PrometheusRead
 from tests.support.collector import (
@@ -489,3 +491,31 @@ def test_a_window_ends_at_its_first_scrape_at_or_after_the_stop() -> None:
     ended = scrapes.until(datetime.fromtimestamp(T0 + 1.5, UTC))
     assert [at.timestamp() for at, _ in ended.points] == [T0 - 1, T0 + 1, T0 + 2]
     assert scrapes.until(datetime.fromtimestamp(T0 + 9, UTC)) == scrapes  # none after
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [(b"<html>bad gateway</html>", "HTTP 200, not a JSON answer"),
+     (b"[1, 2]", "HTTP 200, not a JSON object"),
+     (b'{"status": "error", "error": "query timed out"}', "Prometheus answered: query timed out"),
+     (b'{"status": "success", "data": {"resultType": "vector", "result": [{"value": 7}]}}',
+      "not [time, value]")],
+)  # fmt: skip
+@pytest.mark.anyio
+@respx.mock(using="httpx")
+async def test_a_hostile_prometheus_answer_is_each_targets_failure(
+    respx_mock: respx.MockRouter, body: bytes, reason: str
+) -> None:
+    """Whatever Prometheus answers, a stop reads a failure with its reason, never raises."""
+    respx_mock.post("http://prom.test/api/v1/query").mock(
+        return_value=httpx.Response(200, content=body)
+    )
+    start = datetime.now(UTC) - timedelta(seconds=60)
+    async with httpx.AsyncClient() as client:
+        api = PrometheusAPI(Settings(prometheus_url="http://prom.test"), client)
+        reads = await api.read_many(
+            [instance_selector("10.0.0.1:8000"), instance_selector("10.0.0.2:8000")],
+            start, start + timedelta(seconds=30), wait=False,
+        )  # fmt: skip
+    assert [type(read) for read in reads] == [Failure, Failure]
+    assert all(reason in read.text for read in reads if isinstance(read, Failure)), reads
