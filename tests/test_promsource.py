@@ -519,3 +519,49 @@ async def test_a_hostile_prometheus_answer_is_each_targets_failure(
         )  # fmt: skip
     assert [type(read) for read in reads] == [Failure, Failure]
     assert all(reason in read.text for read in reads if isinstance(read, Failure)), reads
+
+
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [([[T0, "many"]], "Prometheus answered a value that is not a number: 'many'"),
+     ([[T0, "-3"]], "not a count: counter value -3 is not a finite count"),
+     ([5], "Prometheus answered a sample that is not [time, value]: 5"),
+     ([[T0]], "Prometheus answered a sample that is not [time, value]: [")],
+)  # fmt: skip
+@pytest.mark.anyio
+@respx.mock(using="httpx")
+async def test_a_hostile_sample_in_a_range_answer_is_the_targets_failure(
+    respx_mock: respx.MockRouter, values: list[Any], reason: str
+) -> None:
+    """The range query's samples are checked as a scrape's are: a bad one fails its target
+    with the reason, never the stop."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        metric = {"__name__": "vllm:spec_decode_num_drafts_total", **LABELS}
+        if query.startswith("{") and query.endswith("s]"):  # the range query
+            data = {"resultType": "matrix", "result": [{"metric": metric, "values": values}]}
+        else:
+            data = {"resultType": "vector", "result": []}
+        return httpx.Response(200, json={"status": "success", "data": data})
+
+    respx_mock.post("http://prom.test/api/v1/query").mock(side_effect=answer)
+    start = datetime.fromtimestamp(T0 - 30, UTC)
+    async with httpx.AsyncClient() as client:
+        api = PrometheusAPI(Settings(prometheus_url="http://prom.test"), client)
+        (read,) = await api.read_many(
+            [instance_selector(LABELS["instance"])], start, start + timedelta(seconds=60), False
+        )
+    assert isinstance(read, Failure) and reason in read.text, read
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [{**LABELS, "instance": "10.0.0.1:8000\x00"}, {**LABELS, "job": "vllm\n"},
+     {**LABELS, "model_name": "m\x1b[2J"}, {**LABELS, "engine": 0}, {**LABELS, "instance": ["x"]}],
+)  # fmt: skip
+def test_a_series_whose_labels_are_not_printable_text_is_refused(labels: dict[str, Any]) -> None:
+    """Its target labels too, though the series' key leaves them out."""
+    answer = matrix(("vllm:spec_decode_num_drafts_total", labels, [(T0, 1.0)]))
+    with pytest.raises(SourceError, match=r"labels are not (printable )?text"):
+        scrapes_of(answer)

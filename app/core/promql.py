@@ -31,6 +31,7 @@ from specdec_collector.core.counters import (
     role_of_sample,
 )
 from specdec_collector.core.exposition import (
+    MAX_COUNTER,
     ExtractionError,
     Series,
     SeriesKey,
@@ -193,31 +194,41 @@ def _key(labels: dict[str, str]) -> tuple[tuple[SeriesKey, bool] | None, str | N
     """The series key of one Prometheus series, whether it is a `_created` one, and its
     instance; None for a name no schema reads."""
     try:
-        return _key_of(tuple(labels.items()))
+        own = dict(labels)
+        instance, job = own.pop("instance", None), own.pop("job", None)  # TARGET_LABELS
+        if not (_printable(instance) and _printable(job)):
+            raise SourceError("Prometheus holds a series whose labels are not printable text")
+        return _key_of(tuple(own.items())), instance
     except TypeError:  # a label value that is not a string (unhashable, or not text)
         raise SourceError("Prometheus holds a series whose labels are not text") from None
 
 
-# Cached: every query of a window, and of every window on the same servers, names the same
-# label sets (a 64-target stop's answers held ~2,600); the bound keeps a hostile Prometheus's
-# from growing it.
+# Both cached: every query of a window, and of every window on the same servers, names the
+# same label sets, and the servers of a fleet differ in their target labels alone (1,024
+# vLLM servers: 27,648 series, 27 label sets without `instance` and `job`); the bounds keep
+# a hostile Prometheus's from growing them.
 @lru_cache(maxsize=16_384)
-def _key_of(items: tuple[tuple[str, str], ...]) -> tuple[tuple[SeriesKey, bool] | None, str | None]:
+def _printable(value: str | None) -> bool:
+    return value is None or not has_control_characters(value)
+
+
+@lru_cache(maxsize=16_384)
+def _key_of(items: tuple[tuple[str, str], ...]) -> tuple[SeriesKey, bool] | None:
+    """The key of a series from its labels other than the target's (`TARGET_LABELS`)."""
     labels = dict(items)
-    name = labels.get("__name__", "")
-    if any(has_control_characters(k + v) for k, v in labels.items()):
+    name = labels.pop("__name__", "")
+    if has_control_characters(name) or any(
+        has_control_characters(k + v) for k, v in labels.items()
+    ):
         raise SourceError("Prometheus holds a series whose labels are not printable text")
-    own_labels = {k: v for k, v in labels.items() if k != "__name__" and k not in TARGET_LABELS}
     position = POSITION_IN_NAME.get(name)
     if position is not None:  # a gauge with its position in its name: as a label
-        own_labels["position"] = position
-    own = tuple(sorted(own_labels.items()))
-    instance = labels.get("instance")
+        labels["position"] = position
     found, created = role_of_sample(name)
     if found is None:
-        return None, instance
+        return None
     engine, role = found
-    return (SeriesKey(role, own, engine), created), instance
+    return SeriesKey(role, tuple(sorted(labels.items())), engine), created
 
 
 def _result(answer: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -329,21 +340,35 @@ class _Grouped:
             self.instances.add(instance)
         group = (instance or "") if self._split else ""
         key, created = parsed
-        name = metric.get("__name__", "")
         optional = created or key.role in GAUGES
         by_time = self._by_instance.setdefault(group, {})
-        for stamp, text in samples:
-            try:
+        sample: Any = None
+        try:
+            for sample in samples:
+                stamp, text = sample
+                number = _number(text)  # Prometheus' JSON gives a value as text: "12", "NaN"
+                at = stamp if type(stamp) is float else _number(stamp)
                 # The checks a scrape applies to the same sample (`exposition.checked_value`).
-                value = checked_value(_number(text), str(text), name, optional)
-            except ExtractionError as exc:
-                raise SourceError(f"Prometheus holds a sample that is not a count: {exc}") from None
-            if value is None:
-                continue
-            if created:
-                self._created.append((group, _number(stamp), key, value))
-            else:
-                by_time.setdefault(_number(stamp), {})[key] = SeriesValue(value)
+                if optional:
+                    if not math.isfinite(number):
+                        continue  # absent
+                elif not 0.0 <= number <= MAX_COUNTER:
+                    checked_value(number, str(text), metric.get("__name__", ""), optional)
+                if created:
+                    self._created.append((group, at, key, number))
+                    continue
+                scrape = by_time.get(at)
+                if scrape is None:
+                    scrape = by_time[at] = {}
+                scrape[key] = SeriesValue(number)
+        except ExtractionError as exc:
+            raise SourceError(f"Prometheus holds a sample that is not a count: {exc}") from None
+        except SourceError:
+            raise
+        except (TypeError, ValueError):
+            raise SourceError(
+                f"Prometheus answered a sample that is not [time, value]: {sample!r:.100}"
+            ) from None
 
     def scrapes(self) -> dict[str, Scrapes]:
         """Each group's scrapes in time order (none for a group without any)."""

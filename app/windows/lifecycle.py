@@ -17,6 +17,7 @@ from specdec_collector.core.results import TargetResult
 from specdec_collector.core.safetext import has_control_characters, safe_error_text
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput, WindowConflict
+from specdec_collector.gcpause import uncollected
 from specdec_collector.schemas import WindowCreate, WindowState, WindowView
 from specdec_collector.sources.protocol import Chain, StartCheck
 from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S
@@ -47,7 +48,7 @@ async def _view(
     """The window's view, built off the event loop when its baselines hold many series."""
     series = sum(len(r) for r in baselines.values() if not isinstance(r, Failure))
     if series > ON_LOOP_SERIES:
-        return await run_in_threadpool(view_from, stored, baselines, results)
+        return await run_in_threadpool(uncollected(view_from), stored, baselines, results)
     return view_from(stored, baselines, results)
 
 
@@ -219,9 +220,12 @@ async def stop_window(
     lane = service.computations
     if lane.serial and _small_stop(stored, chains):
         prepared = await prepare_close_here(database, stored, chains, stopped_at)
-    else:
-        prepared = await lane.run(NO_YIELD_S, prepare_close, database, stored, chains, stopped_at)
-    closed = await service.writes.write(STOP_MAY_YIELD_S, add_close, stored, actor, prepared)
+        store = add_close
+    else:  # a large stop's objects live until it is stored (see `gcpause`)
+        prepare = uncollected(prepare_close)
+        prepared = await lane.run(NO_YIELD_S, prepare, database, stored, chains, stopped_at)
+        store = uncollected(add_close)
+    closed = await service.writes.write(STOP_MAY_YIELD_S, store, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_view, database, actor.team, window_id)
     remember_results(service, actor.team, stored, closed.results)

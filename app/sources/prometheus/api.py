@@ -9,7 +9,6 @@ AISBench style; the token or password never appears in it.
 
 import asyncio
 import base64
-import gc
 import json
 import math
 import re
@@ -18,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -42,8 +41,8 @@ from specdec_collector.core.promql import (
 )
 from specdec_collector.core.readings import Failure, FailureKind
 from specdec_collector.core.safetext import safe_error_text
+from specdec_collector.gcpause import uncollected
 
-_P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 # Without a known spacing (one sample so far), how long a stop waits at most for the next.
@@ -108,7 +107,7 @@ class PrometheusAPI:
     ) -> _R:
         """What `read` (a pure function) makes of the JSON answer of an instant query at
         `at`; `SourceError` on any failure. A large answer is parsed and read off the event
-        loop, without garbage collection (`_uncollected`), so that only what `read` keeps
+        loop, without garbage collection (`gcpause`), so that only what `read` keeps
         of it lives on."""
         # Milliseconds, rounded down: a query at a window's start never sees past it.
         stamp = math.floor(at.timestamp() * 1000) / 1000
@@ -136,7 +135,7 @@ class PrometheusAPI:
             raise self._failed(type(exc).__name__ + (f": {exc}" if str(exc) else "")) from None
         if len(body) > OFF_LOOP_BYTES:
             return await asyncio.to_thread(
-                _uncollected, self._read, bytes(body), response.status_code, read
+                uncollected(self._read), bytes(body), response.status_code, read
             )
         return self._read(bytes(body), response.status_code, read)
 
@@ -331,21 +330,6 @@ async def _together(*calls: Awaitable[Any]) -> list[Any]:
 
 def _as_is(answer: dict[str, Any]) -> dict[str, Any]:
     return answer
-
-
-def _uncollected(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
-    """`func` run without garbage collection: an answer read into objects (its JSON, then
-    its scrapes) makes hundreds of thousands that all live on, and each collection that so
-    many new objects set off walks them again (a 7 MB answer parsed in 113 ms with
-    collections, 38 ms without). Collections resume after it, if another caller has not
-    paused them too."""
-    resume = gc.isenabled()
-    gc.disable()
-    try:
-        return func(*args, **kwargs)
-    finally:
-        if resume:
-            gc.enable()
 
 
 def _instance_of(selector: str) -> str | None:
