@@ -1,4 +1,5 @@
-"""Garbage collection paused while a large piece of work makes objects that all live on.
+"""Garbage collection: how often it runs, and paused while a large piece of work makes objects
+that all live on.
 
 CPython's collector runs after every few hundred new container objects, and a full collection
 walks every object made since start-up (those made before it are frozen, `service.main`). A
@@ -8,6 +9,13 @@ again, for nothing, since reference counting frees them when the work is done (a
 parsed in 113 ms with collections, 38 ms without; a 1,024-target stop read from Prometheus
 spent about a third of its CPU collecting). Collections resume after the work: objects it
 left in cycles are found by the next one.
+
+And it runs less often than CPython's default (`tune_collections`): a young collection after
+50,000 objects more alive, not 700. The count is of objects made less those freed, and reference
+counting frees almost all of a request's at once, so what sets a collection off is what
+lives on (the caches, open windows, answers in flight), and each collection walks again what
+the last ones left. Under load (200 clients, one worker, side by side) the collector served
+67 windows a second with the default, 102 with these.
 """
 
 import gc
@@ -17,6 +25,17 @@ from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+#: Objects made (less those freed) before a young collection; young collections before a
+#: middle one; middle ones before a full one (which CPython also holds back until a quarter
+#: of the objects it would walk are new).
+THRESHOLDS = (50_000, 20, 10)
+
+
+def tune_collections() -> None:
+    """Set this process's collection thresholds (`THRESHOLDS`)."""
+    gc.set_threshold(*THRESHOLDS)
 
 
 def uncollected(func: Callable[P, R]) -> Callable[P, R]:

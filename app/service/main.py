@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from specdec_collector import __version__
 from specdec_collector.config import Settings, get_settings
+from specdec_collector.gcpause import tune_collections
 from specdec_collector.schemas import Source
 from specdec_collector.service.allocator import tune_allocator
 from specdec_collector.service.auth import AnonymousAccess, OpenMode, parse_env_keys
@@ -147,6 +148,7 @@ def create_app(
         # start-up, counted against that call).
         gc.collect()
         gc.freeze()
+        tune_collections()
         try:
             yield {"services": services}
         finally:
