@@ -12,7 +12,7 @@ from tests.bench.farm import GROWING, run_farm
 from tests.support.collector import run_collector
 
 
-def test_a_paused_call_resumes_collections_even_when_it_fails_and_a_nested_one_leaves_them():
+def test_a_paused_call_resumes_collections_when_it_fails_and_a_nested_one_leaves_them() -> None:
     seen: list[bool] = []
 
     def inner() -> None:
