@@ -145,7 +145,7 @@ def create_app(
         await _build_routes(app)
         # Everything made so far lives as long as the process: out of the collector's sight,
         # a full collection no longer walks it (one took ~60 ms in the first stop after
-        # start-up, counted against that call).
+        # start-up, counted against that call). Then collections come less often (`gcpause`).
         gc.collect()
         gc.freeze()
         tune_collections()
