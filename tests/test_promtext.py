@@ -279,6 +279,7 @@ def payloads(draw: st.DrawFn) -> tuple[str, bool]:
     return text, openmetrics
 
 
+@pytest.mark.slow  # 300 examples: ~20 s
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(payloads())
 def test_extraction_matches_prometheus_client(case: tuple[str, bool]) -> None:
