@@ -31,7 +31,6 @@ from specdec_collector.core.counters import (
     role_of_sample,
 )
 from specdec_collector.core.exposition import (
-    MAX_COUNTER,
     ExtractionError,
     Series,
     SeriesKey,
@@ -287,22 +286,24 @@ def baselines(values: dict[str, Any], times: dict[str, Any]) -> dict[str, Scrape
 def scrapes_by_instance(answer: dict[str, Any]) -> dict[str, Scrapes]:
     """The range-vector answer of `range_query`, grouped by instance, then by scrape;
     `SourceError` for an error answer or a non-matrix one."""
-    grouped = _Grouped(by_instance=True)
-    for entry in _result(answer, "matrix"):
-        grouped.add(entry.get("metric") or {}, entry.get("values") or ())
-    return grouped.scrapes()
+    return _matrix(answer, by_instance=True).scrapes()
 
 
 def scrapes_of(answer: dict[str, Any]) -> Scrapes:
     """The range-vector answer of `range_query` of one server, grouped by scrape;
     `SourceError` for an error answer, a non-matrix one, or series of more than one instance
     (never a sum of servers)."""
-    grouped = _Grouped(by_instance=False)
-    for entry in _result(answer, "matrix"):
-        grouped.add(entry.get("metric") or {}, entry.get("values") or ())
+    grouped = _matrix(answer, by_instance=False)
     if len(grouped.instances) > 1:
         raise SourceError(more_than_one_server(len(grouped.instances)))
     return next(iter(grouped.scrapes().values()), Scrapes())
+
+
+def _matrix(answer: dict[str, Any], by_instance: bool) -> "_Grouped":
+    grouped = _Grouped(by_instance)
+    for entry in _result(answer, "matrix"):
+        grouped.add(entry.get("metric") or {}, entry.get("values") or ())
+    return grouped
 
 
 def _sample(entry: dict[str, Any]) -> Sequence[Any]:
@@ -341,6 +342,7 @@ class _Grouped:
         group = (instance or "") if self._split else ""
         key, created = parsed
         optional = created or key.role in GAUGES
+        name = metric.get("__name__", "")
         by_time = self._by_instance.setdefault(group, {})
         sample: Any = None
         try:
@@ -348,19 +350,17 @@ class _Grouped:
                 stamp, text = sample
                 number = _number(text)  # Prometheus' JSON gives a value as text: "12", "NaN"
                 at = stamp if type(stamp) is float else _number(stamp)
-                # The checks a scrape applies to the same sample (`exposition.checked_value`).
-                if optional:
-                    if not math.isfinite(number):
-                        continue  # absent
-                elif not 0.0 <= number <= MAX_COUNTER:
-                    checked_value(number, str(text), metric.get("__name__", ""), optional)
+                # The checks a scrape applies to the same sample.
+                value = checked_value(number, str(text), name, optional)
+                if value is None:
+                    continue  # absent
                 if created:
-                    self._created.append((group, at, key, number))
+                    self._created.append((group, at, key, value))
                     continue
                 scrape = by_time.get(at)
                 if scrape is None:
                     scrape = by_time[at] = {}
-                scrape[key] = SeriesValue(number)
+                scrape[key] = SeriesValue(value)
         except ExtractionError as exc:
             raise SourceError(f"Prometheus holds a sample that is not a count: {exc}") from None
         except SourceError:

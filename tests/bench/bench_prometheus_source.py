@@ -49,9 +49,9 @@ def _scraped_by_prometheus(prometheus: str, count: int) -> bool:
 
 
 def _fleet_stop_seconds(folder: Path) -> tuple[float, float, int]:
-    """The median seconds and collector CPU of a stop over FLEET servers, and how many of
-    their results were ok."""
-    walls, cpus, ok = [], [], 0
+    """The median seconds and collector CPU of a stop over FLEET servers, and the fewest of
+    their results that were ok in a stop."""
+    walls, cpus, oks = [], [], []
     with (
         run_farm(FLEET, GROWING) as targets,
         run_prometheus(targets, interval_s=FLEET_INTERVAL_S) as prometheus,
@@ -84,8 +84,8 @@ def _fleet_stop_seconds(folder: Path) -> tuple[float, float, int]:
                     walls.append(wall)
                     cpus.append(collector.cpu_seconds() - cpu)
                     results = [target["result"] for target in stop.json()["targets"]]
-                    ok = min(ok or FLEET, sum(r["status"] == "ok" for r in results))
-    return statistics.median(walls), statistics.median(cpus), ok
+                    oks.append(sum(result["status"] == "ok" for result in results))
+    return statistics.median(walls), statistics.median(cpus), min(oks)
 
 
 def measure() -> list[Figure]:

@@ -30,7 +30,7 @@ from tests.support.payloads import FIXTURES, drafts_payload
 GROWING = "growing"
 
 
-def read_lines(payload: str) -> str:
+def _read_lines(payload: str) -> str:
     """The samples of a `/metrics` answer that the collector reads from Prometheus (untyped:
     Prometheus stores them under the same names)."""
     names = re.compile(f"(?:{NAME_PATTERN})")
@@ -80,7 +80,7 @@ async def _grow(answer: list[bytes], drafts_per_s: float) -> None:
     began = time.monotonic()
     while True:
         drafts = int(drafts_per_s * (time.monotonic() - began))
-        answer[0] = http_answer(read_lines(drafts_payload(drafts).decode()).encode())
+        answer[0] = http_answer(_read_lines(drafts_payload(drafts).decode()).encode())
         await asyncio.sleep(1.0)
 
 
