@@ -34,10 +34,9 @@ from specdec_collector.core.exposition import (
     SeriesValue,
     any_of,
     extract_spec_decode,
-    labels_from_text,
-    labels_to_text,
 )
 from specdec_collector.sources.scrape import ACCEPT
+from specdec_collector.windows.catalogue import labels_from_text, labels_to_text
 from tests.support.payloads import fixture
 
 

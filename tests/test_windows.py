@@ -14,9 +14,6 @@ from sqlmodel import Session, select
 from specdec_collector.core.exposition import (
     ExtractionLimits,
     extract_spec_decode,
-    labels_digest,
-    labels_from_text,
-    labels_to_text,
 )
 from specdec_collector.core.figures import build_result
 from specdec_collector.core.readings import Failure, FailureKind, SnapshotPhase, TargetReading
@@ -33,6 +30,7 @@ from specdec_collector.store.db import open_database, upgrade_database, write_al
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot
 from specdec_collector.windows.answers import view_json
 from specdec_collector.windows.cache import OpenViews, ResultsCache
+from specdec_collector.windows.catalogue import labels_digest, labels_from_text, labels_to_text
 from specdec_collector.windows.closing import prepare_close, prepare_close_here
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.service import WindowService

@@ -10,8 +10,6 @@ only the family bookkeeping (which we skip) differs.
 Correctness is pinned by a differential test against prometheus_client's parsers.
 """
 
-import hashlib
-import json
 import math
 import re
 from collections.abc import Iterable
@@ -434,20 +432,3 @@ def forget_parsed_lines() -> None:
     """Empty the caches of parsed lines and label sets (a cold start, for measuring extraction)."""
     _PARSED.clear()
     _parse_labels.cache_clear()
-
-
-@lru_cache(maxsize=8192)  # every target of a server repeats its label sets
-def labels_to_text(labels: tuple[tuple[str, str], ...]) -> str:
-    """Canonical text of a sorted label set, for storage and comparison."""
-    return json.dumps(labels, ensure_ascii=False, separators=(",", ":"))
-
-
-def labels_digest(text: str) -> str:
-    """SHA-256 (hex) of a label set's canonical text: its unique key in the store."""
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-@lru_cache(maxsize=8192)
-def labels_from_text(text: str) -> tuple[tuple[str, str], ...]:
-    """The inverse of `labels_to_text` (cached: every target of a server repeats its label sets)."""
-    return tuple((str(name), str(value)) for name, value in json.loads(text))

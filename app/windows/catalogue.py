@@ -17,6 +17,8 @@ from before a purge forgets them first. On PostgreSQL the purge and the writers 
 exclude each other with an advisory lock (writers share it); SQLite's writers take turns.
 """
 
+import hashlib
+import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -32,9 +34,6 @@ from specdec_collector.core.exposition import (
     Series,
     SeriesKey,
     SeriesValue,
-    labels_digest,
-    labels_from_text,
-    labels_to_text,
 )
 from specdec_collector.core.readings import Failure, FailureKind, Reading
 from specdec_collector.store.db import MAX_IN_LIST, PerEngine, upsert_insert, write_session
@@ -66,6 +65,23 @@ def series_key(family: str, labels: tuple[tuple[str, str], ...]) -> SeriesKey:
     """The inverse of `family_of`, with the series' labels."""
     database, sep, role = family.rpartition(":")
     return SeriesKey(Role(role), labels, ServingEngine(database) if sep else ServingEngine.VLLM)
+
+
+@lru_cache(maxsize=8192)  # every target of a server repeats its label sets
+def labels_to_text(labels: tuple[tuple[str, str], ...]) -> str:
+    """Canonical text of a sorted label set, for storage and comparison."""
+    return json.dumps(labels, ensure_ascii=False, separators=(",", ":"))
+
+
+def labels_digest(text: str) -> str:
+    """SHA-256 (hex) of a label set's canonical text: its unique key in the store."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@lru_cache(maxsize=8192)
+def labels_from_text(text: str) -> tuple[tuple[str, str], ...]:
+    """The inverse of `labels_to_text` (cached: every target of a server repeats its label sets)."""
+    return tuple((str(name), str(value)) for name, value in json.loads(text))
 
 
 class KnownSeries:
