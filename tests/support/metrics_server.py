@@ -55,6 +55,9 @@ class MetricsServer:
     content_type: str = "text/plain; version=0.0.4; charset=utf-8"
     gzip: bool = False
     delay_s: float = 0.0
+    # Called in the request's thread before it answers (after `delay_s`): a test holds answers
+    # back with it, e.g. until every one of its servers has been asked.
+    before_answer: Callable[[], None] | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     # The body of the n-th request (from 1), when it changes with every one.
     body_for: Callable[[int], bytes] | None = None
@@ -123,6 +126,8 @@ def _handler(state: MetricsServer) -> type[BaseHTTPRequestHandler]:
             try:
                 if state.delay_s:
                     time.sleep(state.delay_s)
+                if state.before_answer is not None:
+                    state.before_answer()
                 plain, status = state.body, state.status
                 if state.body_for is not None:
                     plain = state.body_for(len(state.requests))
