@@ -1,4 +1,4 @@
-"""Lanes: jobs one at a time, earliest deadline first; writes that wait together commit together."""
+"""Lanes: jobs one at a time, first come first served; writes that wait together commit together."""
 
 import asyncio
 import threading
@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from specdec_collector.exceptions import TooManyWindows
 from specdec_collector.store.db import open_database, takes_turns, upgrade_database
-from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S, Lane
+from specdec_collector.store.lanes import Lane
 from tests.support.collector import serve_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
@@ -62,7 +62,7 @@ class _Held:
 async def _hold(lane: Lane) -> tuple[_Held, "asyncio.Future[None]"]:
     """The lane held by a job (running once this returns), and that job's future."""
     held = _Held()
-    holding = asyncio.ensure_future(lane.run(NO_YIELD_S, held))
+    holding = asyncio.ensure_future(lane.run(held))
     await asyncio.to_thread(held.running.wait, 10)
     return held, holding
 
@@ -82,30 +82,39 @@ def test_a_sqlite_engine_takes_turns_and_gets_serial_lanes(database: Engine) -> 
     assert not takes_turns(open_database("postgresql+psycopg://u@127.0.0.1:1/db"))
 
 
-def test_jobs_run_earliest_deadline_first(database: Engine) -> None:
-    lane = Lane("test", serial=True)
+def test_jobs_run_in_the_order_they_came(database: Engine) -> None:
+    """A stop's write waits for no start that came after it: each is what a benchmark waits
+    on, and a loaded collector that served starts first kept its stops waiting longest."""
+    lane = Lane("test", serial=True, database=database)
     order: list[str] = []
 
     def job(name: str) -> str:
         order.append(name)
         return name
 
+    def write(session: Session, name: str) -> str:
+        order.append(name)
+        return _note(session, name)
+
     async def main() -> list[Any]:
         return await _while_held(
             lane,
             lambda: [
-                lane.run(STOP_MAY_YIELD_S, job, "stop-1"),
-                lane.run(NO_YIELD_S, job, "start-1"),
-                lane.run(STOP_MAY_YIELD_S, job, "stop-2"),
-                lane.run(NO_YIELD_S, job, "start-2"),
+                lane.write(write, "stop-1"),
+                lane.run(job, "compute-1"),
+                lane.write(write, "start-1"),
+                lane.write(write, "stop-2"),
+                lane.run(job, "compute-2"),
+                lane.write(write, "start-2"),
             ],
         )
 
     results = asyncio.run(main())
     lane.close()
-    assert results == ["stop-1", "start-1", "stop-2", "start-2"]  # each caller gets its own
-    # A stop may yield to starts (not past STOP_MAY_YIELD_S); alike ones first come first.
-    assert order == ["start-1", "start-2", "stop-1", "stop-2"]
+    names = ["stop-1", "compute-1", "start-1", "stop-2", "compute-2", "start-2"]
+    assert results == names  # each caller gets its own
+    assert order == names
+    assert _notes(database) == ["stop-1", "start-1", "stop-2", "start-2"]
 
 
 def test_writes_that_wait_together_commit_together(database: Engine) -> None:
@@ -113,9 +122,7 @@ def test_writes_that_wait_together_commit_together(database: Engine) -> None:
     commits = _commits(database)
 
     async def main() -> list[Any]:
-        return await _while_held(
-            lane, lambda: [lane.write(NO_YIELD_S, _note, f"n{i}") for i in range(5)]
-        )
+        return await _while_held(lane, lambda: [lane.write(_note, f"n{i}") for i in range(5)])
 
     assert asyncio.run(main()) == [f"n{i}" for i in range(5)]
     lane.close()
@@ -135,9 +142,9 @@ def test_a_domain_error_fails_its_own_write_only(database: Engine) -> None:
         return await _while_held(
             lane,
             lambda: [
-                lane.write(NO_YIELD_S, _note, "a"),
-                lane.write(NO_YIELD_S, refused),
-                lane.write(NO_YIELD_S, _note, "b"),
+                lane.write(_note, "a"),
+                lane.write(refused),
+                lane.write(_note, "b"),
             ],
         )
 
@@ -158,9 +165,9 @@ def test_a_failing_write_is_never_another_writes_failure(database: Engine) -> No
         return await _while_held(
             lane,
             lambda: [
-                lane.write(NO_YIELD_S, _note, "a"),
-                lane.write(NO_YIELD_S, _note, "a"),  # a second "a": refused
-                lane.write(NO_YIELD_S, _note, "b"),
+                lane.write(_note, "a"),
+                lane.write(_note, "a"),  # a second "a": refused
+                lane.write(_note, "b"),
             ],
         )
 
@@ -176,8 +183,8 @@ def test_a_write_whose_caller_went_away_before_it_started_is_not_run(database: E
 
     async def main() -> None:
         held, holding = await _hold(lane)
-        gone = asyncio.ensure_future(lane.write(NO_YIELD_S, _note, "gone"))
-        kept = asyncio.ensure_future(lane.write(NO_YIELD_S, _note, "kept"))
+        gone = asyncio.ensure_future(lane.write(_note, "gone"))
+        kept = asyncio.ensure_future(lane.write(_note, "kept"))
         await asyncio.sleep(0.05)
         gone.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -198,7 +205,7 @@ def test_close_runs_the_jobs_already_queued(database: Engine) -> None:
 
     async def main() -> None:
         held, holding = await _hold(lane)
-        writes = [asyncio.ensure_future(lane.write(STOP_MAY_YIELD_S, _note, "last"))]
+        writes = [asyncio.ensure_future(lane.write(_note, "last"))]
         await asyncio.sleep(0.05)
         closing = asyncio.ensure_future(asyncio.to_thread(lane.close))
         await asyncio.sleep(0.05)
@@ -215,9 +222,7 @@ def test_a_lane_that_is_not_serial_runs_each_write_alone_at_once(database: Engin
     commits = _commits(database)
 
     async def main() -> list[str]:
-        return await asyncio.gather(
-            *(lane.write(STOP_MAY_YIELD_S, _note, f"n{i}") for i in range(3))
-        )
+        return await asyncio.gather(*(lane.write(_note, f"n{i}") for i in range(3)))
 
     assert sorted(asyncio.run(main())) == ["n0", "n1", "n2"]
     assert len(commits) == 3

@@ -20,7 +20,6 @@ from specdec_collector.exceptions import InvalidInput, WindowConflict
 from specdec_collector.gcpause import uncollected
 from specdec_collector.schemas import WindowCreate, WindowState, WindowView
 from specdec_collector.sources.protocol import Chain, StartCheck
-from specdec_collector.store.lanes import NO_YIELD_S, STOP_MAY_YIELD_S
 from specdec_collector.store.tables import TABLES, as_utc, utcnow
 from specdec_collector.windows.answers import encoded_view, remember_results, view_json
 from specdec_collector.windows.closing import add_close, prepare_close, prepare_close_here
@@ -142,7 +141,6 @@ async def start_window(
         await asyncio.wait(openings, timeout=CONNECT_AHEAD_WAIT_S)
     max_open = service.settings.max_open_windows_per_team
     inserted = await service.writes.write(
-        NO_YIELD_S,
         add_window,
         actor,
         window_id,
@@ -167,7 +165,7 @@ async def start_window(
     readings = await read_start()
     baselines: dict[int, Reading] = {}
     if readings is not None:
-        await service.writes.write(NO_YIELD_S, add_baseline, stored, readings)
+        await service.writes.write(add_baseline, stored, readings)
         baselines = {
             target.id: reading.reading
             for target, reading in zip(stored.targets, readings, strict=True)
@@ -223,9 +221,9 @@ async def stop_window(
         store = add_close
     else:  # a large stop's objects live until it is stored (see `gcpause`)
         prepare = uncollected(prepare_close)
-        prepared = await lane.run(NO_YIELD_S, prepare, database, stored, chains, stopped_at)
+        prepared = await lane.run(prepare, database, stored, chains, stopped_at)
         store = uncollected(add_close)
-    closed = await service.writes.write(STOP_MAY_YIELD_S, store, stored, actor, prepared)
+    closed = await service.writes.write(store, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_view, database, actor.team, window_id)
     remember_results(service, actor.team, stored, closed.results)
