@@ -19,15 +19,15 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import bindparam, create_engine, func
+from sqlalchemy import bindparam, func
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.pool import StaticPool
 from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import NotAllowed, NotAuthenticated
 from specdec_collector.schemas import TEAM_PATTERN, KeyRole
+from specdec_collector.store.db import reader_on_the_loop
 from specdec_collector.store.tables import TABLES
 
 DEFAULT_TEAM = "default"
@@ -167,7 +167,7 @@ class AnonymousAccess:
         self.mode = mode
         self._env_keys, self._database = env_keys, database
         self._closed_for_good = bool(env_keys) or mode is OpenMode.NEVER
-        self._on_loop = None if self._closed_for_good else _reader_on_the_loop(database)
+        self._on_loop = None if self._closed_for_good else reader_on_the_loop(database)
 
     async def is_open(self) -> bool:
         if self._closed_for_good:
@@ -187,17 +187,6 @@ class AnonymousAccess:
     def close(self) -> None:
         if self._on_loop is not None:
             self._on_loop.dispose()
-
-
-def _reader_on_the_loop(database: Engine) -> Engine | None:
-    """One connection to the same SQLite file that fails at once rather than wait for a lock
-    (WAL readers take none but in recovery); None for other databases and for one in memory."""
-    url = database.url
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return None
-    return create_engine(
-        url, poolclass=StaticPool, connect_args={"check_same_thread": False, "timeout": 0}
-    )
 
 
 def _lookup(database: Engine, key: str) -> Principal | None:

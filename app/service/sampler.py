@@ -34,14 +34,14 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy import ColumnElement, bindparam, delete, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import CursorResult, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.schemas import WindowState
 from specdec_collector.sources.scrape import ScrapeConfig, scrape_all
-from specdec_collector.store.db import free_disk_bytes, write_session
+from specdec_collector.store.db import free_disk_bytes, reader_on_the_loop, write_session
 from specdec_collector.store.tables import TABLES, Snapshot, Window, WindowTarget, utcnow
 from specdec_collector.telemetry import SAMPLES_SKIPPED
 from specdec_collector.windows.catalogue import purge_catalogue
@@ -132,28 +132,44 @@ _CLAIMABLE_WINDOWS = {
 }
 
 
+def claimable_windows(
+    database: Engine, owner: str, include_own: bool = False
+) -> list[tuple[int, str, float]]:
+    """The sampled open windows whose lease is free or ran out (with `include_own`, also
+    those `owner` held): (pk, team, interval) each. A read alone: the scan runs four times a
+    second in every replica and almost always finds nothing, and on SQLite the writers' turn
+    is every process's."""
+    with database.connect() as connection:
+        rows = connection.execute(
+            _CLAIMABLE_WINDOWS[include_own], {"now": time.time(), "owner": owner}
+        ).all()
+    return [(window_pk, team, interval_s) for window_pk, team, interval_s in rows]
+
+
 def claim_windows(
-    database: Engine, owner: str, watched: set[int], include_own: bool = False
+    database: Engine,
+    owner: str,
+    watched: set[int],
+    include_own: bool = False,
+    candidates: list[tuple[int, str, float]] | None = None,
 ) -> list[tuple[int, str, float, list[StoredTarget]]]:
-    """Take the lease of every sampled open window that is free or expired.
+    """Take the lease of every sampled open window that is free or expired (of `candidates`,
+    as `claimable_windows` found them, if given).
 
     With `include_own` (at start-up), also the windows `owner` held before a restart. Windows
     in `watched` are skipped (their job runs here already). Each claim is one conditional
     update, so of two replicas claiming the same window only one wins.
     """
-    now = time.time()
-    params = {"now": now, "owner": owner}
+    if candidates is None:
+        candidates = claimable_windows(database, owner, include_own)
+    candidates = [candidate for candidate in candidates if candidate[0] not in watched]
     claimed: list[tuple[int, str, float, list[StoredTarget]]] = []
-    # Looked for first without the writers' turn: the scan runs four times a second in every
-    # replica and almost always finds nothing, and on SQLite the turn is every process's.
-    with database.connect() as connection:
-        candidates = connection.execute(_CLAIMABLE_WINDOWS[include_own], params).all()
     if not candidates:
         return claimed
+    now = time.time()
+    params = {"now": now, "owner": owner}
     with write_session(database) as session:
         for window_pk, team, interval_s in candidates:
-            if window_pk in watched:
-                continue
             taken: CursorResult[Any] = session.execute(  # type: ignore[assignment]
                 update(_WINDOWS)
                 .where(_WINDOWS.c.id == window_pk, _WINDOWS.c.state == WindowState.OPEN)
@@ -187,7 +203,13 @@ def purge_samples(database: Engine, closed_before: datetime) -> int:
 
 
 class Sampler:
-    """Owns the scheduler, this replica's sampling jobs and the lease scan."""
+    """Owns the scheduler, this replica's sampling jobs and the lease scan.
+
+    The scan is a task of its own rather than a scheduler job, and on SQLite reads on the
+    event loop (through a connection that never waits for a lock; a thread when one is held):
+    it runs four times a second in every replica, and the scheduler's run and the thread hop
+    were three quarters of an idle collector's CPU (5.7 ms a second, 1.7 without the scan).
+    """
 
     def __init__(
         self,
@@ -210,20 +232,14 @@ class Sampler:
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self.watched: set[int] = set()
         self._running: set[asyncio.Task[Any]] = set()
+        self._scan: asyncio.Task[None] | None = None
+        self._on_loop = reader_on_the_loop(database)
 
     async def start(self) -> None:
         """Start the scheduler, take over the windows to sample, schedule the scan and retention."""
         self.scheduler.start()
         await self.claim(include_own=True)
-        self.scheduler.add_job(
-            self.claim,
-            "interval",
-            seconds=self.scan_interval_s,
-            id="claim-windows",
-            max_instances=1,
-            coalesce=True,
-            replace_existing=True,
-        )
+        self._scan = asyncio.get_running_loop().create_task(self._scan_forever())
         self.scheduler.add_job(
             self.purge,
             "interval",
@@ -238,6 +254,13 @@ class Sampler:
     async def stop(self) -> None:
         """Stop the scheduler; let the runs in flight finish within the scrape timeout, then
         cancel the rest (their writes are atomic: a cancelled run stores nothing)."""
+        if self._scan is not None:
+            self._scan.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan
+            self._scan = None
+        if self._on_loop is not None:
+            self._on_loop.dispose()
         if not self.scheduler.running:
             return
         self.scheduler.pause()  # no new runs; the scheduler's shutdown cancels those running
@@ -297,15 +320,33 @@ class Sampler:
         with contextlib.suppress(JobLookupError):
             self.scheduler.remove_job(_job_id(window_pk))
 
+    async def _scan_forever(self) -> None:
+        """The lease scan, every `scan_interval_s` after the last one ended, until `stop`
+        cancels it (a claim cut short writes nothing: each is one conditional update)."""
+        while True:
+            await asyncio.sleep(self.scan_interval_s)
+            await self._claim(include_own=False)
+
     async def claim(self, include_own: bool = False) -> None:
         """Take over the windows whose lease ran out (and at start-up this replica's own)."""
         with self._job("lease scan"):
             await self._claim(include_own)
 
     async def _claim(self, include_own: bool) -> None:
+        owner = self.replica_id
         try:
+            candidates = None
+            if self._on_loop is not None:
+                with contextlib.suppress(OperationalError):  # locked: a thread may wait
+                    candidates = claimable_windows(self._on_loop, owner, include_own)
+            if candidates is None:
+                candidates = await run_in_threadpool(
+                    claimable_windows, self.database, owner, include_own
+                )
+            if all(window_pk in self.watched for window_pk, _, _ in candidates):
+                return
             claimed = await run_in_threadpool(
-                claim_windows, self.database, self.replica_id, set(self.watched), include_own
+                claim_windows, self.database, owner, set(self.watched), include_own, candidates
             )
         except SQLAlchemyError as exc:
             logger.warning("lease scan failed: %s", type(exc).__name__)

@@ -30,6 +30,7 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.pool import StaticPool
 from sqlmodel import Session, create_engine
 
 # Any 64-bit number: every replica of every version of this service takes the same one.
@@ -54,6 +55,18 @@ def _read_json(text: str | bytes) -> Any:
     """JSON columns read back by pydantic's parser (a snapshot's counters: 15 µs, `json.loads`
     30), which gives the same lists, numbers and strings."""
     return pydantic_core.from_json(text)
+
+
+def reader_on_the_loop(database: Engine) -> Engine | None:
+    """One connection to the same SQLite file, for a small read on the event loop: it fails at
+    once rather than wait for a lock (WAL readers take none but in recovery), and its caller
+    then reads in a thread. None for other databases and for one in memory."""
+    url = database.url
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return create_engine(
+        url, poolclass=StaticPool, connect_args={"check_same_thread": False, "timeout": 0}
+    )
 
 
 def open_database(
