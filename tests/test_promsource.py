@@ -26,7 +26,6 @@ from specdec_collector.core.promql import (
     NAME_PATTERN,
     Scrapes,
     SourceError,
-    baselines,
     instance_selector,
     instances_selector,
     parse_selector,
@@ -34,6 +33,8 @@ from specdec_collector.core.promql import (
     scrape_spacing_query,
     scrape_spacings,
     scrape_time_query,
+    scrape_times,
+    scrapes_by_instance,
     scrapes_of,
     series_query,
 )
@@ -83,20 +84,35 @@ def test_the_query_reads_every_spec_decode_sample_raw_over_the_window() -> None:
     assert custom.endswith(', job="vllm", pod=~"decode-3"}[1s]')
 
 
-def test_the_baseline_is_each_series_last_sample_at_its_own_time() -> None:
-    """An instant query at the start gives values at the query's time; `max(timestamp())`
-    gives the time of the scrape they come from."""
-    metric = {"__name__": "vllm:spec_decode_num_drafts_total", **LABELS}
-    values = {"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": metric, "value": [T0, "42"]}]}}  # fmt: skip
+def test_the_baseline_is_each_instances_last_scrape_at_or_before_the_start() -> None:
+    """One range answer holds the baselines and the samples after them: each instance's
+    baseline is its scrape at the time `scrape_time_query` gives, and a scrape without
+    spec-decode series (an engine that shows them at first use) is there, with none."""
+    start = datetime.fromtimestamp(T0, UTC)
     times = {"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": {"instance": LABELS["instance"]}, "value": [T0, str(T0 - 0.7)]}]}}  # fmt: skip
-    (baseline,) = baselines(values, times)[LABELS["instance"]].points
-    assert baseline[0].timestamp() == T0 - 0.7
-    assert [value.value for value in baseline[1].values()] == [42.0]
-    later = matrix(("vllm:spec_decode_num_drafts_total", LABELS, [(T0 + 0.3, 50.0)]))
-    scrapes = Scrapes([baseline]).followed_by(scrapes_of(later).points)
-    assert [at.timestamp() for at, _ in scrapes.points] == [T0 - 0.7, T0 + 0.3]
+        {"metric": {"instance": LABELS["instance"]}, "value": [T0, str(T0 - 0.7)]},
+        {"metric": {"instance": "lazy:8000"}, "value": [T0, str(T0 - 0.4)]}]}}  # fmt: skip
+    scraped = scrape_times(times)
+    assert scraped == {LABELS["instance"]: T0 - 0.7, "lazy:8000": T0 - 0.4}
+    answer = matrix(
+        ("vllm:spec_decode_num_drafts_total", LABELS,
+         [(T0 - 1.7, 30.0), (T0 - 0.7, 42.0), (T0 + 0.3, 50.0)]),
+        ("vllm:spec_decode_num_drafts_total", {**LABELS, "instance": "lazy:8000"},
+         [(T0 + 0.6, 5.0)]),
+    )  # fmt: skip
+    found = scrapes_by_instance(answer, scraped=scraped)
+    before, middle, after, began, ended = found[LABELS["instance"]].window(start)
+    assert began.timestamp() == T0 - 0.7 and ended.timestamp() == T0 + 0.3
+    assert [v.value for v in before.values()] == [42.0] and middle == []
+    assert [v.value for v in after.values()] == [50.0]
+    lazy_before, _, lazy_after, lazy_began, _ = found["lazy:8000"].window(start)
+    assert lazy_began.timestamp() == T0 - 0.4 and lazy_before == {}
+    assert [v.value for v in lazy_after.values()] == [5.0]
+    # The points before the baseline are dropped; without one, none is.
+    trimmed = found[LABELS["instance"]].since_baseline(start)
+    assert [at.timestamp() for at, _ in trimmed.points] == [T0 - 0.7, T0 + 0.3]
+    late = Scrapes(found[LABELS["instance"]].points[2:])
+    assert late.since_baseline(start) == late
 
 
 @pytest.mark.parametrize(
@@ -252,16 +268,14 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape(engine: s
             end = time.time()
             direct_after = extract_spec_decode(httpx.get(f"{simulator}/metrics").text)
             selector = instance_selector(instance)
-            values = _query(prometheus, series_query(selector), start)
-            times = _query(prometheus, scrape_time_query(selector), start)
+            scraped = scrape_times(_query(prometheus, scrape_time_query(selector), start))
             answer = _query(
                 prometheus,
-                range_query(selector, datetime.fromtimestamp(start, UTC),
+                range_query(selector, datetime.fromtimestamp(min(scraped.values()) - 0.001, UTC),
                             datetime.fromtimestamp(end, UTC)),
                 end,
             )  # fmt: skip
-    (instance_baseline,) = baselines(values, times).values()
-    scrapes = instance_baseline.followed_by(scrapes_of(answer).points)
+    (scrapes,) = scrapes_by_instance(answer, scraped=scraped).values()
     before, middle, after, _, _ = scrapes.window(datetime.fromtimestamp(start, UTC))
     through_prometheus = build_result("u", before, after, middle)
     direct = build_result("u", direct_before, direct_after)

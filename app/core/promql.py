@@ -3,10 +3,11 @@
 Prometheus, Thanos, Mimir and VictoriaMetrics answer the same HTTP API. For a target (an
 `instance="host:port"` or a label selector) and a window `start`..`end`, one instant query
 at `end` of a range selector (`{__name__=~"<every spec-decode family>", ...}[<span>]`) returns
-the raw samples of every spec-decode series: not `increase()`, whose extrapolation invents
-fractions. The samples, grouped by scrape (their timestamp), become the same chain of
-snapshots a scraped window has: the last one at or before `start` is the baseline, the last
-one is the end, and the per-series reset rule runs over every one in between.
+the raw samples of every spec-decode series since the target's last scrape at or before
+`start` (`scrape_time_query` tells when that was): not `increase()`, whose extrapolation
+invents fractions. The samples, grouped by scrape (their timestamp), become the same chain
+of snapshots a scraped window has: the last one at or before `start` is the baseline, the
+last one is the end, and the per-series reset rule runs over every one in between.
 
 Pure functions here (the query text, the answer read into snapshots); the HTTP call is the
 caller's (`promsource_client` when wired in).
@@ -15,7 +16,7 @@ caller's (`promsource_client` when wired in).
 import itertools
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -171,6 +172,16 @@ class Scrapes:
         after = next((i for i, (at, _) in enumerate(self.points) if at >= stop), None)
         return self if after is None else Scrapes(self.points[: after + 1])
 
+    def since_baseline(self, start: datetime) -> "Scrapes":
+        """The points from the baseline (the last one at or before `start`) on; all of them
+        if none is that early (`since` then says why)."""
+        baseline = None
+        for index, (at, _) in enumerate(self.points):
+            if at > start:
+                break
+            baseline = index
+        return self if not baseline else Scrapes(self.points[baseline:])
+
     def since(self, start: datetime) -> "Scrapes":
         """The points from the baseline (the last one at or before `start`) on; `SourceError`
         if Prometheus holds no sample that early."""
@@ -263,30 +274,27 @@ def _number(text: Any) -> float:
         raise SourceError(f"Prometheus answered a value that is not a number: {text!r}") from None
 
 
-def baselines(values: dict[str, Any], times: dict[str, Any]) -> dict[str, Scrapes]:
-    """Each instance's baseline from the answers of `series_query` and of `scrape_time_query`
-    at a window's start: one scrape, at the time of the scrape its values come from (a
-    target's series are scraped together), not at the query's time. A target scraped but
-    without spec-decode series yet (engines that show theirs at first use) has that scrape,
-    with none, as a direct scrape reads it."""
-    stamps = {
+def scrape_times(answer: dict[str, Any]) -> dict[str, float]:
+    """Each instance's time of its last successful scrape, from a `scrape_time_query` answer
+    at a window's start: the scrape that is its baseline."""
+    return {
         (entry.get("metric") or {}).get("instance", ""): _number(_sample(entry)[1])
-        for entry in _result(times, "vector")
+        for entry in _result(answer, "vector")
     }
-    grouped = _Grouped(by_instance=True)
-    for entry in _result(values, "vector"):
-        metric = entry.get("metric") or {}
-        at, text = _sample(entry)
-        grouped.add(metric, ((stamps.get(metric.get("instance", ""), at), text),))
-    for instance, stamp in stamps.items():
+
+
+def scrapes_by_instance(
+    answer: dict[str, Any], scraped: Mapping[str, float] | None = None
+) -> dict[str, Scrapes]:
+    """The range-vector answer of `range_query`, grouped by instance, then by scrape;
+    `SourceError` for an error answer or a non-matrix one. The scrapes of `scraped` (instance
+    -> time: the baselines, `scrape_times`) are there even without a spec-decode sample: a
+    target scraped but without spec-decode series yet (engines that show theirs at first
+    use) has that scrape, with none, as a direct scrape reads it."""
+    grouped = _matrix(answer, by_instance=True)
+    for instance, stamp in (scraped or {}).items():
         grouped.scrape(instance, stamp)
     return grouped.scrapes()
-
-
-def scrapes_by_instance(answer: dict[str, Any]) -> dict[str, Scrapes]:
-    """The range-vector answer of `range_query`, grouped by instance, then by scrape;
-    `SourceError` for an error answer or a non-matrix one."""
-    return _matrix(answer, by_instance=True).scrapes()
 
 
 def scrapes_of(answer: dict[str, Any]) -> Scrapes:

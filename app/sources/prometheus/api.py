@@ -26,7 +26,6 @@ from specdec_collector.core.exposition import Series
 from specdec_collector.core.promql import (
     Scrapes,
     SourceError,
-    baselines,
     chunks,
     instances_selector,
     range_query,
@@ -34,8 +33,8 @@ from specdec_collector.core.promql import (
     scrape_spacing_query,
     scrape_spacings,
     scrape_time_query,
+    scrape_times,
     scrapes_by_instance,
-    series_query,
     split_by_instance,
     thin,
 )
@@ -61,6 +60,9 @@ RANGE_CHUNK_S = 900.0
 OFF_LOOP_BYTES = 256 * 1024
 # How far after a past stop a window's ending scrape is looked for (a scrape interval's worth).
 LOOKAHEAD_S = 30.0
+# How far before the earliest baseline scrape the first range begins (a range selector may
+# leave out a sample at its very start).
+BASELINE_MARGIN_S = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,27 +217,29 @@ class PrometheusAPI:
         until = max(until, end)
         held: dict[str, list[tuple[datetime, Series]]] = {}
         failed: dict[str, Failure] = {}
-        # The queries that do not wait on each other are asked together; the first range
-        # chunk with the baseline.
-        spans = chunks(since or start, until, RANGE_CHUNK_S)
         configs_query = scrape_configs_query(selector)
-
-        def first_range() -> Awaitable[dict[str, Scrapes]]:
-            return self.query_read(
-                range_query(selector, *spans[0]), spans[0][1], scrapes_by_instance
-            )
-
         if since is None:
+            # Each instance's baseline is its last scrape at or before the start: the first
+            # range reaches back to the earliest of them, so one answer holds the baselines
+            # and the samples after them (an instant query of the baselines apart answered
+            # every series' labels a second time: 40 % of a 64-target stop's JSON).
             configs, times = await _together(
                 self.query(configs_query, until), self.query(scrape_time_query(selector), start)
             )
-            baseline, first = await _together(
-                self.query_read(series_query(selector), start, partial(baselines, times=times)),
-                first_range(),
+            scraped = scrape_times(times)
+            earliest = min([start.timestamp(), *scraped.values()]) - BASELINE_MARGIN_S
+            spans = chunks(datetime.fromtimestamp(earliest, UTC), until, RANGE_CHUNK_S)
+            first = await self.query_read(
+                range_query(selector, *spans[0]),
+                spans[0][1],
+                partial(scrapes_by_instance, scraped=scraped),
             )
-            held = {instance: scrapes.points for instance, scrapes in baseline.items()}
         else:
-            configs, first = await _together(self.query(configs_query, until), first_range())
+            spans = chunks(since, until, RANGE_CHUNK_S)
+            configs, first = await _together(
+                self.query(configs_query, until),
+                self.query_read(range_query(selector, *spans[0]), spans[0][1], scrapes_by_instance),
+            )
         # A server two scrape configurations scrape (jobs, or target labels, that differ) has
         # each series twice, under labels that differ: it would be counted twice.
         for instance, answer in split_by_instance(configs, "vector").items():
@@ -254,8 +258,10 @@ class PrometheusAPI:
             for instance, scrapes in parts.items():
                 if instance in failed:
                     continue
-                points = Scrapes(held.get(instance, [])).followed_by(scrapes.points).points
-                held[instance] = points
+                joined = Scrapes(held.get(instance, [])).followed_by(scrapes.points)
+                if since is None and index == 0:  # nothing before the baseline counts
+                    joined = joined.since_baseline(start)
+                points = held[instance] = joined.points
                 if len(points) > 2 * self.max_points:
                     try:
                         held[instance] = thin(points, self.max_points)
