@@ -189,7 +189,8 @@ def test_intervals_the_distribution_throughput_and_speedup_are_drawn(
         subprocess.run([*specdec_command(), *load, "--url", url], check=True, timeout=60)
         api.post("/windows/ui-plain/stop")
     with run_simulator("--step-ms", "1", port=port) as url:
-        api.post("/windows/ui-sampled/start", json={"targets": [url], "sample_interval_s": 0.5})
+        # The shortest interval a window may have: 22 intervals in ~6 s.
+        api.post("/windows/ui-sampled/start", json={"targets": [url], "sample_interval_s": 0.25})
         subprocess.run([*specdec_command(), *load, "--url", url], check=True, timeout=60)
         wait_for(
             lambda: (
