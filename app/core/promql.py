@@ -13,6 +13,7 @@ Pure functions here (the query text, the answer read into snapshots); the HTTP c
 caller's (`promsource_client` when wired in).
 """
 
+import bisect
 import itertools
 import math
 import re
@@ -172,25 +173,26 @@ class Scrapes:
         after = next((i for i, (at, _) in enumerate(self.points) if at >= stop), None)
         return self if after is None else Scrapes(self.points[: after + 1])
 
+    def _baseline(self, start: datetime) -> int | None:
+        """The index of the last point at or before `start` (the points are in time order)."""
+        index = bisect.bisect_right(self.points, start, key=lambda point: point[0]) - 1
+        return index if index >= 0 else None
+
     def since_baseline(self, start: datetime) -> "Scrapes":
         """The points from the baseline (the last one at or before `start`) on; all of them
         if none is that early (`since` then says why)."""
-        baseline = None
-        for index, (at, _) in enumerate(self.points):
-            if at > start:
-                break
-            baseline = index
+        baseline = self._baseline(start)
         return self if not baseline else Scrapes(self.points[baseline:])
 
     def since(self, start: datetime) -> "Scrapes":
         """The points from the baseline (the last one at or before `start`) on; `SourceError`
         if Prometheus holds no sample that early."""
-        before = [i for i, (at, _) in enumerate(self.points) if at <= start]
-        if not before:
+        baseline = self._baseline(start)
+        if baseline is None:
             raise SourceError(
                 "Prometheus holds no sample at or before the window's start for this target"
             )
-        return Scrapes(self.points[before[-1] :])
+        return Scrapes(self.points[baseline:])
 
     def window(self, start: datetime) -> tuple[Series, list[Series], Series, datetime, datetime]:
         """The baseline (`since`), the samples after it, the last one, and the times of the

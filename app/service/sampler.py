@@ -207,8 +207,8 @@ class Sampler:
 
     The scan is a task of its own rather than a scheduler job, and on SQLite reads on the
     event loop (through a connection that never waits for a lock; a thread when one is held):
-    it runs four times a second in every replica, and the scheduler's run and the thread hop
-    were three quarters of an idle collector's CPU (5.7 ms a second, 1.7 without the scan).
+    it runs four times a second in every replica, and a scheduler's run and a thread hop each
+    time cost an idle collector ~2 ms of CPU a second (of ~7; ~2 with no scan at all).
     """
 
     def __init__(
