@@ -16,7 +16,8 @@ from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.sources.scrape import ScrapeConfig, new_client, scrape_target
 from specdec_collector.sources.scrape.client import ScrapeClient
-from specdec_collector.sources.scrape.sharing import ScrapeSharing
+from specdec_collector.sources.scrape.sharing import REMEMBERED, ScrapeSharing
+from specdec_collector.store.tables import utcnow
 from tests.support.metrics_server import MetricsServer, serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
 
@@ -140,3 +141,70 @@ async def test_scrapes_with_other_headers_never_share() -> None:
             outcomes = await asyncio.gather(*(scrape_target(client, t, config) for t in teams))
     assert [o.error for o in outcomes] == [None] * 3
     assert sorted(request["x-team"] for request in server.requests) == ["t0", "t1", "t2"]
+
+
+async def test_a_herd_on_one_endpoint_shares_requests_at_the_endpoints_rate() -> None:
+    """Scrapes asked every 10 ms for a second: the first `burst` go out at once, the rest
+    share the requests the rate allows, each answered by a request that arrived after it was
+    asked."""
+    config = ScrapeConfig(5.0, 1 << 20)
+    rate_per_s, burst = 10.0, 3.0
+    with serve_metrics(body=PAYLOAD.encode()) as server:
+        async with new_client(5.0) as client:
+            assert isinstance(client, ScrapeClient)
+            client.sharing = ScrapeSharing(10.0, 32, rate_per_s=rate_per_s, burst=burst)
+            target = parse_target(server.target)
+            asked: list[float] = []
+
+            async def scrape() -> tuple[float, TargetReading]:
+                asked_at = time.monotonic()
+                asked.append(asked_at)
+                return asked_at, await scrape_target(client, target, config)
+
+            began = time.monotonic()
+            herd = []
+            for _ in range(100):
+                herd.append(asyncio.ensure_future(scrape()))
+                await asyncio.sleep(0.01)
+            outcomes = await asyncio.gather(*herd)
+            took = time.monotonic() - began
+    assert [reading.error for _, reading in outcomes] == [None] * 100
+    # Without the rate, each of the 100 would have had its own request (none overlaps).
+    assert server.count() <= burst + rate_per_s * took + 1
+    assert server.count() >= rate_per_s * (took - 0.3)  # and the rate is used, not less
+    arrivals = sorted(arrived for arrived, _ in server.spans)
+    for asked_at in asked:  # a request sent after it was asked answered each scrape
+        assert any(arrived >= asked_at for arrived in arrivals)
+    # No scrape waited longer than one request's turn at the rate, and its answer.
+    assert max(asked) + 1 / rate_per_s + 0.5 > began + took
+
+
+async def test_a_windows_own_scrapes_never_wait_for_the_rate() -> None:
+    """A start, a sampler's scrapes every 0.25 s and a stop: each sent at once."""
+    config = ScrapeConfig(5.0, 1 << 20)
+    with serve_metrics(body=PAYLOAD.encode()) as server:
+        async with new_client(5.0) as client:
+            target = parse_target(server.target)
+            waits = []
+            for _ in range(12):
+                asked = time.monotonic()
+                assert (await scrape_target(client, target, config)).error is None
+                waits.append(server.spans[-1][0] - asked)
+                await asyncio.sleep(0.25)
+    assert server.count() == 12
+    assert max(waits) < 0.05  # the request arrived as soon as it was asked (no 0.1 s turn)
+
+
+async def test_endpoints_no_longer_asked_are_forgotten_once_their_rate_is_whole_again() -> None:
+    sharing = ScrapeSharing(0.25, 32, rate_per_s=1000.0, burst=2.0)
+    target = parse_target("127.0.0.1:9")  # never asked: `send` answers
+    reading = TargetReading(target, utcnow(), {})
+
+    async def send() -> TargetReading:
+        return reading
+
+    for index in range(3 * REMEMBERED):
+        await sharing.scrape(("endpoint", index), target, 1.0, send)
+        if index % 500 == 0:
+            await asyncio.sleep(0.003)  # the buckets of the endpoints before refill
+    assert len(sharing._endpoints) <= 2 * REMEMBERED
