@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, func, text
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from specdec_collector.core.exposition import (
     ExtractionLimits,
@@ -27,7 +27,7 @@ from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.schemas import WindowCreate
 from specdec_collector.sources.protocol import Chain
 from specdec_collector.store.db import open_database, upgrade_database, write_alone
-from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot
+from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot, utcnow
 from specdec_collector.windows.answers import view_json
 from specdec_collector.windows.cache import OpenViews, ResultsCache
 from specdec_collector.windows.catalogue import labels_digest, labels_from_text, labels_to_text
@@ -35,6 +35,7 @@ from specdec_collector.windows.closing import prepare_close, prepare_close_here
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.storage import (
+    add_baseline,
     add_window,
     load_window,
     store_snapshots,
@@ -622,3 +623,48 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
     befores = [t.before for t in read_view(database, "default", "w").targets]
     assert [before.num_drafts if before else None for before in befores] == [5, 6, 7, 8, 9]
     database.dispose()
+
+
+def _rows_read(plan: dict[str, Any], relation: str) -> int:
+    """The rows of `relation` the plan's nodes read: those they kept and those they dropped."""
+    read = 0
+    if plan.get("Relation Name") == relation:
+        read += int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
+    return read + sum(_rows_read(child, relation) for child in plan.get("Plans", []))
+
+
+def test_a_stops_look_for_new_samples_reads_only_its_own_snapshots(postgres_url: str) -> None:
+    """A stop looks, in its write, for a snapshot stored since it read its window's: the
+    newest of its targets' snapshots. PostgreSQL answered max(id) by walking the primary key
+    back from the newest snapshot of all, through every one the other windows stored since
+    (thousands under load, for as long as the window had been open)."""
+    from specdec_collector.windows.closing import _LATEST_SNAPSHOT, _latest_snapshot
+
+    upgrade_database(postgres_url)
+    database = open_database(postgres_url)
+    actor = Actor(team="t", key="k")
+    series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
+    stored_ids = []
+    for window_id, count in (("mine", 2), ("busy", 1)):
+        body = WindowCreate(targets=[f"10.0.0.{n}:8000" for n in range(count)])
+        stored = write_alone(
+            database, add_window, actor, window_id, body, body.parsed_targets(), 10, "r", 30.0
+        )
+        assert stored is not None
+        readings = [TargetReading(target, utcnow(), series) for target in body.parsed_targets()]
+        write_alone(database, add_baseline, stored, readings)
+        stored_ids.append([t.id for t in stored.targets])
+    mine, busy = stored_ids
+    samples = [TargetReading(parse_target("10.0.0.0:8000"), utcnow(), series)] * 3000
+    write_alone(database, store_snapshots, {"10.0.0.0:8000": busy[0]}, SnapshotPhase.SAMPLE, samples)
+    statement = _LATEST_SNAPSHOT.params(target_ids=mine).compile(
+        dialect=database.dialect, compile_kwargs={"literal_binds": True}
+    )
+    with Session(database) as session:
+        (plan,) = session.execute(text(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}")).scalar_one()
+        newest = session.execute(
+            select(func.max(Snapshot.id)).where(col(Snapshot.target_id).in_(mine))
+        ).scalar_one()
+        assert _latest_snapshot(session, mine) == newest
+    database.dispose()
+    assert _rows_read(plan["Plan"], "snapshot") <= 2  # its two baselines, none of the 3,000

@@ -32,7 +32,11 @@ from specdec_collector.windows.storage import snapshots_of, store_snapshots
 from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
 _WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABLES["snapshot"]
-_LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id)).where(
+# `id + 0`, not `id`: PostgreSQL answers max(id) by walking the primary key back from the newest
+# snapshot of all until one is the window's, through every snapshot stored since by any window
+# (thousands under load, in the stop's write); max of an expression is taken over the window's
+# own snapshots, found through their target ids.
+_LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id + 0)).where(
     _SNAPSHOTS.c.target_id.in_(bindparam("target_ids", expanding=True))
 )
 _STORE_RESULTS = update(_TARGETS).where(_TARGETS.c.id == bindparam("target_id"))
