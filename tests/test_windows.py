@@ -656,7 +656,9 @@ def test_a_stops_look_for_new_samples_reads_only_its_own_snapshots(postgres_url:
         stored_ids.append([t.id for t in stored.targets])
     mine, busy = stored_ids
     samples = [TargetReading(parse_target("10.0.0.0:8000"), utcnow(), series)] * 3000
-    write_alone(database, store_snapshots, {"10.0.0.0:8000": busy[0]}, SnapshotPhase.SAMPLE, samples)
+    write_alone(
+        database, store_snapshots, {"10.0.0.0:8000": busy[0]}, SnapshotPhase.SAMPLE, samples
+    )
     statement = _LATEST_SNAPSHOT.params(target_ids=mine).compile(
         dialect=database.dialect, compile_kwargs={"literal_binds": True}
     )
