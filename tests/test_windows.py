@@ -445,7 +445,7 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     assert result.data is not None and result.data.num_drafts == 4
 
 
-_Plan = Sequence[tuple[str, str, list[Target], int, int | None]]
+_Plan = Sequence[tuple[str, str, list[Target], float, float | None]]
 
 
 def _plant(database: Engine, plan: _Plan, t0: datetime) -> None:
@@ -555,6 +555,39 @@ def test_overlaps_name_the_longest_of_many_and_count_the_rest(
     result = build_result(target.url, before, after).with_overlaps(overlaps)
     reasons = [flag.reason for flag in result.flags or [] if flag.kind is FlagKind.OVERLAPS]
     assert reasons and f"{len(lengths)} other window(s)" in reasons[0]
+
+
+def test_overlap_seconds_are_the_stored_times_apart_to_the_millisecond(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """Times stored to the microsecond: each overlap is the times apart as timedeltas give
+    them, rounded to the millisecond; one that rounds to nothing is no overlap."""
+    database, _ = engines
+    target = parse_target("127.0.0.1:9101")
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    main_start, main_stop = 100.000001, 200.999999
+    # (started, stopped) in seconds after t0, down to the microsecond.
+    spans = [(99.5, 100.000401), (99.9, 100.0015), (150.123456, 201.5), (120.0004, 120.2009)]
+    spans += [(100 + i * 0.777777, 100.5 + i * 1.234567) for i in range(1, 12)]
+    plan: _Plan = [
+        ("x", "main", [target], main_start, main_stop),
+        *(("x", f"w{i}", [target], a, b) for i, (a, b) in enumerate(spans)),
+    ]
+    _plant(database, plan, t0)
+    stored = load_window(database, "x", "main")
+    with Session(database) as session:
+        overlaps = overlaps_of(session, stored)[target.name]
+
+    def moment(seconds: float) -> datetime:
+        return t0 + timedelta(microseconds=round(seconds * 10**6))
+
+    expected = []  # in the order they started
+    for i, (a, b) in sorted(enumerate(spans), key=lambda pair: pair[1][0]):
+        apart = min(moment(main_stop), moment(b)) - max(moment(main_start), moment(a))
+        if (seconds := round(apart.total_seconds(), 3)) > 0:
+            expected.append({"id": f"w{i}", "seconds": seconds})
+    assert len(expected) == len(spans) - 1  # the first rounds to nothing
+    assert overlaps.windows == expected
 
 
 @pytest.mark.anyio

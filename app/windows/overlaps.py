@@ -1,10 +1,9 @@
 """The other windows open on a target while a window was: named, or counted."""
 
-import heapq
 import math
 import threading
 from collections import OrderedDict
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
 from sqlalchemy import String, bindparam, type_coerce
@@ -23,7 +22,7 @@ from specdec_collector.store.tables import TABLES, as_utc, utcnow
 from specdec_collector.windows.stored import StoredWindow
 
 # Built once, on the tables (plain rows, no ORM loading): every stop runs them. The times come
-# back as stored (SQLite: text), read by `_moment`: SQLAlchemy's parser of SQLite's text took
+# back as stored (SQLite: text), read by `_micros`: SQLAlchemy's parser of SQLite's text took
 # longer than the rest of a row.
 _WINDOWS, _TARGETS = TABLES["window"], TABLES["window_target"]
 _OPEN_BETWEEN = (
@@ -45,11 +44,21 @@ _TARGET_KEYS_OF = sa_select(_TARGETS.c.window_pk, _TARGETS.c.target).where(
 MAX_KNOWN_TARGET_KEYS = 200_000
 
 
+_EPOCH, _MICROSECOND = datetime(1970, 1, 1, tzinfo=UTC), timedelta(microseconds=1)
+
+
+def _micros_of(moment: datetime) -> int:
+    """An aware time in microseconds since the epoch: exact, as a timedelta's are (two of them
+    apart, divided by 10**6, give the float `timedelta.total_seconds` gives)."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
 @lru_cache(maxsize=65_536)
-def _moment(stored: str | datetime) -> datetime:
-    """A stored time as an aware UTC datetime: PostgreSQL gives one, SQLite its text."""
+def _micros(stored: str | datetime) -> int:
+    """A stored time (PostgreSQL gives a datetime, SQLite its text) in microseconds since the
+    epoch."""
     moment = stored if isinstance(stored, datetime) else datetime.fromisoformat(stored)
-    return as_utc(moment)
+    return _micros_of(as_utc(moment))
 
 
 # (window pk, team, window id) -> the names of the window's targets: another window of the
@@ -68,7 +77,8 @@ class _KnownTargets:
     def of(self, session: Session, names: list[_WindowName]) -> dict[int, frozenset[str]]:
         """Each named window's target names (by pk), read from the database once."""
         with self._lock:
-            found = {name[0]: self._keys[name] for name in names if name in self._keys}
+            known = self._keys
+            found = {name[0]: held for name in names if (held := known.get(name)) is not None}
         missing = {name[0]: name for name in names if name[0] not in found}
         if not missing:
             return found
@@ -118,17 +128,17 @@ def overlaps_of(
     candidates = session.execute(
         _OPEN_BETWEEN, {"window_pk": window.id, "start": start, "end": end}
     ).all()
-    keys_of = _KNOWN_TARGETS.of(session).of(
-        session, [(pk, team, wid) for pk, team, wid, *_ in candidates]
-    )
+    keys_of = _KNOWN_TARGETS.of(session).of(session, [tuple(row[:3]) for row in candidates])
     mine = frozenset(found)
-    now = utcnow()
+    # In whole microseconds, not datetimes: the same seconds, without a timedelta per window.
+    start_us, end_us, now_us = _micros_of(start), _micros_of(end), _micros_of(utcnow())
     for other_pk, team, other_id, other_start, other_stop in candidates:
         keys = keys_of[other_pk] & mine
         if not keys:
             continue
-        other_end = _moment(other_stop) if other_stop else now
-        seconds = round((min(end, other_end) - max(start, _moment(other_start))).total_seconds(), 3)
+        other_end_us = _micros(other_stop) if other_stop else now_us
+        overlap_us = min(end_us, other_end_us) - max(start_us, _micros(other_start))
+        seconds = round(overlap_us / 10**6, 3)
         if seconds <= 0:
             continue
         # One object for every target the other window shares (a window of many targets
@@ -156,8 +166,9 @@ def _named(entries: list[OverlappingWindow]) -> tuple[list[OverlappingWindow], C
     if len(entries) <= MAX_NAMED_OVERLAPS:
         return entries, CountedWindows()
     seconds = [entry["seconds"] for entry in entries]
-    # Of equal ones the earliest started: `nlargest` keeps their order (a stable sort's).
-    longest = sorted(heapq.nlargest(MAX_NAMED_OVERLAPS, range(len(seconds)), seconds.__getitem__))
+    # Of equal ones the earliest started: a stable sort keeps their order, reversed too.
+    by_length = sorted(range(len(seconds)), key=seconds.__getitem__, reverse=True)
+    longest = sorted(by_length[:MAX_NAMED_OVERLAPS])
     rest = math.fsum(seconds) - math.fsum(seconds[index] for index in longest)
     counted = CountedWindows(windows=len(entries) - len(longest), seconds=round(rest, 3))
     return [entries[index] for index in longest], counted
