@@ -29,6 +29,11 @@ SCRAPE_SECONDS = Histogram(
 SCRAPE_ERRORS = Counter(
     "specdec_scrape_errors_total", "Target scrapes that failed, by kind of reason.", ["reason"]
 )
+SCRAPE_REQUESTS = Counter(
+    "specdec_scrape_requests_total",
+    "Requests sent to targets for scrapes. Scrapes of a target asked for together share one "
+    "(one in flight at a time, ten a second after a burst of ten): fewer than the scrapes.",
+)
 
 SAMPLES_SKIPPED = Counter(
     "specdec_samples_skipped_total",
@@ -145,6 +150,7 @@ def window_results_text(database: Engine, latest: int, team: str | None) -> byte
 
 
 __all__ = [
-    "MULTIPROCESS_DIR_ENV", "REGISTRY", "SCRAPE_ERRORS", "SCRAPE_SECONDS", "DatabaseMetrics",
+    "MULTIPROCESS_DIR_ENV", "REGISTRY", "SCRAPE_ERRORS", "SCRAPE_REQUESTS", "SCRAPE_SECONDS",
+    "DatabaseMetrics",
     "aggregates_text", "window_results_text",
 ]  # fmt: skip

@@ -1,5 +1,6 @@
 """Health and the collector's own metrics."""
 
+import asyncio
 import json
 import re
 import sqlite3
@@ -51,8 +52,30 @@ def test_own_metrics_count_scrapes_errors_and_open_windows(collector: CollectorP
         after[("specdec_scrape_errors_total", (("reason", "http_status"),))] == 2
     )  # before and after
     assert after[("specdec_scrape_duration_seconds_count", ())] == 4  # two targets, twice
+    assert after[("specdec_scrape_requests_total", ())] == good.count() + bad.count() == 4
     assert after[("specdec_sampler_lag_seconds", ())] == 0
     assert api.get("/healthz").json() == {"status": "ok"}
+
+
+def test_own_metrics_count_the_requests_that_scrapes_shared(collector: CollectorProcess) -> None:
+    """Windows started at once on one slow server share its scrapes: the collector counts the
+    requests it sent, as many as the server received, fewer than the scrapes."""
+    starts = 20
+    with serve_metrics(body=drafts_payload(10), delay_s=0.3) as server:
+
+        async def start_all() -> list[int]:
+            async with httpx.AsyncClient(base_url=collector.base_url, timeout=30) as api:
+                body = {"targets": [server.target]}
+                answers = await asyncio.gather(
+                    *(api.post(f"/windows/herd-{i}/start", json=body) for i in range(starts))
+                )
+            return [answer.status_code for answer in answers]
+
+        assert asyncio.run(start_all()) == [201] * starts
+        metrics = _samples(httpx.get(f"{collector.base_url}/metrics").text)
+        received = server.count()
+    assert metrics[("specdec_scrape_duration_seconds_count", ())] == starts
+    assert metrics[("specdec_scrape_requests_total", ())] == received < starts
 
 
 def test_latest_closed_windows_are_exported_within_the_cap(database_url: str) -> None:

@@ -30,7 +30,7 @@ from specdec_collector.sources.scrape.pinning import Pin, Refused, Unresolved, p
 from specdec_collector.sources.scrape.resolver import RESOLVING_FOR
 from specdec_collector.sources.scrape.transport import Answer
 from specdec_collector.store.tables import utcnow
-from specdec_collector.telemetry import SCRAPE_ERRORS, SCRAPE_SECONDS
+from specdec_collector.telemetry import SCRAPE_ERRORS, SCRAPE_REQUESTS, SCRAPE_SECONDS
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +145,7 @@ async def scrape_target(
 async def _scrape_once(
     client: httpx.AsyncClient, target: Target, config: ScrapeConfig, pinned: Pin | None
 ) -> TargetReading:
+    SCRAPE_REQUESTS.inc()
     try:
         return await _scrape(client, target, config, pinned)
     except Exception as exc:
