@@ -433,6 +433,32 @@ def api_points(team: Team, window_id: str) -> list[dict[str, object]]:
     return points
 
 
+def test_a_page_says_it_is_ready_for_the_route_it_drew(
+    browser: Browser, filled: tuple[Team, MetricsServer]
+) -> None:
+    """A route whose answer comes after the address has moved on (its hashchange not handled
+    yet) says it drew its own route, not the address: a test that waits for the next page
+    would otherwise read that page's charts before they are drawn."""
+    team, _ = filled
+    page = browser.new_page()
+    _sign_in(page, team.base_url, team.key)
+    held: list[Route] = []
+    page.route("**/windows?*", lambda route: held.append(route))
+    page.evaluate("document.body.dataset.ready = 'pending'")
+    page.evaluate("window.dispatchEvent(new HashChangeEvent('hashchange'))")  # the list, again
+    for _ in range(500):  # Playwright hands the request over while it is called
+        if held:
+            break
+        page.wait_for_timeout(20)
+    assert held, "the list's request was never sent"
+    # The address moves on without a hashchange yet, then the list's answer comes.
+    page.evaluate("history.replaceState(null, '', '#/window/eagle-run')")
+    held[0].continue_()
+    page.wait_for_function("document.body.dataset.ready !== 'pending'")
+    assert page.evaluate("document.body.dataset.ready") == "#/"
+    page.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_a_phone_in_either_colour_scheme_needs_no_sideways_scroll(

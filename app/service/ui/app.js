@@ -492,13 +492,16 @@ async function route() {
   clearTimeout(refresh);
   const mine = ++routing;
   const stale = () => mine !== routing;
+  // The route drawn, as it was asked for: the address may have moved on by the time it is
+  // drawn (its hashchange not handled yet), and `ready` names what the page shows.
+  const routed = location.hash || "#/";
   const hash = location.hash.slice(1) || "/";
   const [path, query] = hash.split("?");
   try {
     if (path.startsWith("/window/")) await windowPage(decodeURIComponent(path.slice(8)), stale);
     else if (path.startsWith("/compare/")) await comparePage(path.slice(9).split(",").map(decodeURIComponent), stale);
     else await windowsPage(new URLSearchParams(query || ""), stale);
-    if (!stale()) document.body.dataset.ready = location.hash || "#/";
+    if (!stale()) document.body.dataset.ready = routed;
   } catch (error) {
     if (stale()) return;
     view.innerHTML = `<p class="error">${esc(error.message)}</p>`;
