@@ -195,6 +195,8 @@ def test_every_dashboard_query_answers_from_real_scrapes_with_the_right_figures(
     assert open_windows["value"][1] == "1"
     errors = answers["Scrape errors by reason [A]"]
     assert errors and all(float(series["value"][1]) > 0 for series in errors)
+    [requests] = answers["Scrapes per second [B]"]  # the requests the scrapes sent
+    assert float(requests["value"][1]) > 0
 
     # The variables' values: the simulator's model and address, the collector's team.
     model = httpx.get(f"http://{target}/v1/models", timeout=10).json()["data"][0]["id"]
