@@ -9,8 +9,8 @@ invents fractions. The samples, grouped by scrape (their timestamp), become the 
 of snapshots a scraped window has: the last one at or before `start` is the baseline, the
 last one is the end, and the per-series reset rule runs over every one in between.
 
-Pure functions here (the query text, the answer read into snapshots); the HTTP call is the
-caller's (`promsource_client` when wired in).
+Pure functions here (the query text, the answer read into snapshots); the HTTP calls are
+`sources.prometheus.api`'s.
 """
 
 import bisect
@@ -150,7 +150,8 @@ def split_by_instance(answer: dict[str, Any], kind: str) -> dict[str, dict[str, 
 
 def range_query(selector: str, start: datetime, end: datetime) -> str:
     """The PromQL of every raw spec-decode sample of `selector` after `start` up to `end`
-    (evaluated at `end`); the baseline comes from `series_query` at `start`."""
+    (evaluated at `end`). A window's first range starts just before its targets' baseline
+    scrapes (`scrape_times`), so its answer holds them too."""
     span = max(1, math.ceil((end - start).total_seconds()))
     return f"{series_query(selector)}[{span}s]"
 

@@ -105,7 +105,7 @@ class ScrapeSharing:
             waiting = endpoint.waiting = _Waiting(send, contextvars.copy_context())
             if endpoint.sending:
                 patience_s = min(self._patience_s, timeout_s / 10)
-                waiting.timer = loop.call_later(patience_s, self._impatient, endpoint)
+                waiting.timer = loop.call_later(patience_s, self._timer_fired, endpoint)
             else:  # none in flight: the rate is spent
                 self._send_when_allowed(endpoint)
         # A future of its own and a timer, not a shield of the shared request and a timeout
@@ -154,8 +154,9 @@ class ScrapeSharing:
         endpoint.tokens -= 1
         return True
 
-    def _impatient(self, endpoint: _Endpoint) -> None:
-        """The request in flight is slow: the waiting scrapes send theirs beside it, if the
+    def _timer_fired(self, endpoint: _Endpoint) -> None:
+        """The waiting scrapes' timer: the request in flight is slow (the patience passed), or
+        the rate allows one more. They send theirs, beside the one in flight if need be, if the
         endpoint has a place (else when a request ends) and the rate allows."""
         if endpoint.waiting is not None and endpoint.sending < self._per_endpoint:
             self._send_when_allowed(endpoint)
@@ -178,7 +179,7 @@ class ScrapeSharing:
         if waiting.timer is not None:
             waiting.timer.cancel()
         delay_s = (1 - endpoint.tokens) / self._rate_per_s
-        waiting.timer = loop.call_later(delay_s, self._impatient, endpoint)
+        waiting.timer = loop.call_later(delay_s, self._timer_fired, endpoint)
 
     def _send_waiting(self, endpoint: _Endpoint) -> None:
         waiting = endpoint.waiting
