@@ -406,7 +406,9 @@ def test_a_stop_looks_for_its_scrape_when_it_is_due() -> None:
             start = datetime.now(UTC)
             read = asyncio.run(stop(prometheus, start, start + timedelta(seconds=0.1)))
     assert isinstance(read, PrometheusRead) and read.note is None, read
-    assert read.scrapes.points[-1][0].timestamp() >= scraped + 3.0 - 0.01
+    # The next scrape, not the one before the stop. Prometheus keeps to its ticker, so a scrape
+    # that went out late (a loaded machine) is followed by one less than 3 s after it.
+    assert read.scrapes.points[-1][0].timestamp() >= scraped + 3.0 / 2
     look = scrape_time_query(instances_selector([instance]))  # a window's instances together
     assert 1 <= looks.count(look) <= 3, looks  # one every POLL_S would be about 6
 
