@@ -213,14 +213,17 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+# Built once: a strategy built at each draw cost the test most of its time (validating it).
+_VALUES = st.one_of(
+    st.integers(min_value=0, max_value=10**12).map(float),
+    st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False),
+)
+_STYLES = st.sampled_from(["repr", "exp", "int"])
+
+
 def _number(draw: st.DrawFn) -> tuple[str, float]:
-    value = draw(
-        st.one_of(
-            st.integers(min_value=0, max_value=10**12).map(float),
-            st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False),
-        )
-    )
-    style = draw(st.sampled_from(["repr", "exp", "int"]))
+    value = draw(_VALUES)
+    style = draw(_STYLES)
     if style == "exp":
         text = f"{value:e}"
     elif style == "int" and value.is_integer():
@@ -278,7 +281,7 @@ def payloads(draw: st.DrawFn) -> tuple[str, bool]:
     return text, openmetrics
 
 
-@pytest.mark.slow  # 300 examples: ~20 s
+@pytest.mark.slow  # 300 examples
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(payloads())
 def test_extraction_matches_prometheus_client(case: tuple[str, bool]) -> None:
