@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 
 from specdec_collector.service.keys import create_key
 from specdec_collector.store.db import open_database, upgrade_database
+from tests.support import clients
 from tests.support.collector import CollectorProcess, NewTeam, Team, run_collector
 from tests.support.postgres import fresh_schema, postgres_server
 
@@ -142,7 +143,7 @@ def team(new_team: NewTeam) -> Team:
 def _close_open_windows(base_url: str, team_name: str) -> None:
     """Stop the windows a test left open, so the shared sampler does not keep sampling them."""
     headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=30) as admin:
+    with clients.client(base_url=base_url, headers=headers, timeout=30) as admin:
         listed = admin.get("/windows", params={"state": "open", "limit": 500, "team": team_name})
         for window in listed.json()["windows"]:
             admin.post(f"/windows/{window['id']}/stop", params={"team": team_name})

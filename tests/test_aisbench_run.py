@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
-
+from tests.support import clients
 from tests.support.collector import Team, run_simulator, specdec_command
 
 ROOT = Path(__file__).parents[1]
@@ -43,7 +42,7 @@ def _specdec_run(
 
 
 def _window(team: Team, window_id: str) -> dict[str, object]:
-    answer = httpx.get(f"{team.base_url}/windows/{window_id}", headers=team.headers, timeout=30)
+    answer = clients.get(f"{team.base_url}/windows/{window_id}", headers=team.headers, timeout=30)
     window: dict[str, object] = answer.json()
     return window
 
@@ -122,7 +121,7 @@ def test_a_config_the_collector_cannot_find_never_stops_the_benchmark(
     assert run.returncode == 1  # AISBench's own failure to find it, passed through
     assert "specdec: measuring nothing: model config 'no_such_model' not found" in run.stderr
     assert "running the command anyway" in run.stderr
-    assert httpx.get(f"{team.base_url}/windows/lost", headers=team.headers).status_code == 404
+    assert clients.get(f"{team.base_url}/windows/lost", headers=team.headers).status_code == 404
 
 
 def test_only_aisbench_s_inference_phase_is_measured_not_the_traffic_before_it(

@@ -18,6 +18,7 @@ from specdec_collector.store.db import open_database, upgrade_database, write_al
 from specdec_collector.store.tables import EndpointSeries, utcnow
 from specdec_collector.windows.catalogue import purge_catalogue, series_ids
 from specdec_collector.windows.storage import load_window, snapshots_of, store_snapshots
+from tests.support import clients
 from tests.support.collector import serve_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import InstanceCounters, drafts_payload, vllm_payload
@@ -74,7 +75,7 @@ def test_an_endpoint_whose_labels_change_on_every_scrape_spends_its_budget_and_i
         serve_metrics(body_for=churning) as server,
         serve_collector(database_url, max_series_per_target=100) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         body = {"targets": [server.target], "sample_interval_s": 0.5}
         assert api.post("/windows/churn/start", json=body).status_code == 201
         wait_for(lambda: _stored(api, "churn") >= 5 or None, "four samples stored")
@@ -100,7 +101,7 @@ def test_unused_catalogue_rows_are_purged_and_a_process_forgets_them(database_ur
             serve_collector(database_url) as collector,
         ):
             if True:
-                api = httpx.Client(base_url=collector, timeout=60)
+                api = clients.client(base_url=collector, timeout=60)
                 for name, target in (("closed", server.target), ("open", other.target)):
                     body = {"targets": [target], "sample_interval_s": 0.5}
                     assert api.post(f"/windows/{name}/start", json=body).status_code == 201
@@ -154,7 +155,7 @@ def test_below_the_disk_headroom_no_sample_is_taken_and_windows_still_start_and_
         serve_metrics(body=drafts_payload(10)) as server,
         serve_collector(f"sqlite:///{tmp_path}/d.db", min_free_disk_bytes=1 << 62) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         body = {"targets": [server.target], "sample_interval_s": 0.5}
         assert api.post("/windows/full/start", json=body).status_code == 201
         server.replace(drafts_payload(30))

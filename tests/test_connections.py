@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import httpx
-
+from tests.support import clients
 from tests.support.collector import CollectorProcess, run_collector
 
 
@@ -59,7 +58,7 @@ def test_a_trickled_head_or_an_idle_connection_is_closed_at_its_deadline(tmp_pat
         for sock in (idle, trickled, kept):
             closed, _ = _closed_within(sock, 5)
             assert closed
-        assert httpx.get(f"{collector.base_url}/healthz").status_code == 200
+        assert clients.get(f"{collector.base_url}/healthz").status_code == 200
 
 
 def test_a_trickled_body_is_answered_408_at_its_deadline(tmp_path: Path) -> None:

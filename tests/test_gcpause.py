@@ -4,11 +4,11 @@ import gc
 import re
 from pathlib import Path
 
-import httpx
 import pytest
 
 from specdec_collector.gcpause import uncollected
 from tests.bench.farm import GROWING, run_farm
+from tests.support import clients
 from tests.support.collector import run_collector
 
 
@@ -31,7 +31,7 @@ def test_a_paused_call_resumes_collections_when_it_fails_and_a_nested_one_leaves
 
 
 def _young_collections(base_url: str) -> float:
-    text = httpx.get(f"{base_url}/metrics").text
+    text = clients.get(f"{base_url}/metrics").text
     found = re.search(r'^python_gc_collections_total\{generation="0"\} (\S+)$', text, re.M)
     assert found, "the service's /metrics has its collections"
     return float(found[1])
@@ -48,7 +48,7 @@ def test_the_service_collects_after_many_new_objects_not_every_few_hundred(tmp_p
             tmp_path,
             SPECDEC_MAX_TARGET_READS_PER_SECOND_PER_TEAM="1e9",
         ) as collector,
-        httpx.Client(base_url=collector.base_url, timeout=30) as api,
+        clients.client(base_url=collector.base_url, timeout=30) as api,
     ):
         body = {"targets": targets}
         api.post("/windows/warm/start", json=body)

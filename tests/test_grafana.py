@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
+from tests.support import clients
 from tests.support.collector import run_collector, run_simulator
 from tests.support.metrics_server import free_port
 from tests.support.prometheus_server import prometheus_binary, run_prometheus_config
@@ -69,7 +69,7 @@ def _queries() -> dict[str, str]:
 
 class Prometheus:
     def __init__(self, base_url: str) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=30)
+        self.http = clients.client(base_url=base_url, timeout=30)
 
     def query(self, expr: str, at: float) -> list[dict[str, Any]]:
         answer = self.http.get("/api/v1/query", params={"query": expr, "time": at}).json()
@@ -112,7 +112,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Prometheus, list[str], str, dict[str
         target = simulator.removeprefix("http://")
         config = _compose_config(replicas, target)
         with run_prometheus_config(config) as prometheus_url:
-            api = httpx.Client(base_url=one.base_url, timeout=30)
+            api = clients.client(base_url=one.base_url, timeout=30)
             # A closed window (the bar gauges) and an open one, sampled every 0.5 s on the
             # simulator and on a port nobody listens on (scrapes and scrape errors).
             assert api.post("/windows/closed/start", json={"targets": [target]}).status_code == 201
@@ -199,7 +199,7 @@ def test_every_dashboard_query_answers_from_real_scrapes_with_the_right_figures(
     assert float(requests["value"][1]) > 0
 
     # The variables' values: the simulator's model and address, the collector's team.
-    model = httpx.get(f"http://{target}/v1/models", timeout=10).json()["data"][0]["id"]
+    model = clients.get(f"http://{target}/v1/models", timeout=10).json()["data"][0]["id"]
     labels = prometheus.http.get(
         "/api/v1/label/model_name/values", params={"match[]": "vllm:spec_decode_num_drafts_total"}
     ).json()["data"]

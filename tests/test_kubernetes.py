@@ -6,13 +6,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
 import kubernetes_validate
 import pytest
 import yaml
 
 from specdec_collector.cli import build_parser
 from specdec_collector.config import Settings
+from tests.support import clients
 from tests.support.collector import run_server, specdec_command
 
 ROOT = Path(__file__).parent.parent
@@ -118,4 +118,4 @@ def test_the_command_and_settings_start_a_collector_that_answers_the_probes(
               ("startupProbe", "livenessProbe", "readinessProbe")]  # fmt: skip
     with run_server(command, probes[0], env=env) as url:
         for path in probes:
-            assert httpx.get(f"{url}{path}", timeout=10).status_code == 200, path
+            assert clients.get(f"{url}{path}", timeout=10).status_code == 200, path

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
@@ -15,6 +14,7 @@ from sqlmodel import Session
 from specdec_collector.exceptions import TooManyWindows
 from specdec_collector.store.db import open_database, takes_turns, upgrade_database
 from specdec_collector.store.lanes import Lane
+from tests.support import clients
 from tests.support.collector import serve_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
@@ -252,7 +252,7 @@ def test_a_small_stop_on_sqlite_is_computed_on_the_event_loop_a_large_one_in_the
     with (
         serve_metrics(body_for=growing) as server,
         serve_collector(f"sqlite:///{tmp_path / 's.db'}") as collector,
-        httpx.Client(base_url=collector, timeout=30) as api,
+        clients.client(base_url=collector, timeout=30) as api,
     ):
         body: dict[str, Any] = {"targets": [server.target]}
         assert api.post("/windows/small/start", json=body).status_code == 201

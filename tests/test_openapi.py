@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from specdec_collector.config import Settings
 from specdec_collector.service.main import create_app
+from tests.support import clients
 from tests.support.collector import serve_in_thread
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
@@ -57,14 +57,14 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(base_url:
     with serve_metrics(body=payload.encode()) as server:
         # Windows the fuzzer can find: "0" and "a" are ids it tries first.
         for window_id, stop in (("0", True), ("a", False)):
-            started = httpx.post(
+            started = clients.post(
                 f"{base_url}/windows/{window_id}/start",
                 json={"targets": [server.target]},
                 headers=HEADERS,
             )
             assert started.status_code == 201
             if stop:
-                httpx.post(f"{base_url}/windows/{window_id}/stop", headers=HEADERS)
+                clients.post(f"{base_url}/windows/{window_id}/stop", headers=HEADERS)
         schemathesis = Path(sys.executable).parent / "schemathesis"
         run = subprocess.run(
             [str(schemathesis), "run", f"{base_url}/openapi.json", "-H", f"Authorization: Bearer {KEY}",
@@ -230,15 +230,15 @@ def test_the_longest_label_filter_is_answered_and_a_longer_one_is_refused_by_nam
     base_url: str,
 ) -> None:
     longest = [_longest_label_filter()] * 16
-    listed = httpx.get(f"{base_url}/windows", params={"label": longest}, headers=HEADERS)
+    listed = clients.get(f"{base_url}/windows", params={"label": longest}, headers=HEADERS)
     assert (listed.status_code, listed.json()["windows"]) == (200, [])
     assert len(str(listed.request.url).encode()) > 16 * 256 * ENCODED_CHAR_BYTES
-    one_more = httpx.get(
+    one_more = clients.get(
         f"{base_url}/windows", params={"label": [*longest, "a=b"]}, headers=HEADERS
     )
     assert one_more.status_code == 422
     assert [error["loc"] for error in one_more.json()["detail"]] == [["query", "label"]]
-    longer = httpx.get(
+    longer = clients.get(
         f"{base_url}/windows", params={"label": _longest_label_filter() + "x"}, headers=HEADERS
     )
     assert longer.status_code == 422

@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from specdec_collector.core.counters import Role, ServingEngine
 from specdec_collector.core.exposition import Series, SeriesKey, SeriesValue
 from specdec_collector.core.promql import thin
+from tests.support import clients
 from tests.support.collector import CollectorProcess, serve_collector
 from tests.support.prometheus_standin import serve_standin_prometheus
 
@@ -50,7 +51,7 @@ def test_a_start_or_stop_further_back_than_the_span_bound_is_a_422_naming_at(
             prometheus_max_span_s=86400,
         ) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         body = {"targets": [INSTANCE], "source": "prometheus"}
         ancient = api.post("/windows/a/start", json={**body, "at": "1970-01-02T00:00:00Z"})
         old = api.post("/windows/b/start", json={**body, "at": _iso(now - 2 * 86400)})
@@ -84,7 +85,7 @@ def test_a_long_window_is_read_in_chunks_and_keeps_only_the_scrapes_it_needs(
             prometheus_max_points=200,
         ) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=120)
+        api = clients.client(base_url=collector, timeout=120)
         start, stop = first + 300 + 1, now - 127  # neither on a scrape
         body = {"targets": [INSTANCE], "source": "prometheus", "at": _iso(start)}
         assert api.post("/windows/long/start", json=body).status_code == 201
@@ -116,7 +117,7 @@ def test_a_window_of_a_fleet_reads_every_target_with_one_query_a_step(tmp_path: 
         serve_standin_prometheus(INSTANCE, now - 7200, INTERVAL_S) as prometheus,
         serve_collector(f"sqlite:///{tmp_path}/f.db", prometheus_url=prometheus.url) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         start, stop = now - 3600 + 1, now - 127  # neither on a scrape
         body = {"targets": fleet, "source": "prometheus", "at": _iso(start)}
         assert api.post("/windows/fleet/start", json=body).status_code == 201
@@ -152,7 +153,7 @@ def test_an_open_windows_timeline_is_read_once_then_only_what_is_new(tmp_path: P
             f"sqlite:///{tmp_path}/o.db", prometheus_url=prometheus.url, prometheus_max_points=100
         ) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         body = {"targets": [INSTANCE], "source": "prometheus", "at": _iso(now - 3600)}
         assert api.post("/windows/open/start", json=body).status_code == 201
         first = api.get("/windows/open/samples").json()["series"][0]["points"]
@@ -179,7 +180,7 @@ def test_a_window_open_longer_than_the_bound_stops_as_na_saying_why(tmp_path: Pa
             f"sqlite:///{tmp_path}/n.db", prometheus_url=prometheus.url, prometheus_max_span_s=5
         ) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         body = {"targets": [INSTANCE], "source": "prometheus", "at": _iso(time.time() - 4)}
         assert api.post("/windows/w/start", json=body).status_code == 201
         time.sleep(1.5)
@@ -220,7 +221,7 @@ def test_a_stop_killed_at_any_moment_and_retried_stores_each_snapshot_once(
         results = []
         for turn, fraction in enumerate((0.2, 0.5, 0.8, 1.5)):
             collector.start()
-            api = httpx.Client(base_url=collector.base_url, timeout=120)
+            api = clients.client(base_url=collector.base_url, timeout=120)
             body = {"targets": [INSTANCE], "source": "prometheus", "at": _iso(now - 6 * 3600)}
             assert api.post(f"/windows/k{turn}/start", json=body).status_code == 201
             stop = {"at": _iso(now - 60)}
@@ -239,7 +240,7 @@ def test_a_stop_killed_at_any_moment_and_retried_stores_each_snapshot_once(
             collector.kill()
             stopping.join()
             collector.start()
-            retried = httpx.post(
+            retried = clients.post(
                 f"{collector.base_url}/windows/k{turn}/stop", json=stop, timeout=120
             )
             assert retried.status_code == 200, retried.text
@@ -288,7 +289,7 @@ def test_a_server_two_scrape_configurations_scrape_is_na_not_counted_twice(
         serve_collector(f"sqlite:///{tmp_path}/j.db", prometheus_url=prometheus.url) as collector,
     ):
         prometheus.configs = 2
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         body = {"targets": [INSTANCE], "source": "prometheus", "at": _iso(now - 600)}
         assert api.post("/windows/twice/start", json=body).status_code == 201
         result = api.post("/windows/twice/stop", json={"at": _iso(now - 60)}).json()

@@ -41,6 +41,7 @@ from specdec_collector.core.promql import (
 from specdec_collector.core.readings import Failure
 from specdec_collector.core.targets import parse_target
 from specdec_collector.sources.prometheus.api import PrometheusAPI, PrometheusRead
+from tests.support import clients
 from tests.support.collector import (
     run_simulator,
     serve_collector,
@@ -222,7 +223,7 @@ def test_error_answers_and_windows_before_the_first_sample() -> None:
 
 
 def _query(prometheus: str, promql: str, at: float) -> dict[str, Any]:
-    answer = httpx.get(
+    answer = clients.get(
         f"{prometheus}/api/v1/query", params={"query": promql, "time": at}, timeout=30
     )
     body: dict[str, Any] = answer.json()
@@ -254,10 +255,10 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape(engine: s
         instance = simulator.removeprefix("http://")
         with run_prometheus([instance]) as prometheus:
             wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
-            direct_before = extract_spec_decode(httpx.get(f"{simulator}/metrics").text)
+            direct_before = extract_spec_decode(clients.get(f"{simulator}/metrics").text)
             start = time.time()
             time.sleep(1.5)  # a scrape after the start, before the load
-            with httpx.Client(base_url=simulator, timeout=30) as http:
+            with clients.client(base_url=simulator, timeout=30) as http:
                 for index in range(20):
                     http.post("/v1/completions", json={"prompt": f"q{index}", "max_tokens": 32})
             # Two successful scrapes after the load, so the window holds one in between
@@ -266,7 +267,7 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape(engine: s
             seen = wait_for(lambda: _scraped_after(prometheus, instance, loaded), "a scrape")
             wait_for(lambda: _scraped_after(prometheus, instance, seen + 0.001), "another one")
             end = time.time()
-            direct_after = extract_spec_decode(httpx.get(f"{simulator}/metrics").text)
+            direct_after = extract_spec_decode(clients.get(f"{simulator}/metrics").text)
             selector = instance_selector(instance)
             scraped = scrape_times(_query(prometheus, scrape_time_query(selector), start))
             answer = _query(
@@ -300,7 +301,7 @@ def collector_reading_prometheus(
         wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
         with (
             serve_collector(f"sqlite:///{tmp_path}/p.db", prometheus_url=prometheus) as collector,
-            httpx.Client(base_url=collector, timeout=120) as api,
+            clients.client(base_url=collector, timeout=120) as api,
         ):
             yield collector, api
 
@@ -316,13 +317,13 @@ def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) ->
             wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
             database = f"sqlite:///{tmp_path}/p.db"
             with serve_collector(database, prometheus_url=prometheus) as collector:
-                api = httpx.Client(base_url=collector, timeout=120)
+                api = clients.client(base_url=collector, timeout=120)
                 assert api.post("/windows/direct/start", json={"targets": [instance]}).is_success
                 live = {"targets": [instance], "source": "prometheus"}
                 started = api.post("/windows/live/start", json=live)
                 assert started.status_code == 201, started.text
                 time.sleep(1.5)
-                with httpx.Client(base_url=simulator, timeout=30) as http:
+                with clients.client(base_url=simulator, timeout=30) as http:
                     for index in range(16):
                         http.post("/v1/completions", json={"prompt": f"q{index}", "max_tokens": 24})
                 time.sleep(1.5)
@@ -390,7 +391,7 @@ def test_a_stop_looks_for_its_scrape_when_it_is_due() -> None:
 
     async def stop(prometheus: str, start: datetime, end: datetime) -> Any:
         settings = Settings(prometheus_url=prometheus, prometheus_wait_max_s=30)
-        async with httpx.AsyncClient(event_hooks={"request": [seen]}) as client:
+        async with clients.async_client(event_hooks={"request": [seen]}) as client:
             (read,) = await PrometheusAPI(settings, client).read_many(
                 [instance_selector(instance)], start, end, wait=True
             )
@@ -430,7 +431,7 @@ def test_prometheus_failures_are_na_with_their_reason(tmp_path: Path) -> None:
                 database = f"sqlite:///{tmp_path}/{free_port()}.db"
                 settings = {"prometheus_url": url, "prometheus_wait_max_s": 1}
                 with serve_collector(database, **settings) as collector:
-                    api = httpx.Client(base_url=collector, timeout=60)
+                    api = clients.client(base_url=collector, timeout=60)
                     body = {"targets": [target], "source": "prometheus"}
                     assert api.post("/windows/f/start", json=body).status_code == 201
                     result = api.post("/windows/f/stop").json()["targets"][0]["result"]
@@ -467,14 +468,14 @@ def test_engine_restarts_inside_a_window_read_from_prometheus_are_counted_in_ful
 
 def test_prometheus_credentials_never_appear_in_an_error() -> None:
     settings = Settings(prometheus_url="http://prom:9090", prometheus_bearer_token="tok-zz-secret")
-    source = PrometheusAPI(settings, httpx.AsyncClient())
+    source = PrometheusAPI(settings, clients.async_client())
     error = source._failed("a proxy echoed Authorization: Bearer tok-zz-secret")
     assert "tok-zz-secret" not in str(error) and "[redacted]" in str(error)
     basic = PrometheusAPI(
         Settings(
             prometheus_url="http://p", prometheus_username="u", prometheus_password="pw-secret1"
         ),
-        httpx.AsyncClient(),
+        clients.async_client(),
     )
     assert basic.headers["Authorization"] == "Basic dTpwdy1zZWNyZXQx"  # base64 of u:pw-secret1
     assert "pw-secret1" not in str(basic._failed("echo pw-secret1"))
@@ -527,7 +528,7 @@ async def test_a_hostile_prometheus_answer_is_each_targets_failure(
         return_value=httpx.Response(200, content=body)
     )
     start = datetime.now(UTC) - timedelta(seconds=60)
-    async with httpx.AsyncClient() as client:
+    async with clients.async_client() as client:
         api = PrometheusAPI(Settings(prometheus_url="http://prom.test"), client)
         reads = await api.read_many(
             [instance_selector("10.0.0.1:8000"), instance_selector("10.0.0.2:8000")],
@@ -563,7 +564,7 @@ async def test_a_hostile_sample_in_a_range_answer_is_the_targets_failure(
 
     respx_mock.post("http://prom.test/api/v1/query").mock(side_effect=answer)
     start = datetime.fromtimestamp(T0 - 30, UTC)
-    async with httpx.AsyncClient() as client:
+    async with clients.async_client() as client:
         api = PrometheusAPI(Settings(prometheus_url="http://prom.test"), client)
         (read,) = await api.read_many(
             [instance_selector(LABELS["instance"])], start, start + timedelta(seconds=60), False

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from specdec_collector.cli.exits import Exit, error_text
 from specdec_collector.cli.runner import run_command
 from tests.conftest import ADMIN_KEY
+from tests.support import clients
 from tests.support.collector import Team, run_simulator, specdec_command
 from tests.support.metrics_server import free_port, serve_metrics
 from tests.support.payloads import drafts_payload
@@ -68,7 +68,9 @@ def test_run_measures_writes_results_where_aisbench_put_its_own_and_keeps_the_ex
         / f"spec_decode_{target.replace(':', '_')}.json"
     )
     result = json.loads(written.read_text())
-    window = httpx.get(f"{team.base_url}/windows/bench-1", headers=team.headers, timeout=30).json()
+    window = clients.get(
+        f"{team.base_url}/windows/bench-1", headers=team.headers, timeout=30
+    ).json()
     assert window["state"] == "closed"
     # The AISBench result, and which window it is of.
     told = result.pop("window")
@@ -92,7 +94,7 @@ def test_ctrl_c_stops_the_window_and_exits_like_the_command(team: Team, tmp_path
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
         stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGINT, stderr
-    window = httpx.get(f"{team.base_url}/windows/ctrl-c", headers=team.headers, timeout=30).json()
+    window = clients.get(f"{team.base_url}/windows/ctrl-c", headers=team.headers, timeout=30).json()
     assert window["state"] == "closed"
     assert window["targets"][0]["result"]["data"]["num_drafts"] == 150
     assert (tmp_path / "out" / f"spec_decode_{server.target.replace(':', '_')}.json").exists()
@@ -139,7 +141,7 @@ def test_targets_from_an_aisbench_model_config(team: Team, tmp_path: Path) -> No
             _env(team),
         )
     assert run.returncode == 0, run.stderr
-    window = httpx.get(f"{team.base_url}/windows/cfg", headers=team.headers, timeout=30).json()
+    window = clients.get(f"{team.base_url}/windows/cfg", headers=team.headers, timeout=30).json()
     assert [t["target"] for t in window["targets"]] == [one.target, two.target]
     # Outside an AISBench run's folder, one folder per window: nothing of an earlier run's
     # in the current folder is written over.
@@ -263,7 +265,7 @@ def test_ls_filters_and_prints_json_and_an_admin_force_closes(team: Team) -> Non
         assert closed.returncode == 0, closed.stderr
         assert "window ls-b closed without a final scrape" in closed.stdout
         assert specdec("stop", "ls-c").returncode == 0
-    window = httpx.get(f"{team.base_url}/windows/ls-b", headers=team.headers, timeout=30).json()
+    window = clients.get(f"{team.base_url}/windows/ls-b", headers=team.headers, timeout=30).json()
     assert window["state"] == "closed" and window["targets"][0]["result"]["status"] == "na"
 
 
@@ -292,7 +294,7 @@ def test_export_writes_every_window_with_its_results_as_json_lines_and_csv(
     exported = [json.loads(line) for line in lines.stdout.splitlines()]
     assert [window["id"] for window in exported] == ["ex-2", "ex-1"]
     # Each line is the window as GET /windows/{id} answered it then.
-    with httpx.Client(base_url=team.base_url, headers=team.headers, timeout=30) as api:
+    with clients.client(base_url=team.base_url, headers=team.headers, timeout=30) as api:
         assert exported[1] == api.get("/windows/ex-1").json()
     assert "2 windows written to stdout" in lines.stderr
     assert table.stdout == "" and f"written to {tmp_path / 'all.csv'}" in table.stderr

@@ -20,6 +20,7 @@ from specdec_collector.sources.scrape import ScrapeConfig, new_client
 from specdec_collector.store.db import open_database, upgrade_database, write_session
 from specdec_collector.store.tables import Window
 from tests.bench.bench_storage import bytes_per_sample
+from tests.support import clients
 from tests.support.collector import Team, run_collector
 from tests.support.metrics_server import MetricsServer, serve_metrics
 from tests.support.payloads import InstanceCounters, fixture, vllm_payload
@@ -190,7 +191,7 @@ def test_slow_scrapes_never_pile_up_and_stop_ends_sampling(api: httpx.Client) ->
 def test_sampling_resumes_after_sigkill(database_url: str, tmp_path: Path) -> None:
     with run_collector(database_url, tmp_path) as collector, serve_metrics() as server:
         server.set_text(vllm_payload([counters(1000)]))
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         body = {"targets": [server.target], "sample_interval_s": 0.5}
         assert api.post("/windows/kill/start", json=body).status_code == 201
         serve_and_wait(server, 1100)
@@ -199,7 +200,7 @@ def test_sampling_resumes_after_sigkill(database_url: str, tmp_path: Path) -> No
         time.sleep(1.0)  # the gap
         restarted_at = datetime.now(UTC)
         collector.start()
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         serve_and_wait(server, 1600)  # nobody calls the API: only a recreated job scrapes
         result = api.post("/windows/kill/stop").json()["targets"][0]["result"]
         points = samples_of(api, "kill")
@@ -296,7 +297,7 @@ def test_a_sampling_run_in_flight_at_shutdown_ends_without_a_traceback(
         serve_metrics() as server,
     ):
         server.set_text(vllm_payload([counters(1000)]))
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         body = {"targets": [server.target], "sample_interval_s": 0.5}
         assert api.post("/windows/down/start", json=body).status_code == 201
         serve_and_wait(server, 1100)

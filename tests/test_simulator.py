@@ -17,6 +17,7 @@ from specdec_collector.cli.runner import generate_load
 from specdec_collector.core.counters import Role
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.simulator.server import SimulatedServer, default_acceptance
+from tests.support import clients
 from tests.support.collector import run_simulator, specdec_command
 from tests.test_promtext import oracle
 
@@ -69,7 +70,7 @@ def _drafts(http: httpx.Client, target: str) -> float:
 def test_simulate_and_serve_together(simulator: str, api: httpx.Client) -> None:
     """What a newcomer does with two terminals and the README's curl example."""
     assert api.post("/windows/demo/start", json={"targets": [simulator]}).status_code == 201
-    with httpx.Client() as http:
+    with clients.client() as http:
         first = _drafts(http, simulator)
         while _drafts(http, simulator) < first + 400:  # wait for the counters, not a fixed time
             time.sleep(0.1)
@@ -94,11 +95,11 @@ def test_openai_endpoints_answer_like_a_server() -> None:
     with run_simulator(
         "--model-name", "sim-model", "--acceptance", "0.8,0.5", "--drafts-per-s", "0"
     ) as url:
-        models = httpx.get(f"{url}/v1/models").json()
-        completion = httpx.post(
+        models = clients.get(f"{url}/v1/models").json()
+        completion = clients.post(
             f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 20}
         ).json()
-        chat = httpx.post(
+        chat = clients.post(
             f"{url}/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
         ).json()
@@ -125,7 +126,7 @@ def test_openai_endpoints_answer_like_a_server() -> None:
 async def _stream_load(url: str, requests: int, max_tokens: int) -> tuple[int, int]:
     """Streamed completions; every chunk is one speculative step. (steps, tokens) seen."""
     steps = tokens = 0
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+    async with clients.async_client(base_url=url, timeout=60) as http:
 
         async def one(index: int) -> None:
             nonlocal steps, tokens
@@ -227,7 +228,7 @@ def test_specdec_load_counts_the_servers_own_tokens_streamed_or_not() -> None:
 
 
 def _generated(url: str) -> int:
-    text = httpx.get(f"{url}/metrics").text
+    text = clients.get(f"{url}/metrics").text
     return int(
         sum(
             sample.value

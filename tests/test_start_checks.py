@@ -1,10 +1,9 @@
 """A start checks each target once: its name resolved once, and the baseline's request sent to
 the address that check found (the connection opened ahead of it), never looked up again."""
 
-import httpx
-
 from specdec_collector.config import Settings
 from specdec_collector.service.main import create_app
+from tests.support import clients
 from tests.support.collector import serve_in_thread
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
@@ -29,7 +28,7 @@ def test_a_named_target_is_resolved_once_per_start_and_scraped_where_it_was_chec
         serve_metrics(body=payload.encode()) as server,
         serve_in_thread(create_app(settings, resolve=resolve)) as url,
     ):
-        started = httpx.post(
+        started = clients.post(
             f"{url}/windows/once/start",
             json={"targets": [f"vllm.test:{server.port}"]},
             timeout=30,

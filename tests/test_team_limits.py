@@ -5,8 +5,7 @@ background scrapes of its sampled windows (PostgreSQL counted committed rows onl
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
-
+from tests.support import clients
 from tests.support.collector import serve_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import drafts_payload
@@ -16,7 +15,7 @@ STARTS = 40
 
 def _start_all(collector: str, bodies: list[dict[str, object]]) -> list[int]:
     def start(index: int) -> int:
-        with httpx.Client(base_url=collector, timeout=60) as api:
+        with clients.client(base_url=collector, timeout=60) as api:
             return api.post(f"/windows/w{index}/start", json=bodies[index]).status_code
 
     with ThreadPoolExecutor(len(bodies)) as pool:
@@ -29,7 +28,7 @@ def test_concurrent_starts_never_open_more_windows_than_the_limit(database_url: 
         serve_collector(database_url, max_open_windows_per_team=10, db_pool_size=40) as collector,
     ):
         statuses = _start_all(collector, [{"targets": [server.target]}] * STARTS)
-        listed = httpx.get(f"{collector}/windows", params={"state": "open", "limit": 100}).json()
+        listed = clients.get(f"{collector}/windows", params={"state": "open", "limit": 100}).json()
     assert statuses.count(201) == 10, statuses
     assert statuses.count(429) == STARTS - 10
     assert len(listed["windows"]) == 10
@@ -60,7 +59,7 @@ def test_start_stop_loops_are_budgeted_and_a_stop_always_passes(tmp_path: Path) 
             max_targets_per_window=100,
         ) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         targets = [f"127.0.0.{i}:{server.port}" for i in range(1, 101)]
         body = {"targets": targets}
         started = [api.post(f"/windows/{w}/start", json=body).status_code for w in "ab"]

@@ -13,10 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import httpx
-
 from specdec_collector.sources.scrape import ACCEPT
 from tests.real_engines import provision, servers
+from tests.support import clients
 from tests.support.metrics_server import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
@@ -27,7 +26,7 @@ PASSAGE = (
 
 
 def _payload(engine: servers.Engine) -> bytes:
-    answer = httpx.get(f"{engine.base}/metrics", headers={"Accept": ACCEPT}, timeout=10)
+    answer = clients.get(f"{engine.base}/metrics", headers={"Accept": ACCEPT}, timeout=10)
     answer.raise_for_status()
     return answer.content
 
@@ -41,7 +40,7 @@ def _complete(engine: servers.Engine, requests: int) -> None:
         else:
             body = {"prompt": text, "n_predict": 48, "temperature": 0}
             path = "/completion"
-        httpx.post(f"{engine.base}{path}", json=body, timeout=300).raise_for_status()
+        clients.post(f"{engine.base}{path}", json=body, timeout=300).raise_for_status()
 
 
 def capture(name: str, logs: Path) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from tests.real_engines import provision
+from tests.support import clients
 
 #: The model's name as both engines serve it.
 MODEL = "gemma3"
@@ -57,7 +58,7 @@ class Engine:
 
     def metrics(self) -> str:
         """The engine's own `/metrics`, as a test reads it beside the collector."""
-        answer = httpx.get(f"{self.base}/metrics", timeout=10)
+        answer = clients.get(f"{self.base}/metrics", timeout=10)
         answer.raise_for_status()
         return answer.text
 
@@ -97,7 +98,7 @@ def _wait_ready(engine: Engine, path: str, timeout_s: float) -> None:
                 + engine.log_text()[-4000:]
             )
         try:
-            if httpx.get(f"{engine.base}{path}", timeout=5).status_code == 200:
+            if clients.get(f"{engine.base}{path}", timeout=5).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -31,6 +31,7 @@ from tests.real_engines.accounting import (
     increase,
     witnesses,
 )
+from tests.support import clients
 from tests.support.collector import CollectorProcess, run_collector, specdec_command
 from tests.support.metrics_server import free_port
 from tests.support.prometheus_server import run_prometheus
@@ -47,7 +48,7 @@ def prompt(i: int) -> str:
 
 
 def start(collector: CollectorProcess, window: str, targets: list[str], **body: Any) -> None:
-    answer = httpx.post(
+    answer = clients.post(
         f"{collector.base_url}/windows/{window}/start",
         json={"targets": targets, **body}, timeout=60,
     )  # fmt: skip
@@ -55,7 +56,7 @@ def start(collector: CollectorProcess, window: str, targets: list[str], **body: 
 
 
 def stop(collector: CollectorProcess, window: str) -> dict[str, dict[str, Any]]:
-    answer = httpx.post(f"{collector.base_url}/windows/{window}/stop", timeout=60)
+    answer = clients.post(f"{collector.base_url}/windows/{window}/stop", timeout=60)
     assert answer.status_code == 200, answer.text
     return {t["target"]: t["result"] for t in answer.json()["targets"]}
 
@@ -80,7 +81,7 @@ def llama_load(
         body: dict[str, Any] = {"temperature": 0, "stream": stream}
         if chat:
             body |= {"messages": [{"role": "user", "content": prompt(i)}], "max_tokens": 48}
-            answer = httpx.post(f"{engine.base}/v1/chat/completions", json=body, timeout=300)
+            answer = clients.post(f"{engine.base}/v1/chat/completions", json=body, timeout=300)
             timings = answer.json()["timings"]
         elif stream:
             body |= {"prompt": prompt(i), "n_predict": 48}
@@ -92,7 +93,7 @@ def llama_load(
             timings = last["timings"]
         else:
             body |= {"prompt": prompt(i), "n_predict": 48}
-            answer = httpx.post(f"{engine.base}/completion", json=body, timeout=300)
+            answer = clients.post(f"{engine.base}/completion", json=body, timeout=300)
             timings = answer.json()["timings"]
         drafted += timings.get("draft_n", 0)
         accepted += timings.get("draft_n_accepted", 0)
@@ -121,7 +122,7 @@ def vllm_load(
                 for _ in r.iter_lines():
                     pass
             continue
-        answer = httpx.post(f"{engine.base}/v1/completions", json=body, timeout=300).json()
+        answer = clients.post(f"{engine.base}/v1/completions", json=body, timeout=300).json()
         if usage is not None:
             usage.append(answer["usage"]["completion_tokens"])
         if not accounts:
@@ -405,7 +406,7 @@ def test_a_llamacpp_restart_inside_a_sampled_window(
 
 def _scraped(prometheus: str, instance: str) -> bool | None:
     """True once Prometheus holds a successful scrape of `instance` (None until then)."""
-    answer = httpx.get(
+    answer = clients.get(
         f"{prometheus}/api/v1/query", params={"query": f'up{{instance="{instance}"}} == 1'},
         timeout=10,
     ).json()  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import clients
 from tests.support.collector import run_collector, serve_collector, watching_health
 from tests.support.metrics_server import serve_metrics, serve_reset_mid_body
 from tests.support.payloads import drafts_payload, fixture
@@ -53,7 +54,7 @@ def test_bad_targets_give_na_reasons_while_the_service_answers(
             for name, settings in bodies.items()
         }
         reset = stack.enter_context(serve_reset_mid_body())
-        api = httpx.Client(base_url=collector, timeout=30)
+        api = clients.client(base_url=collector, timeout=30)
         targets = [server.target for server in servers.values()] + [reset]
         with watching_health(collector) as health:
             started = api.post("/windows/faults/start", json={"targets": targets})
@@ -94,7 +95,7 @@ def test_a_stop_killed_midway_is_finished_by_its_retry(database_url: str, tmp_pa
     ):
         url = collector.base_url
         assert (
-            httpx.post(
+            clients.post(
                 f"{url}/windows/half-stop/start", json={"targets": [server.target]}, timeout=30
             ).status_code
             == 201
@@ -103,7 +104,9 @@ def test_a_stop_killed_midway_is_finished_by_its_retry(database_url: str, tmp_pa
         server.delay_s = 3.0
         seen = server.count()
         thread = threading.Thread(
-            target=lambda: _quietly(lambda: httpx.post(f"{url}/windows/half-stop/stop", timeout=30))
+            target=lambda: _quietly(
+                lambda: clients.post(f"{url}/windows/half-stop/stop", timeout=30)
+            )
         )
         thread.start()
         while server.count() == seen:  # the stop is scraping
@@ -113,10 +116,10 @@ def test_a_stop_killed_midway_is_finished_by_its_retry(database_url: str, tmp_pa
         server.delay_s = 0
         collector.start()
         assert (
-            httpx.get(f"{collector.base_url}/windows/half-stop", timeout=30).json()["state"]
+            clients.get(f"{collector.base_url}/windows/half-stop", timeout=30).json()["state"]
             == "open"
         )
-        retried = httpx.post(f"{collector.base_url}/windows/half-stop/stop", timeout=30)
+        retried = clients.post(f"{collector.base_url}/windows/half-stop/stop", timeout=30)
     assert retried.status_code == 200
     result = retried.json()["targets"][0]["result"]
     assert result["status"] == "ok"
@@ -136,7 +139,7 @@ def test_sigterm_lets_the_call_in_flight_finish(database_url: str, tmp_path: Pat
     ):
         url = collector.base_url
         assert (
-            httpx.post(
+            clients.post(
                 f"{url}/windows/term/start",
                 json={"targets": [server.target], "sample_interval_s": 0.5},
                 timeout=30,
@@ -148,7 +151,7 @@ def test_sigterm_lets_the_call_in_flight_finish(database_url: str, tmp_path: Pat
         seen = server.count()
         answer: list[httpx.Response] = []
         thread = threading.Thread(
-            target=lambda: answer.append(httpx.post(f"{url}/windows/term/stop", timeout=30))
+            target=lambda: answer.append(clients.post(f"{url}/windows/term/stop", timeout=30))
         )
         thread.start()
         while server.count() == seen:
@@ -159,7 +162,7 @@ def test_sigterm_lets_the_call_in_flight_finish(database_url: str, tmp_path: Pat
         exit_code = collector.process.wait(timeout=30)
         server.delay_s = 0
         collector.start()
-        after_restart = httpx.get(f"{collector.base_url}/windows/term", timeout=30).json()
+        after_restart = clients.get(f"{collector.base_url}/windows/term", timeout=30).json()
     # uvicorn shuts down gracefully, then lets the signal end the process as usual.
     assert exit_code in (0, -signal.SIGTERM)
     assert "Application shutdown complete." in collector.stderr_text
@@ -186,7 +189,7 @@ def test_concurrent_clients_get_no_5xx_and_every_window_is_accounted_for(
         async def client() -> None:
             number = next(counter)
             window_id = f"load-{number}"
-            async with httpx.AsyncClient(base_url=collector.base_url, timeout=60) as http:
+            async with clients.async_client(base_url=collector.base_url, timeout=60) as http:
                 for call in (
                     http.post(
                         f"/windows/{window_id}/start", json={"targets": targets[: 1 + number % 20]}
@@ -202,7 +205,7 @@ def test_concurrent_clients_get_no_5xx_and_every_window_is_accounted_for(
             await asyncio.gather(*(client() for _ in range(50)))
 
         asyncio.run(run())
-        api = httpx.Client(base_url=collector.base_url, timeout=60)
+        api = clients.client(base_url=collector.base_url, timeout=60)
         closed = [api.get(f"/windows/{window_id}").json() for window_id in finished]
     assert statuses and not [s for s in statuses if s >= 500]
     assert set(statuses) == {200, 201}

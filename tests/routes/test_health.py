@@ -19,6 +19,7 @@ from specdec_collector.config import Settings
 from specdec_collector.service.auth import EnvKey, OpenMode
 from specdec_collector.service.main import create_app
 from specdec_collector.service.routes.health import ANSWER_KEPT_S
+from tests.support import clients
 from tests.support.collector import (
     CollectorProcess,
     run_collector,
@@ -40,7 +41,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def test_own_metrics_count_scrapes_errors_and_open_windows(collector: CollectorProcess) -> None:
     """On a collector of its own: its counters count every team's scrapes."""
-    api = httpx.Client(base_url=collector.base_url, timeout=30)
+    api = clients.client(base_url=collector.base_url, timeout=30)
     with serve_metrics(body=drafts_payload(10)) as good, serve_metrics(status=500) as bad:
         api.post("/windows/m/start", json={"targets": [good.target, bad.target]})
         during = _samples(api.get("/metrics").text)
@@ -64,7 +65,7 @@ def test_own_metrics_count_the_requests_that_scrapes_shared(collector: Collector
     with serve_metrics(body=drafts_payload(10), delay_s=0.3) as server:
 
         async def start_all() -> list[int]:
-            async with httpx.AsyncClient(base_url=collector.base_url, timeout=30) as api:
+            async with clients.async_client(base_url=collector.base_url, timeout=30) as api:
                 body = {"targets": [server.target]}
                 answers = await asyncio.gather(
                     *(api.post(f"/windows/herd-{i}/start", json=body) for i in range(starts))
@@ -72,7 +73,7 @@ def test_own_metrics_count_the_requests_that_scrapes_shared(collector: Collector
             return [answer.status_code for answer in answers]
 
         assert asyncio.run(start_all()) == [201] * starts
-        metrics = _samples(httpx.get(f"{collector.base_url}/metrics").text)
+        metrics = _samples(clients.get(f"{collector.base_url}/metrics").text)
         received = server.count()
     assert metrics[("specdec_scrape_duration_seconds_count", ())] == starts
     assert metrics[("specdec_scrape_requests_total", ())] == received < starts
@@ -83,7 +84,7 @@ def test_latest_closed_windows_are_exported_within_the_cap(database_url: str) ->
         serve_collector(database_url, metrics_latest_windows=2) as collector,
         serve_metrics() as server,
     ):
-        api = httpx.Client(base_url=collector, timeout=30)
+        api = clients.client(base_url=collector, timeout=30)
         for index, accepted in enumerate(([5, 3, 1], [8, 6, 4], [9, 9, 9])):
             server.replace(drafts_payload(0))
             api.post(f"/windows/w{index}/start", json={"targets": [server.target]})
@@ -137,7 +138,7 @@ def test_healthz_answers_while_another_writer_holds_the_database(tmp_path: Path)
     `/healthz` wait out the 30 s busy timeout and fail; it now answers busy but healthy."""
     database = tmp_path / "busy.db"
     with run_collector(f"sqlite:///{database}", tmp_path) as collector:
-        health = httpx.Client(base_url=collector.base_url, timeout=10)
+        health = clients.client(base_url=collector.base_url, timeout=10)
         assert health.get("/healthz").json() == {"status": "ok"}
         other = sqlite3.connect(database, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # holds the write lock until the rollback
@@ -174,8 +175,8 @@ def test_routes_are_built_before_the_first_request(
     with serve_in_thread(app) as url:
         assert built, "the lifespan built no route"
         built.clear()
-        assert httpx.get(f"{url}/windows").status_code == 200
-        assert httpx.get(f"{url}/healthz").status_code == 200
+        assert clients.get(f"{url}/windows").status_code == 200
+        assert clients.get(f"{url}/healthz").status_code == 200
     assert built == []
 
 
@@ -194,7 +195,7 @@ def test_open_mode_is_asked_once_before_the_first_request(
     app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'db'}"))
     with serve_in_thread(app) as url:
         assert len(asked) == 1
-        assert httpx.get(f"{url}/windows").status_code == 200  # open: no key exists
+        assert clients.get(f"{url}/windows").status_code == 200  # open: no key exists
     assert len(asked) == 2
 
 
@@ -211,7 +212,7 @@ def test_keyless_health_checks_in_quick_succession_write_the_database_once(
             "CREATE TRIGGER beat_in AFTER INSERT ON heartbeat BEGIN INSERT INTO beats VALUES (1); END;"
             "CREATE TRIGGER beat_up AFTER UPDATE ON heartbeat BEGIN INSERT INTO beats VALUES (1); END;"
         )
-        health = httpx.Client(base_url=collector.base_url, timeout=10)
+        health = clients.client(base_url=collector.base_url, timeout=10)
         time.sleep(ANSWER_KEPT_S + 0.1)  # the start-up's own check expired
         began = time.monotonic()
         statuses = [health.get("/healthz").status_code for _ in range(100)]
@@ -233,7 +234,7 @@ def test_a_metrics_key_reads_every_teams_results_on_metrics_and_nothing_else(
     with (
         serve_collector(database_url, api_keys=keys) as collector,
         serve_metrics(body=drafts_payload(0)) as server,
-        httpx.Client(base_url=collector, timeout=30) as api,
+        clients.client(base_url=collector, timeout=30) as api,
     ):
         for team_key, window in ((write_a, "wa"), (write_b, "wb")):
             as_team = {"Authorization": f"Bearer {team_key}"}

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specdec_collector.core.report import csv_cell
 from tests.conftest import ADMIN_KEY
+from tests.support import clients
 from tests.support.collector import NewTeam, Team, run_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.netns_probe import METADATA_TARGETS
@@ -132,7 +133,7 @@ def test_an_admin_force_closes_a_window_without_a_final_scrape(
         assert refused.status_code == 403
         assert refused.json() == {"detail": "only admin keys may do this"}
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        closed = httpx.post(
+        closed = clients.post(
             f"{team.base_url}/windows/stuck/force-close",
             params={"team": team.name}, headers=admin, timeout=30,
         )  # fmt: skip
@@ -220,7 +221,7 @@ def test_keyless_metrics_name_no_team_window_or_target(new_team: NewTeam) -> Non
                 server.replace(drafts_payload(0))
 
     def teams_shown(headers: dict[str, str]) -> set[str]:
-        text = httpx.get(f"{one.base_url}/metrics", headers=headers, timeout=30).text
+        text = clients.get(f"{one.base_url}/metrics", headers=headers, timeout=30).text
         return {
             sample.labels["team"]
             for family in text_string_to_metric_families(text)
@@ -228,14 +229,14 @@ def test_keyless_metrics_name_no_team_window_or_target(new_team: NewTeam) -> Non
             if family.name.startswith("specdec_window_")
         }
 
-    keyless = httpx.get(f"{one.base_url}/metrics", timeout=30)
+    keyless = clients.get(f"{one.base_url}/metrics", timeout=30)
     assert keyless.status_code == 200 and "specdec_open_windows" in keyless.text
     for secret in ("secret-run", one.name, other.name, server.target):
         assert secret not in keyless.text
     assert teams_shown(one.headers) == {one.name}
     assert teams_shown(other.headers) == {other.name}
     assert {one.name, other.name} <= teams_shown({"Authorization": f"Bearer {ADMIN_KEY}"})
-    bad = httpx.get(f"{one.base_url}/metrics", headers={"Authorization": "Bearer nope"})
+    bad = clients.get(f"{one.base_url}/metrics", headers={"Authorization": "Bearer nope"})
     assert bad.status_code == 401
 
 
@@ -301,7 +302,7 @@ def test_logs_at_info_stay_quiet_idle_and_with_a_stuck_target(tmp_path: Path) ->
         run_collector(f"sqlite:///{tmp_path}/quiet.db", tmp_path, **env) as collector,
         serve_metrics(body=drafts_payload(10)) as slow,
     ):
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         started = api.post(
             "/windows/q/start", json={"targets": [slow.target], "sample_interval_s": 0.5}
         )
@@ -321,7 +322,7 @@ def test_open_mode_answers_only_this_machines_names_and_pages(tmp_path: Path) ->
         run_collector(f"sqlite:///{tmp_path}/open.db", tmp_path) as collector,
         serve_metrics(body=drafts_payload(10)) as server,
     ):
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         assert api.post("/windows/o/start", json={"targets": [server.target]}).status_code == 201
         port = collector.base_url.rsplit(":", 1)[1]
         rebound = api.get("/windows/o", headers={"Host": f"attacker.example:{port}"})
@@ -348,7 +349,7 @@ def test_a_loopback_service_with_keys_answers_any_host_a_reverse_proxy_sends(
     keys = {"SPECDEC_API_KEYS": "team-a:write:proxied-key-0123456789"}
     with run_collector(f"sqlite:///{tmp_path}/keyed.db", tmp_path, **keys) as collector:
         public = {"Host": "collector.example.com"}
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         answers = {path: api.get(path, headers=public) for path in ("/healthz", "/metrics", "/ui/")}
         keyless_call = api.get("/windows", headers=public)
     assert {path: a.status_code for path, a in answers.items()} == dict.fromkeys(answers, 200)
@@ -379,7 +380,7 @@ def test_a_teams_sampling_is_held_to_its_scrape_budget(database_url: str, tmp_pa
         collector = stack.enter_context(run_collector(database_url, tmp_path, **env))
         servers = [stack.enter_context(serve_metrics(body=drafts_payload(1))) for _ in range(4)]
         targets = [server.target for server in servers]
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
 
         def start(window: str, count: int, interval_s: float | None) -> httpx.Response:
             body = {"targets": targets[:count], "sample_interval_s": interval_s}

@@ -6,13 +6,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.support import clients
 from tests.support.collector import serve_collector
 
 
 @pytest.fixture
 def api(database_url: str) -> Iterator[httpx.Client]:
     with serve_collector(database_url) as collector:
-        yield httpx.Client(base_url=collector, timeout=30)
+        yield clients.client(base_url=collector, timeout=30)
 
 
 def _start(api: httpx.Client, body: str) -> httpx.Response:

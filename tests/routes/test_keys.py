@@ -6,6 +6,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.support import clients
 from tests.support.collector import serve_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
@@ -24,7 +25,7 @@ def auth(key: str) -> dict[str, str]:
 @pytest.fixture
 def api(database_url: str) -> Iterator[httpx.Client]:
     with serve_collector(database_url, api_keys=KEYS) as url:
-        yield httpx.Client(base_url=url, timeout=30, headers=auth(ADMIN))
+        yield clients.client(base_url=url, timeout=30, headers=auth(ADMIN))
 
 
 def test_an_admin_creates_lists_and_revokes_a_key_that_works_until_revoked(
@@ -88,7 +89,7 @@ def test_an_admin_key_made_by_the_api_manages_keys_and_is_the_actor(api: httpx.C
 @pytest.mark.parametrize("key", [WRITE, READ, METRICS, None])
 def test_no_other_key_touches_the_keys(api: httpx.Client, key: str | None) -> None:
     target = api.post("/keys", json={"team": "a", "role": "read"}).json()["id"]
-    other = httpx.Client(base_url=api.base_url, timeout=30, headers=auth(key) if key else {})
+    other = clients.client(base_url=api.base_url, timeout=30, headers=auth(key) if key else {})
     calls = [
         other.post("/keys", json={"team": "a", "role": "admin"}),
         other.get("/keys"),

@@ -9,11 +9,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import make_url, text
 
 from specdec_collector.store.db import open_database
+from tests.support import clients
 from tests.support.collector import CollectorProcess, run_collector, serve_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import drafts_payload
@@ -51,7 +51,7 @@ def test_any_replica_answers_any_call(database_url: str, tmp_path: Path) -> None
         body = {"targets": [server.target]}
 
         async def race() -> list[int]:
-            async with httpx.AsyncClient(timeout=30) as client:
+            async with clients.async_client(timeout=30) as client:
                 answers = await asyncio.gather(
                     *(
                         client.post(f"{(a, b)[i % 2].base_url}/windows/race/start", json=body)
@@ -63,14 +63,16 @@ def test_any_replica_answers_any_call(database_url: str, tmp_path: Path) -> None
         assert asyncio.run(race()) == [200] * 19 + [201]
         assert server.count() == 1
         server.replace(drafts_payload(400))
-        stopped = httpx.post(f"{b.base_url}/windows/race/stop", timeout=30).json()
-        from_a = httpx.get(f"{a.base_url}/windows/race/results/{server.target}", timeout=30).json()
+        stopped = clients.post(f"{b.base_url}/windows/race/stop", timeout=30).json()
+        from_a = clients.get(
+            f"{a.base_url}/windows/race/results/{server.target}", timeout=30
+        ).json()
     assert stopped["targets"][0]["result"]["data"]["num_drafts"] == 300
     assert from_a == stopped["targets"][0]["result"]
 
 
 def _sample_times(base_url: str, window_id: str) -> list[tuple[datetime, str]]:
-    points = httpx.get(f"{base_url}/windows/{window_id}/samples", timeout=30).json()["series"][0][
+    points = clients.get(f"{base_url}/windows/{window_id}/samples", timeout=30).json()["series"][0][
         "points"
     ]
     return [(datetime.fromisoformat(p["taken_at"]), p["phase"]) for p in points]
@@ -96,7 +98,7 @@ def test_one_replica_samples_each_window_and_another_takes_over(
         with serve_metrics(body=drafts_payload(100)) as server:
             windows = [f"w{i}" for i in range(3)]
             for window_id in windows:
-                started = httpx.post(
+                started = clients.post(
                     f"{a.base_url}/windows/{window_id}/start",
                     json={"targets": [server.target], "sample_interval_s": interval},
                     timeout=30,
@@ -127,7 +129,7 @@ def test_one_replica_samples_each_window_and_another_takes_over(
             assert owners() == ["b"]
             database.dispose()
             results = [
-                httpx.post(f"{b.base_url}/windows/{w}/stop", timeout=30).json() for w in windows
+                clients.post(f"{b.base_url}/windows/{w}/stop", timeout=30).json() for w in windows
             ]
             series = {w: _sample_times(b.base_url, w) for w in windows}
     finally:
@@ -171,7 +173,7 @@ def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_pat
         )
         settings = {"db_connect_timeout_s": 1, "db_statement_timeout_s": 2}
         with serve_collector(via_proxy, **settings) as collector:
-            api = httpx.Client(base_url=collector, timeout=30)
+            api = clients.client(base_url=collector, timeout=30)
             assert (
                 api.post("/windows/db/start", json={"targets": [server.target]}).status_code == 201
             )
@@ -213,7 +215,7 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
 
         def replicas() -> set[str] | None:
             # Each /healthz, on a new connection, lands the heartbeat of the worker it reached.
-            httpx.get(f"{collector.base_url}/healthz", timeout=30).raise_for_status()
+            clients.get(f"{collector.base_url}/healthz", timeout=30).raise_for_status()
             with database.connect() as connection:
                 found = set(connection.execute(text("SELECT replica_id FROM heartbeat")).scalars())
             return found if len(found) == 2 else None
@@ -227,14 +229,14 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
         async def call_all(verb: str, body: dict[str, Any] | None) -> list[int]:
             # A new connection per call, so the kernel spreads them over both workers.
             async def one(window_id: str) -> int:
-                async with httpx.AsyncClient(base_url=collector.base_url, timeout=60) as client:
+                async with clients.async_client(base_url=collector.base_url, timeout=60) as client:
                     answer = await client.post(f"/windows/{window_id}/{verb}", json=body)
                     return answer.status_code
 
             return list(await asyncio.gather(*(one(window_id) for window_id in windows)))
 
         started = asyncio.run(call_all("start", {"targets": [server.target]}))
-        sampled = httpx.post(
+        sampled = clients.post(
             f"{collector.base_url}/windows/sampled/start",
             json={"targets": [server.target], "sample_interval_s": interval},
             timeout=30,
@@ -246,9 +248,9 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
             owner = connection.execute(
                 text("SELECT sampler_owner FROM \"window\" WHERE window_id = 'sampled'")
             ).scalar_one()
-        sampled_stop = httpx.post(f"{collector.base_url}/windows/sampled/stop", timeout=30).json()
+        sampled_stop = clients.post(f"{collector.base_url}/windows/sampled/stop", timeout=30).json()
         results = [
-            httpx.get(
+            clients.get(
                 f"{collector.base_url}/windows/{w}/results/{server.target}", timeout=30
             ).json()["data"]["num_drafts"]
             for w in windows
@@ -258,7 +260,9 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
         counts = {
             next(
                 float(line.rsplit(" ", 1)[1])
-                for line in httpx.get(f"{collector.base_url}/metrics", timeout=30).text.split("\n")
+                for line in clients.get(f"{collector.base_url}/metrics", timeout=30).text.split(
+                    "\n"
+                )
                 if line.startswith("specdec_scrape_duration_seconds_count")
             )
             for _ in range(8)

@@ -6,7 +6,6 @@ import json
 import time
 from datetime import timedelta
 
-import httpx
 from sqlmodel import Session
 
 from specdec_collector.core.exposition import extract_spec_decode
@@ -15,6 +14,7 @@ from specdec_collector.core.targets import parse_target
 from specdec_collector.store.db import open_database, write_alone
 from specdec_collector.store.tables import utcnow
 from specdec_collector.windows.storage import load_window, store_snapshots
+from tests.support import clients
 from tests.support.collector import serve_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import drafts_payload
@@ -28,7 +28,7 @@ def test_a_long_timeline_keeps_its_ends_and_restarts_within_max_points(database_
         serve_metrics(body=drafts_payload(10)) as server,
         serve_collector(database_url) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         assert api.post("/windows/long/start", json={"targets": [server.target]}).is_success
         database = open_database(database_url)
         stored = load_window(database, "default", "long")
@@ -75,7 +75,7 @@ def test_a_live_view_gets_only_the_newer_samples_compressed(database_url: str) -
         serve_metrics(body=drafts_payload(10)) as server,
         serve_collector(database_url) as collector,
     ):
-        api = httpx.Client(base_url=collector, timeout=60)
+        api = clients.client(base_url=collector, timeout=60)
         body = {"targets": [server.target], "sample_interval_s": 0.5}
         assert api.post("/windows/live/start", json=body).is_success
         for drafts in range(20, 200, 20):

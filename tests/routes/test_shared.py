@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy
 
 from specdec_collector.core.results import Overlaps
+from tests.support import clients
 from tests.support.collector import CollectorProcess, NewTeam, Team, run_collector, watching_health
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import drafts_payload
@@ -49,7 +50,7 @@ def test_allow_list_limits_where_the_collector_connects(database_url: str, tmp_p
         run_collector(database_url, tmp_path, SPECDEC_ALLOWED_TARGETS="127.0.0.0/8") as collector,
         serve_metrics(body=drafts_payload(10)) as ok,
     ):
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         refused = api.post("/windows/w/start", json={"targets": [ok.target, "10.11.12.13:8000"]})
         assert refused.status_code == 422
         assert refused.json()["detail"][0]["msg"] == (
@@ -65,7 +66,7 @@ def test_header_values_are_sent_but_never_shown_or_logged(
         run_collector(database_url, tmp_path, SPECDEC_LOG_LEVEL="debug") as collector,
         serve_metrics(body=drafts_payload(100)) as server,
     ):
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         target = {"url": server.url, "headers": {"Authorization": SECRET}}
         started = api.post(
             "/windows/auth/start", json={"targets": [target], "sample_interval_s": 0.5}
@@ -97,7 +98,7 @@ def test_limits_of_a_window(database_url: str, tmp_path: Path) -> None:
         run_collector(database_url, tmp_path, **env) as collector,
         serve_metrics(body=drafts_payload(10)) as server,
     ):
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         five = [f"127.0.0.1:{port}" for port in range(9001, 9006)]
         too_many = api.post("/windows/w/start", json={"targets": five})
         assert too_many.status_code == 422
@@ -175,7 +176,7 @@ def _peak_rss_kib(pid: int) -> int:
 @pytest.mark.slow
 def test_huge_answer_and_gzip_bomb_stay_bounded(collector: CollectorProcess) -> None:
     """On a collector of its own: its peak memory is measured from a fresh process."""
-    api = httpx.Client(base_url=collector.base_url, timeout=30)
+    api = clients.client(base_url=collector.base_url, timeout=30)
     huge = b"# padding line of a metrics answer\n" * (64 * 1024 * 1024 // 35)  # 64 MB
     bomb = gzip.compress(b"\n" * (512 * 1024 * 1024), compresslevel=9)  # 512 MB from ~0.5 MB
     assert collector.process is not None
@@ -201,7 +202,7 @@ def test_huge_answer_and_gzip_bomb_stay_bounded(collector: CollectorProcess) -> 
 def test_overlapping_windows_on_one_server(new_team: NewTeam) -> None:
     team_a, team_b = new_team(), new_team()
     with serve_metrics(body=drafts_payload(10)) as server:
-        api = httpx.Client(base_url=team_a.base_url, timeout=30)
+        api = clients.client(base_url=team_a.base_url, timeout=30)
         a, b = team_a.headers, team_b.headers
         body = {"targets": [server.target]}
         api.post("/windows/main/start", json=body, headers=a)

@@ -21,6 +21,7 @@ from sqlalchemy import text
 
 from specdec_collector.service.routes.health import ANSWER_KEPT_S
 from specdec_collector.store.db import open_database, upgrade_database
+from tests.support import clients
 from tests.support.collector import run_collector
 from tests.support.metrics_server import MetricsServer, serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
@@ -72,7 +73,7 @@ def test_a_full_disk_answers_503_loses_nothing_and_passes(
 ) -> None:
     database = small_disk / "specdec.db"
     with run_collector(f"sqlite:///{database}", tmp_path) as collector:
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         assert api.post("/windows/kept/start", json={"targets": [server.target]}).status_code == 201
         kept = api.post("/windows/kept/stop").json()
         _truncate_wal(database)
@@ -104,7 +105,7 @@ def test_read_only_database_files_answer_503_and_pass(
 ) -> None:
     database = small_disk / "specdec.db"
     with run_collector(f"sqlite:///{database}", tmp_path) as collector:
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         assert api.post("/windows/kept/start", json={"targets": [server.target]}).status_code == 201
         kept = api.post("/windows/kept/stop").json()
         files = [

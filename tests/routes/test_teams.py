@@ -6,11 +6,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from tests.support import clients
 from tests.support.collector import (
     CollectorProcess,
     run_collector,
@@ -47,7 +47,7 @@ def server() -> Iterator[MetricsServer]:
 
 
 def test_missing_wrong_and_read_only_keys(shared: str, server: MetricsServer) -> None:
-    api = httpx.Client(base_url=shared, timeout=30)
+    api = clients.client(base_url=shared, timeout=30)
     body = {"targets": [server.target]}
     missing = api.post("/windows/w/start", json=body)
     assert missing.status_code == 401
@@ -68,7 +68,7 @@ def test_missing_wrong_and_read_only_keys(shared: str, server: MetricsServer) ->
 
 
 def test_teams_are_isolated_and_admins_name_the_team(shared: str) -> None:
-    api = httpx.Client(base_url=shared, timeout=30)
+    api = clients.client(base_url=shared, timeout=30)
     payload = vllm_payload(
         [InstanceCounters(drafts=10, draft_tokens=30, accepted_per_pos=[5, 3, 1])]
     )
@@ -130,7 +130,7 @@ def test_keys_cli_create_list_revoke(
         )
 
     with run_collector(database_url, tmp_path) as collector:
-        api = httpx.Client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector.base_url, timeout=30)
         assert api.get("/windows/x").status_code == 404  # open mode: no key needed yet
         created = specdec("create", "--team", "ml", "--role", "write")
         assert created.returncode == 0, created.stderr
@@ -238,7 +238,7 @@ def test_anonymous_beyond_loopback_when_allowed(database_url: str, tmp_path: Pat
     )
     collector.start(host="0.0.0.0")
     try:
-        answer = httpx.get(f"{collector.base_url}/windows/nope", timeout=10)
+        answer = clients.get(f"{collector.base_url}/windows/nope", timeout=10)
         assert answer.status_code == 404  # served, without a key
     finally:
         collector.stop()

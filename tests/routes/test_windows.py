@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import clients
 from tests.support.collector import Team, run_collector
 from tests.support.metrics_server import MetricsServer, free_port, serve_metrics
 from tests.support.payloads import InstanceCounters, fixture, vllm_payload
@@ -189,7 +190,7 @@ def test_twenty_concurrent_starts_create_one_window(team: Team) -> None:
     with serve_metrics(body=vllm_payload(SEED_BEFORE).encode(), delay_s=0.3) as server:
 
         async def race() -> list[int]:
-            async with httpx.AsyncClient(
+            async with clients.async_client(
                 base_url=team.base_url, headers=team.headers, timeout=30
             ) as client:
                 answers = await asyncio.gather(
@@ -315,7 +316,7 @@ def test_failing_targets_give_na_results_with_reasons(api: httpx.Client) -> None
 def test_window_survives_sigkill_between_start_and_stop(database_url: str, tmp_path: Path) -> None:
     with run_collector(database_url, tmp_path) as collector, serve_metrics() as server:
         server.set_text(vllm_payload(SEED_BEFORE))
-        started = httpx.post(
+        started = clients.post(
             f"{collector.base_url}/windows/crash/start",
             json={"targets": [server.target]},
             timeout=30,
@@ -324,7 +325,7 @@ def test_window_survives_sigkill_between_start_and_stop(database_url: str, tmp_p
         collector.kill()
         server.set_text(vllm_payload(SEED_AFTER))
         collector.start()
-        stopped = httpx.post(f"{collector.base_url}/windows/crash/stop", timeout=30)
+        stopped = clients.post(f"{collector.base_url}/windows/crash/stop", timeout=30)
         assert stopped.status_code == 200
         result = stopped.json()["targets"][0]["result"]
         assert result["status"] == "ok"
@@ -372,7 +373,7 @@ def test_crash_before_the_baseline_was_stored_gives_an_honest_na(
 
         def start() -> None:
             try:
-                httpx.post(f"{collector.base_url}/windows/half/start", json=body, timeout=30)
+                clients.post(f"{collector.base_url}/windows/half/start", json=body, timeout=30)
             except httpx.TransportError as exc:
                 outcome["error"] = exc
 
@@ -386,11 +387,11 @@ def test_crash_before_the_baseline_was_stored_gives_an_honest_na(
 
         server.delay_s = 0
         collector.start()
-        retry = httpx.post(f"{collector.base_url}/windows/half/start", json=body, timeout=30)
+        retry = clients.post(f"{collector.base_url}/windows/half/start", json=body, timeout=30)
         assert retry.status_code == 200
         assert retry.json()["targets"][0]["before"] is None
         server.set_text(vllm_payload(SEED_AFTER))
-        result = httpx.post(f"{collector.base_url}/windows/half/stop", timeout=30).json()
+        result = clients.post(f"{collector.base_url}/windows/half/stop", timeout=30).json()
     after = result["targets"][0]["result"]
     assert after["status"] == "na"
     assert after["error"] == (

@@ -17,6 +17,7 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
+from tests.support import clients
 from tests.support.metrics_server import free_port
 from tests.support.waiting import patience
 
@@ -32,8 +33,8 @@ def wait_answering(url: str, process: "subprocess.Popen[bytes]", timeout_s: floa
     (`timeout_s` on an idle machine, longer on a loaded one)."""
     timeout_s = patience(timeout_s)
     deadline = time.monotonic() + timeout_s
-    # One client for the whole wait: a new one costs ~40 ms of CPU (its TLS context).
-    with httpx.Client(timeout=1) as poll:
+    # One client for the whole wait: one connection, reused while the server keeps it.
+    with clients.client(timeout=1) as poll:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError(f"exited with {process.returncode}")
@@ -157,7 +158,7 @@ class Team:
 
     def client(self) -> httpx.Client:
         """An HTTP client of the collector that acts as this team."""
-        return httpx.Client(base_url=self.base_url, headers=self.headers, timeout=30)
+        return clients.client(base_url=self.base_url, headers=self.headers, timeout=30)
 
 
 # Makes a fresh team on a shared collector (the `new_team` fixture).
@@ -189,7 +190,7 @@ def watching_health(base_url: str) -> Iterator[list[int]]:
     done, polling = threading.Event(), threading.Event()
 
     def poll() -> None:
-        with httpx.Client(timeout=10) as client:
+        with clients.client(timeout=10) as client:
             while not done.is_set():
                 statuses.append(client.get(f"{base_url}/healthz").status_code)
                 polling.set()

@@ -3,7 +3,7 @@
 import json
 import time
 
-import httpx
+from tests.support import clients
 
 
 def streamed_steps(base_url: str, requests: int, pause_s: float = 0.0) -> list[int]:
@@ -15,7 +15,7 @@ def streamed_steps(base_url: str, requests: int, pause_s: float = 0.0) -> list[i
 def streamed_requests(base_url: str, requests: int, pause_s: float = 0.0) -> list[list[int]]:
     """As `streamed_steps`, the steps of each request apart."""
     seen: list[list[int]] = []
-    with httpx.Client(base_url=base_url, timeout=60) as http:
+    with clients.client(base_url=base_url, timeout=60) as http:
         for index in range(requests):
             if index and pause_s:
                 time.sleep(pause_s)
