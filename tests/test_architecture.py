@@ -1,5 +1,5 @@
 """The plan of the package, checked on its source: who may import whom, who may ask which
-source a window has, where the thread hops are."""
+source a window has, where the thread hops are; and the suite's HTTP clients."""
 
 import ast
 from pathlib import Path
@@ -69,3 +69,28 @@ def test_window_routes_hop_to_threads_only_through_the_facade() -> None:
         if route.name == "health.py":  # the heartbeat write is the health check itself
             continue
         assert "run_in_threadpool" not in route.read_text(), route.name
+
+
+#: Run as processes of their own (one client each), standing in for programs that use httpx.
+_OWN_PROCESSES = {"aisbench_standin.py", "netns_probe.py"}
+
+
+def test_the_suites_http_clients_share_one_tls_context() -> None:
+    """Each httpx client builds a TLS context (~19 ms of CPU); the suite's come from
+    `tests.support.clients`, which makes it once. A client with its own transport builds none."""
+    made_apart = []
+    for module in sorted(Path(__file__).parent.rglob("*.py")):
+        if "bench" in module.parts or module.name in {"clients.py", *_OWN_PROCESSES}:
+            continue
+        for node in ast.walk(ast.parse(module.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "httpx"
+                and node.func.attr
+                in {"get", "post", "put", "delete", "request", "stream"} | {"Client", "AsyncClient"}
+                and "transport" not in {keyword.arg for keyword in node.keywords}
+            ):
+                made_apart.append(f"{module.name}:{node.lineno}")
+    assert made_apart == []

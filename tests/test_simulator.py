@@ -103,7 +103,7 @@ def test_openai_endpoints_answer_like_a_server() -> None:
             f"{url}/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
         ).json()
-        with httpx.stream(
+        with clients.stream(
             "POST",
             f"{url}/v1/chat/completions",
             json={"messages": [], "max_tokens": 9, "stream": True},

@@ -14,7 +14,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from specdec_collector.core.arithmetic import NO_ACTIVITY, NO_METRICS
@@ -86,7 +85,7 @@ def llama_load(
         elif stream:
             body |= {"prompt": prompt(i), "n_predict": 48}
             last: dict[str, Any] = {}
-            with httpx.stream("POST", f"{engine.base}/completion", json=body, timeout=300) as r:
+            with clients.stream("POST", f"{engine.base}/completion", json=body, timeout=300) as r:
                 for line in r.iter_lines():
                     if line.startswith("data: "):
                         last = json.loads(line[6:])
@@ -117,7 +116,9 @@ def vllm_load(
         body = {"model": servers.MODEL, "prompt": prompt(i), "max_tokens": 48,
                 "temperature": 0, "stream": stream}  # fmt: skip
         if stream:
-            with httpx.stream("POST", f"{engine.base}/v1/completions", json=body, timeout=300) as r:
+            with clients.stream(
+                "POST", f"{engine.base}/v1/completions", json=body, timeout=300
+            ) as r:
                 assert r.status_code == 200
                 for _ in r.iter_lines():
                     pass

@@ -7,6 +7,8 @@ These take the same arguments as httpx's, with the context made once.
 """
 
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -35,3 +37,10 @@ def post(url: str, **options: Any) -> httpx.Response:
     """`httpx.post`: one call on a client of its own (a new connection)."""
     with client() as one:
         return one.post(url, **options)
+
+
+@contextmanager
+def stream(method: str, url: str, **options: Any) -> Iterator[httpx.Response]:
+    """`httpx.stream`: one streamed call on a client of its own."""
+    with client() as one, one.stream(method, url, **options) as answer:
+        yield answer
