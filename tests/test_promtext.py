@@ -29,6 +29,7 @@ from specdec_collector.core.counters import (
     spellings,
 )
 from specdec_collector.core.exposition import (
+    _COMPANION_PATTERNS,
     ExtractionError,
     SeriesKey,
     SeriesValue,
@@ -443,3 +444,26 @@ def test_any_of_matches_where_any_word_starts(words: list[str], text: str) -> No
     starts = {at for at in range(len(text)) if any(text.startswith(w, at) for w in words)}
     assert {at for at in range(len(text)) if pattern.match(text, at)} == starts
     assert any_of(["vllm:a", "vllm:b", "vllm_a"]) == "vllm(?::(?:a|b)|_a)"
+
+
+def test_the_companions_search_finds_their_samples_not_the_families_they_begin() -> None:
+    """A companion's samples are found in every form (`_total`, `_created`, no labels, a
+    quoted name, the escaped spelling); a family whose name merely begins with a companion's
+    is passed over, and so is a histogram's bucket."""
+    (vllm,) = (pattern for engine, pattern in _COMPANION_PATTERNS if engine == "vllm")
+    found = [
+        'vllm:prompt_tokens_total{engine="0"} 5',
+        "vllm:prompt_tokens_created 1.7e9",
+        "vllm:generation_tokens_total\t5",
+        '{"vllm:generation_tokens_total", engine="0"} 5',
+        "vllm_generation_tokens_total 5",
+        'vllm:e2e_request_latency_seconds_count{engine="0"} 3',
+    ]
+    passed_over = [
+        'vllm:prompt_tokens_by_source_total{source="cache"} 5',
+        "vllm:prompt_tokens_cached_total 5",
+        'vllm:e2e_request_latency_seconds_bucket{le="1"} 3',
+        "vllm:generation_tokens_per_second 5",
+    ]
+    assert [line for line in found if vllm.search(line) is None] == []
+    assert [line for line in passed_over if vllm.search(line) is not None] == []
