@@ -58,8 +58,15 @@ def measure() -> list[Figure]:
         logs = [Path(folder) / name for name in ("a", "b")]
         for log in logs:
             log.mkdir()
-        a = stack.enter_context(run_collector(database_url, logs[0], SPECDEC_REPLICA_ID="a"))
-        b = stack.enter_context(run_collector(database_url, logs[1], SPECDEC_REPLICA_ID="b"))
+        # The service's capacity, not the team's budget: one team, one address (two replicas
+        # read more than its default 500 targets a second on an idle machine).
+        unbudgeted = {"SPECDEC_MAX_TARGET_READS_PER_SECOND_PER_TEAM": "1e9"}
+        a = stack.enter_context(
+            run_collector(database_url, logs[0], SPECDEC_REPLICA_ID="a", **unbudgeted)
+        )
+        b = stack.enter_context(
+            run_collector(database_url, logs[1], SPECDEC_REPLICA_ID="b", **unbudgeted)
+        )
         targets = stack.enter_context(run_farm(TARGETS, "vllm_v1_dp1_k5.txt"))
         one = asyncio.run(load([a.base_url], targets, "one"))
         two = asyncio.run(load([a.base_url, b.base_url], targets, "two"))
