@@ -71,7 +71,8 @@ def test_window_routes_hop_to_threads_only_through_the_facade() -> None:
         assert "run_in_threadpool" not in route.read_text(), route.name
 
 
-#: Run as processes of their own (one client each), standing in for programs that use httpx.
+#: Run as processes of their own, each making its clients' context once anyway; the AISBench
+#: stand-in uses httpx as a benchmark client would.
 _OWN_PROCESSES = {"aisbench_standin.py", "netns_probe.py"}
 
 
