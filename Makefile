@@ -57,13 +57,15 @@ test: $(VENV)/.installed-dev ## the whole test suite (PostgreSQL, Chromium: see 
 	@# Compiled once here: each collector the suite starts would otherwise compile the package
 	@# anew where bytecode is not written (PYTHONDONTWRITEBYTECODE), ~0.1 s of CPU a start.
 	$(BIN)/python -m compileall -q app tests
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
+	@# pytest keeps the test modules as it rewrites them (for its asserts) only where bytecode
+	@# may be written: without it, each of the workers rewrote every module, ~2 s of CPU each.
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
 
 engines: $(VENV)/.installed-dev ## install the real engines into ./.engines once (vLLM CPU, llama-server, a model)
 	$(BIN)/python -m tests.real_engines.provision all
 
 test-engines: engines ## the real-engine tier: windows around a real vLLM and a real llama.cpp
-	SPECDEC_TEST_ENGINES=1 $(BIN)/pytest tests/real_engines --durations=10 $(PYTEST_ARGS)
+	SPECDEC_TEST_ENGINES=1 PYTHONDONTWRITEBYTECODE= $(BIN)/pytest tests/real_engines --durations=10 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev ## ruff (lint + format check) and mypy
 	$(BIN)/ruff check .
