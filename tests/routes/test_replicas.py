@@ -155,7 +155,6 @@ def test_one_replica_samples_each_window_and_another_takes_over(
         assert result["targets"][0]["result"]["samples"]["failed"] == 0
 
 
-@pytest.mark.slow
 @contextmanager
 def _database_behind_a_proxy(postgres_url: str) -> Iterator[tuple[TcpProxy, str]]:
     """A TCP proxy to the database (a test cuts it), and the database's URL through it."""
@@ -176,6 +175,7 @@ def _database_behind_a_proxy(postgres_url: str) -> Iterator[tuple[TcpProxy, str]
         yield proxy, via_proxy
 
 
+@pytest.mark.slow
 def test_database_going_away_answers_503_and_recovers(postgres_url: str, tmp_path: Path) -> None:
     with (
         _database_behind_a_proxy(postgres_url) as (proxy, via_proxy),
