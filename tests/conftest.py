@@ -18,7 +18,8 @@ import pytest
 from sqlalchemy import Engine
 
 from specdec_collector.service.keys import create_key
-from specdec_collector.store.db import open_database, upgrade_database
+from specdec_collector.store.db import open_database
+from specdec_collector.store.migrate import upgrade_database
 from tests.support import clients
 from tests.support.collector import CollectorProcess, NewTeam, Team, run_collector
 from tests.support.postgres import fresh_schema, postgres_server

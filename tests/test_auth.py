@@ -26,7 +26,8 @@ from specdec_collector.service.auth import (
     team_scope,
 )
 from specdec_collector.service.keys import create_key, list_keys, revoke_key
-from specdec_collector.store.db import open_database, upgrade_database
+from specdec_collector.store.db import open_database
+from specdec_collector.store.migrate import upgrade_database
 
 KEY_A = "team-a-write-key-0123456789"
 KEY_R = "team-a-read-key-0123456789"

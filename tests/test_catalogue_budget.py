@@ -14,7 +14,8 @@ from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.core.targets import parse_target
 from specdec_collector.service.sampler import purge_samples
-from specdec_collector.store.db import open_database, upgrade_database, write_alone
+from specdec_collector.store.db import open_database, write_alone
+from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.tables import EndpointSeries, utcnow
 from specdec_collector.windows.catalogue import purge_catalogue, series_ids
 from specdec_collector.windows.storage import load_window, snapshots_of, store_snapshots

@@ -14,7 +14,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import JSON, TableClause, column, inspect, select, table, text
 
-from specdec_collector.store.db import alembic_config, open_database, upgrade_database
+from specdec_collector.store.db import open_database
+from specdec_collector.store.migrate import alembic_config, upgrade_database
 from specdec_collector.store.tables import metadata
 
 

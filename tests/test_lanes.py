@@ -12,8 +12,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from specdec_collector.exceptions import TooManyWindows
-from specdec_collector.store.db import open_database, takes_turns, upgrade_database
+from specdec_collector.store.db import open_database, takes_turns
 from specdec_collector.store.lanes import Lane
+from specdec_collector.store.migrate import upgrade_database
 from tests.support import clients
 from tests.support.collector import serve_collector
 from tests.support.metrics_server import serve_metrics

@@ -17,7 +17,8 @@ from sqlmodel import Session, col
 
 from specdec_collector.service.sampler import Sampler, claim_windows, purge_samples
 from specdec_collector.sources.scrape import ScrapeConfig, new_client
-from specdec_collector.store.db import open_database, upgrade_database, write_session
+from specdec_collector.store.db import open_database, write_session
+from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.tables import Window
 from tests.bench.bench_storage import bytes_per_sample
 from tests.support import clients

@@ -26,7 +26,8 @@ from specdec_collector.core.results import (
 from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.schemas import WindowCreate
 from specdec_collector.sources.protocol import Chain
-from specdec_collector.store.db import open_database, upgrade_database, write_alone
+from specdec_collector.store.db import open_database, write_alone
+from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot, utcnow
 from specdec_collector.windows.answers import view_json
 from specdec_collector.windows.cache import OpenViews, ResultsCache

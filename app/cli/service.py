@@ -23,7 +23,8 @@ def serve(args: argparse.Namespace) -> int:
     from specdec_collector.config import get_settings
     from specdec_collector.service.auth import active_db_keys, is_loopback, parse_env_keys
     from specdec_collector.service.main import ANONYMOUS_ALLOWED_ENV, configure_logging, create_app
-    from specdec_collector.store.db import connections_left, open_database, upgrade_database
+    from specdec_collector.store.db import connections_left, open_database
+    from specdec_collector.store.migrate import upgrade_database
 
     settings = get_settings()
     workers = settings.workers if args.workers is None else args.workers
@@ -146,12 +147,8 @@ def keys_database(command: str, init: bool = False) -> "Engine | None":
     """The service's database, migrated, having said which it is on stderr; None (having said
     why) for one the collector never migrated, unless `init` makes it one."""
     from specdec_collector.config import get_settings
-    from specdec_collector.store.db import (
-        not_collector_database,
-        open_database,
-        shown_url,
-        upgrade_database,
-    )
+    from specdec_collector.store.db import open_database, shown_url
+    from specdec_collector.store.migrate import not_collector_database, upgrade_database
 
     url = get_settings().database_url
     why = None if init else not_collector_database(url)

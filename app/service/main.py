@@ -34,13 +34,9 @@ from specdec_collector.sources.prometheus.source import PrometheusSource
 from specdec_collector.sources.scrape import Resolver, ScrapeConfig, new_client
 from specdec_collector.sources.scrape.resolver import SystemResolver
 from specdec_collector.sources.scrape.source import ScrapeSource
-from specdec_collector.store.db import (
-    database_unavailable,
-    open_database,
-    takes_turns,
-    upgrade_database,
-)
+from specdec_collector.store.db import database_unavailable, open_database, takes_turns
 from specdec_collector.store.lanes import Lane
+from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.telemetry import REGISTRY, DatabaseMetrics
 from specdec_collector.windows.budget import ReadBudget
 from specdec_collector.windows.cache import MAX_KEPT_VIEW_BYTES, OpenViews, ResultsCache

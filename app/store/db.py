@@ -1,8 +1,7 @@
-"""The database: its connection pool (SQLAlchemy's `Engine`), write sessions, migrations.
+"""The database: its connection pool (SQLAlchemy's `Engine`) and write sessions.
 
 SQLite is the default store (one process); PostgreSQL through psycopg 3 is the store of a
-shared deployment with several replicas. Migrations take a lock first (an advisory lock on
-PostgreSQL, a file lock beside the SQLite file), so replicas that boot together migrate once.
+shared deployment with several replicas. Its schema is brought up to date by `store.migrate`.
 """
 
 import fcntl
@@ -14,13 +13,12 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any, Concatenate, Generic, ParamSpec, TypeVar
 from weakref import WeakKeyDictionary
 
 import pydantic_core
-from sqlalchemy import event, inspect, text
+from sqlalchemy import event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import (
@@ -29,14 +27,10 @@ from sqlalchemy.exc import (
     InterfaceError,
     InvalidatePoolError,
     OperationalError,
-    SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Session, create_engine
-
-# Any 64-bit number: every replica of every version of this service takes the same one.
-MIGRATION_LOCK_ID = 0x5EC_DEC_0001
 
 
 class EncodedJSON(str):
@@ -387,49 +381,6 @@ def database_unavailable(exc: Exception) -> str | None:
     return None
 
 
-def alembic_config(database_url: str, connection: Connection | None = None) -> Any:
-    """An Alembic `Config` for the shipped migrations and `database_url`."""
-    from alembic.config import Config
-
-    config = Config()
-    config.set_main_option("script_location", str(files("specdec_collector.migrations")))
-    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
-    if connection is not None:
-        config.attributes["connection"] = connection
-    return config
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def not_collector_database(database_url: str) -> str | None:
-    """Why `database_url` is not a database the collector has migrated (no such file, never
-    migrated: no Alembic version table, cannot be reached), or None when it is; never
-    creates one (SQLAlchemy would make a missing SQLite file)."""
-    url = make_url(database_url)
-    on_file = url.database and url.database != ":memory:" and Path(url.database).is_file()
-    if url.get_backend_name() == "sqlite" and not on_file:
-        return "no such file"
-    database = open_database(database_url, pool_size=1)
-    try:
-        with database.connect() as connection:
-            migrated = inspect(connection).has_table("alembic_version")
-    except SQLAlchemyError as exc:
-        cause = getattr(exc, "orig", None) or exc
-        return f"it cannot be reached: {type(cause).__name__}"
-    finally:
-        database.dispose()
-    return None if migrated else "never migrated by `specdec serve`"
-
-
 def connections_left(database: Engine) -> int | None:
     """How many more connections a PostgreSQL server takes (`max_connections` less those open
     and those reserved for superusers); None on SQLite."""
@@ -445,33 +396,3 @@ def connections_left(database: Engine) -> int | None:
 def shown_url(database_url: str) -> str:
     """A database URL fit to print: its password hidden."""
     return make_url(database_url).render_as_string(hide_password=True)
-
-
-def upgrade_database(database_url: str) -> None:
-    """Apply every migration up to head, one process at a time."""
-    from alembic import command
-
-    url = make_url(database_url)
-    if url.get_backend_name() == "postgresql":
-        database = open_database(database_url, pool_size=1)
-        try:
-            with database.connect() as connection:
-                # A session-level lock: held across the migration's own transactions.
-                connection.execute(text("SELECT pg_advisory_lock(:id)"), {"id": MIGRATION_LOCK_ID})
-                connection.commit()
-                try:
-                    command.upgrade(alembic_config(database_url, connection), "head")
-                    connection.commit()
-                finally:
-                    connection.execute(
-                        text("SELECT pg_advisory_unlock(:id)"), {"id": MIGRATION_LOCK_ID}
-                    )
-                    connection.commit()
-        finally:
-            database.dispose()
-        return
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        with _file_lock(Path(url.database + ".migrate.lock")):
-            command.upgrade(alembic_config(database_url), "head")
-        return
-    command.upgrade(alembic_config(database_url), "head")

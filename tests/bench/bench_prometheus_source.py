@@ -42,7 +42,7 @@ def _window_cpu(
     return collector.cpu_seconds() - before
 
 
-def _cpu_per_window(collector: CollectorProcess, targets: list[str]) -> list[tuple[float, float]]:
+def _cpu_by_round(collector: CollectorProcess, targets: list[str]) -> list[tuple[float, float]]:
     """Per round, the collector's CPU seconds over a window scraping `targets` and over one
     reading them from Prometheus: side by side, the order turning each round (a slow moment
     of the machine falls on both, or on each in turn)."""
@@ -119,7 +119,7 @@ def measure() -> list[Figure]:
             time.sleep(0.5)
         env = {"SPECDEC_PROMETHEUS_URL": prometheus}
         with run_collector(f"sqlite:///{Path(folder) / 'p.db'}", Path(folder), **env) as collector:
-            rounds = _cpu_per_window(collector, targets)
+            rounds = _cpu_by_round(collector, targets)
     direct = statistics.median(scraped for scraped, _ in rounds)
     through = statistics.median(read for _, read in rounds)
     ratios = [read / scraped for scraped, read in rounds]

@@ -23,7 +23,7 @@ from tests.support.payloads import drafts_payload
 from tests.support.tcp_proxy import TcpProxy, tcp_proxy
 from tests.support.waiting import wait_for
 
-MIGRATE = "import sys; from specdec_collector.store.db import upgrade_database; upgrade_database(sys.argv[1])"
+MIGRATE = "import sys; from specdec_collector.store.migrate import upgrade_database; upgrade_database(sys.argv[1])"
 
 
 @pytest.mark.slow

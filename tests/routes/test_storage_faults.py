@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import text
 
 from specdec_collector.service.routes.health import ANSWER_KEPT_S
-from specdec_collector.store.db import open_database, upgrade_database
+from specdec_collector.store.db import open_database
+from specdec_collector.store.migrate import upgrade_database
 from tests.support import clients
 from tests.support.collector import run_collector
 from tests.support.metrics_server import MetricsServer, serve_metrics

@@ -246,7 +246,7 @@ def serve_collector(database_url: str, **settings: Any) -> Iterator[str]:
     by settings: no process to start, no environment to pass."""
     from specdec_collector.config import Settings
     from specdec_collector.service.main import create_app
-    from specdec_collector.store.db import upgrade_database
+    from specdec_collector.store.migrate import upgrade_database
 
     upgrade_database(database_url)
     with serve_in_thread(create_app(Settings(database_url=database_url, **settings))) as url:
