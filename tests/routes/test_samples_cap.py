@@ -88,7 +88,8 @@ def test_a_live_view_gets_only_the_newer_samples_compressed(database_url: str) -
         newer = api.get("/windows/live/samples", params={"after": cut})
         assert newer.headers.get("content-encoding") in (None, "gzip")
         (tail,) = newer.json()["series"]
-        assert tail["points"] == points[4 : 4 + len(tail["points"])]
+        # The window is still sampled: the later read may hold a sample the first had not.
+        assert tail["points"][: len(points) - 4] == points[4:]
         assert len(tail["points"]) >= len(points) - 4
         # Compressed on request: smaller on the wire, the same JSON.
         sent = api.send(api.build_request("GET", "/windows/live/samples",
