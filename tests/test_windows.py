@@ -31,7 +31,14 @@ from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot, utcnow
 from specdec_collector.windows.answers import view_json
 from specdec_collector.windows.cache import OpenViews, ResultsCache
-from specdec_collector.windows.catalogue import labels_digest, labels_from_text, labels_to_text
+from specdec_collector.windows.catalogue import (
+    ROWS_PER_INSERT,
+    KnownSeries,
+    labels_digest,
+    labels_from_text,
+    labels_to_text,
+    series_ids,
+)
 from specdec_collector.windows.closing import prepare_close, prepare_close_here
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.service import WindowService
@@ -367,6 +374,36 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
     for window_id in ("w", "w2"):
         before = read_view(database, "default", window_id).targets[0].before
         assert before is not None and (before.num_drafts, before.num_accepted_tokens) == (5, 6)
+
+
+def test_more_new_series_than_one_insert_holds_are_all_stored_once(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New series go in statements of `ROWS_PER_INSERT` rows: more than one statement holds,
+    some of them stored before by another process (inserted again, they are read back),
+    each gets one row and one id, the same for every process."""
+    database, other = engines
+    series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
+    endpoints = [f"http://10.0.0.1:{9000 + n}/metrics" for n in range(ROWS_PER_INSERT // 6 + 20)]
+    wanted = {endpoint: set(series) for endpoint in endpoints}
+    assert sum(len(keys) for keys in wanted.values()) > ROWS_PER_INSERT
+    early = {endpoint: wanted[endpoint] for endpoint in endpoints[::3]}  # another process's
+    with Session(other) as session:
+        stored_early, _ = series_ids(session, early)
+        session.commit()
+    # This process has met none of them (the other one stands for another process).
+    monkeypatch.setattr(KnownSeries, "remember", lambda self, rows: None)
+    with Session(database) as session:
+        ids, refused = series_ids(session, wanted)
+        session.commit()
+    assert refused == {}
+    assert set(ids) == {(endpoint, key) for endpoint in endpoints for key in series}
+    assert len(set(ids.values())) == len(ids)
+    assert {key: ids[key] for key in stored_early} == stored_early
+    with Session(database) as session:
+        rows = session.exec(select(EndpointSeries)).all()
+    assert len(rows) == len(ids)
+    assert {(row.endpoint, row.id) for row in rows} == {(e, i) for (e, _), i in ids.items()}
 
 
 def test_series_added_by_a_rolled_back_write_are_not_remembered(
