@@ -16,9 +16,10 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
 from specdec_collector.schemas import WindowState
+from specdec_collector.store.db import read_session
 from specdec_collector.store.tables import Window, WindowTarget, as_utc
 
 SCRAPE_SECONDS = Histogram(
@@ -55,7 +56,7 @@ class DatabaseMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now = datetime.now(UTC)
-        with Session(self.database) as session:
+        with read_session(self.database) as session:
             open_windows = session.exec(
                 select(Window.started_at, Window.last_sampled_at, Window.sample_interval_s).where(
                     Window.state == WindowState.OPEN
@@ -90,7 +91,7 @@ class WindowResults(Collector):
         closed_query = select(Window.id).where(Window.state == WindowState.CLOSED)
         if self.team is not None:
             closed_query = closed_query.where(Window.team == self.team)
-        with Session(self.database) as session:
+        with read_session(self.database) as session:
             closed = session.exec(
                 closed_query.order_by(col(Window.stopped_at).desc()).limit(self.latest)
             ).all()

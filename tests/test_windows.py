@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import event, func, text
 from sqlalchemy.engine import Engine
@@ -25,6 +26,7 @@ from specdec_collector.core.results import (
 )
 from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.schemas import WindowCreate
+from specdec_collector.service.auth import any_db_key
 from specdec_collector.sources.protocol import Chain
 from specdec_collector.store.db import open_database, write_alone
 from specdec_collector.store.migrate import upgrade_database
@@ -741,3 +743,38 @@ def test_a_stops_look_for_new_samples_reads_only_its_own_snapshots(postgres_url:
         assert _latest_snapshot(session, mine) == newest
     database.dispose()
     assert _rows_read(plan["Plan"], "snapshot") <= 2  # its two baselines, none of the 3,000
+
+
+def test_reads_on_postgresql_run_outside_a_transaction_and_writes_inside_one(
+    postgres_url: str,
+) -> None:
+    """A read sends no BEGIN (and so no ROLLBACK after it): after each of its statements the
+    server holds no transaction open. A write's statements run in one. The connection a read
+    used serves a write next with its transaction as before."""
+    upgrade_database(postgres_url)
+    database = open_database(postgres_url, pool_size=1)
+    target = parse_target("127.0.0.1:9100")
+    in_transaction: list[tuple[str, bool]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        status = conn.connection.dbapi_connection.info.transaction_status
+        in_transaction.append((statement.split()[0], status != psycopg.pq.TransactionStatus.IDLE))
+
+    event.listen(database, "after_cursor_execute", record)
+    try:
+        body = WindowCreate(targets=[target.name])
+        write_alone(database, add_window, Actor("default", "t"), "w", body, [target], 10, "r", 0)
+        writes, in_transaction[:] = list(in_transaction), []
+        load_window(database, "default", "w")
+        read_view(database, "default", "w")
+        assert any_db_key(database) is False
+        reads, in_transaction[:] = list(in_transaction), []
+        write_alone(database, add_window, Actor("default", "t"), "w2", body, [target], 10, "r", 0)
+        writes_after = list(in_transaction)
+    finally:
+        event.remove(database, "after_cursor_execute", record)
+        database.dispose()
+    assert len(reads) >= 4 and not any(inside for _, inside in reads), reads
+    for statements in (writes, writes_after):
+        assert any(verb == "INSERT" for verb, _ in statements)
+        assert all(inside for _, inside in statements), statements

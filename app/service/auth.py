@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import NotAllowed, NotAuthenticated
 from specdec_collector.schemas import TEAM_PATTERN, KeyRole
-from specdec_collector.store.db import reader_on_the_loop
+from specdec_collector.store.db import read_connection, reader_on_the_loop
 from specdec_collector.store.tables import TABLES
 
 DEFAULT_TEAM = "default"
@@ -120,13 +120,13 @@ _KEY_BY_HASH = sa_select(_KEYS.c.id, _KEYS.c.team, _KEYS.c.role).where(
 
 def active_db_keys(database: Engine) -> int:
     """How many keys in the database are not revoked."""
-    with database.connect() as connection:
+    with read_connection(database) as connection:
         return int(connection.execute(_ACTIVE_KEYS).scalar_one())
 
 
 def any_db_key(database: Engine) -> bool:
     """Whether a key was ever stored in the database (a revoked one counts)."""
-    with database.connect() as connection:
+    with read_connection(database) as connection:
         return connection.execute(_ANY_KEY).first() is not None
 
 
@@ -190,7 +190,7 @@ class AnonymousAccess:
 
 
 def _lookup(database: Engine, key: str) -> Principal | None:
-    with database.connect() as connection:
+    with read_connection(database) as connection:
         row = connection.execute(_KEY_BY_HASH, {"key_hash": hash_key(key)}).first()
     return None if row is None else Principal(row.team, KeyRole(row.role), f"key:{row.id}")
 

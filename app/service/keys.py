@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from specdec_collector.exceptions import KeyNotFound
 from specdec_collector.schemas import KeyAction, KeyEventView, KeyRole, KeyView, NewKey
 from specdec_collector.service.auth import check_role, check_team, hash_key, new_key
+from specdec_collector.store.db import read_session
 from specdec_collector.store.tables import ApiKey, KeyEvent, as_utc, utcnow
 
 # The newest events `GET /keys/events` answers with at most.
@@ -46,7 +47,7 @@ def create_key(database: Engine, team: str, role: str, actor: str) -> tuple[ApiK
 
 def list_keys(database: Engine) -> list[ApiKey]:
     """Every key, revoked ones included, oldest first."""
-    with Session(database) as session:
+    with read_session(database) as session:
         return list(session.exec(select(ApiKey).order_by(col(ApiKey.id))).all())
 
 
@@ -64,13 +65,13 @@ def revoke_key(database: Engine, key_id: int, actor: str, now: datetime | None =
 
 
 def get_key(database: Engine, key_id: int) -> ApiKey | None:
-    with Session(database) as session:
+    with read_session(database) as session:
         return session.get(ApiKey, key_id)
 
 
 def key_events(database: Engine, limit: int = EVENTS_SHOWN) -> list[KeyEvent]:
     """The newest `limit` changes to the keys, oldest first."""
-    with Session(database) as session:
+    with read_session(database) as session:
         newest = session.exec(select(KeyEvent).order_by(col(KeyEvent.id).desc()).limit(limit))
         return list(reversed(newest.all()))
 

@@ -41,7 +41,12 @@ from starlette.concurrency import run_in_threadpool
 from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.schemas import WindowState
 from specdec_collector.sources.scrape import ScrapeConfig, scrape_all
-from specdec_collector.store.db import free_disk_bytes, reader_on_the_loop, write_session
+from specdec_collector.store.db import (
+    free_disk_bytes,
+    read_connection,
+    reader_on_the_loop,
+    write_session,
+)
 from specdec_collector.store.tables import TABLES, Snapshot, Window, WindowTarget, utcnow
 from specdec_collector.telemetry import SAMPLES_SKIPPED
 from specdec_collector.windows.catalogue import purge_catalogue
@@ -139,7 +144,7 @@ def claimable_windows(
     those `owner` held): (pk, team, interval) each. A read alone: the scan runs four times a
     second in every replica and almost always finds nothing, and on SQLite the writers' turn
     is every process's."""
-    with database.connect() as connection:
+    with read_connection(database) as connection:
         rows = connection.execute(
             _CLAIMABLE_WINDOWS[include_own], {"now": time.time(), "owner": owner}
         ).all()

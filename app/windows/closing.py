@@ -24,7 +24,7 @@ from specdec_collector.core.readings import (
 from specdec_collector.core.results import Overlaps, TargetResult
 from specdec_collector.schemas import WindowState
 from specdec_collector.sources.protocol import Chain
-from specdec_collector.store.db import EncodedJSON
+from specdec_collector.store.db import EncodedJSON, read_session
 from specdec_collector.store.tables import TABLES, as_utc
 from specdec_collector.windows.catalogue import endpoints_over_budget, keys_of, reading_of
 from specdec_collector.windows.overlaps import overlaps_of
@@ -210,7 +210,7 @@ def prepare_close(
     stopped (a window read from Prometheus may stop in the past)."""
     # Outside the write (a stop's arithmetic inside it kept every writer of every worker
     # waiting); the service runs one at a time on SQLite (see `store.lanes`).
-    with Session(database) as session:
+    with read_session(database) as session:
         return prepare_close_in(session, stored, chains, stopped_at)
 
 
@@ -239,7 +239,7 @@ async def prepare_close_here(
     the loop's other work go between. In the lane's thread, under load, a stop waited for the
     interpreter's lock several times as long as it ran, and queued there for seconds while
     starts went ahead (reading in the request pool kept half of that wait)."""
-    with Session(database) as session:
+    with read_session(database) as session:
         inputs = _inputs(session, stored, stopped_at)
     closed = ClosedWindow({}, {})
     for target, chain in zip(stored.targets, chains, strict=True):

@@ -11,11 +11,12 @@ from typing import Any
 from sqlalchemy import exists
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
 from specdec_collector.core.arithmetic import as_number
 from specdec_collector.exceptions import InvalidInput
 from specdec_collector.schemas import TargetSummary, WindowSummary
+from specdec_collector.store.db import read_session
 from specdec_collector.store.tables import Window, WindowTarget, as_utc
 from specdec_collector.windows.views import header_fields
 
@@ -119,7 +120,7 @@ def list_windows(
                 (started < after_started) | ((started == after_started) & (pk < after_pk))
             )
     order = (started.asc(), pk.asc()) if oldest_first else (started.desc(), pk.desc())
-    with Session(database) as session:
+    with read_session(database) as session:
         windows = list(session.exec(query.order_by(*order).limit(limit + 1)).all())
         more = len(windows) > limit
         windows = windows[:limit]

@@ -5,7 +5,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
 
 from specdec_collector.core.arithmetic import thin_timeline, timeline
 from specdec_collector.core.comparison import compare_results
@@ -14,6 +13,7 @@ from specdec_collector.core.readings import Reading
 from specdec_collector.core.results import TargetResult
 from specdec_collector.exceptions import WindowNotFound, WindowOpen
 from specdec_collector.schemas import WindowState
+from specdec_collector.store.db import read_session
 from specdec_collector.store.tables import as_utc
 from specdec_collector.windows.catalogue import keys_of, reading_of
 from specdec_collector.windows.overlaps import with_overlaps
@@ -24,7 +24,7 @@ from specdec_collector.windows.views import header_fields
 
 def read_comparison(database: Engine, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
     """The windows named, side by side per target (see `compare_results`)."""
-    with Session(database) as session:
+    with read_session(database) as session:
         stored = [find_window(session, team, window_id) for window_id in window_ids]
     missing = [wid for wid, found in zip(window_ids, stored, strict=True) if found is None]
     if missing:
@@ -40,7 +40,7 @@ def read_comparison(database: Engine, team: str, window_ids: Sequence[str]) -> d
 
 def read_results(database: Engine, team: str, window_id: str) -> list[tuple[str, TargetResult]]:
     """(`host:port`, result with overlaps) of every target of a closed window, in order."""
-    with Session(database) as session:
+    with read_session(database) as session:
         stored = find_window(session, team, window_id)
         if stored is None:
             raise WindowNotFound(window_id)
@@ -59,7 +59,7 @@ def _points_of(
 ) -> list[tuple[StoredTarget, list[tuple[datetime, str, Reading]]]]:
     """Each target's snapshots, in chain order, as (time, phase, reading)."""
     ids = [t.id for t in targets]
-    with Session(database) as session:
+    with read_session(database) as session:
         chains = snapshots_of(session, ids)
         catalog = keys_of(session, chains)
     return [

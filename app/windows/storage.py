@@ -24,7 +24,7 @@ from specdec_collector.core.readings import (
 from specdec_collector.core.targets import EngineHints, Target
 from specdec_collector.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from specdec_collector.schemas import WindowCreate, WindowState
-from specdec_collector.store.db import upsert_insert
+from specdec_collector.store.db import read_connection, read_session, upsert_insert
 from specdec_collector.store.tables import TABLES, Window, WindowTarget, utcnow
 from specdec_collector.windows.catalogue import series_ids
 from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
@@ -74,7 +74,7 @@ _STATE_OF = sa_select(_WINDOWS.c.state).where(
 
 def window_state(database: Engine, team: str, window_id: str) -> str | None:
     """The window's state (`open`, `closed`), None if there is no such window."""
-    with database.connect() as connection:
+    with read_connection(database) as connection:
         state: str | None = connection.execute(
             _STATE_OF, {"team": team, "window_id": window_id}
         ).scalar()
@@ -101,7 +101,7 @@ def targets_of(session: Session, window_pk: int) -> list[StoredTarget]:
 
 def load_window(database: Engine, team: str, window_id: str) -> StoredWindow:
     """The team's window and its targets; `WindowNotFound` when there is none."""
-    with Session(database) as session:
+    with read_session(database) as session:
         stored = find_window(session, team, window_id)
     if stored is None:
         raise WindowNotFound(window_id)

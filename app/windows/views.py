@@ -10,6 +10,7 @@ from specdec_collector.core.readings import Failure, Reading, SnapshotPhase
 from specdec_collector.core.results import TargetResult
 from specdec_collector.exceptions import WindowNotFound
 from specdec_collector.schemas import TargetPublic, WindowView
+from specdec_collector.store.db import read_session
 from specdec_collector.store.tables import Window, as_utc
 from specdec_collector.windows.catalogue import keys_of, reading_of
 from specdec_collector.windows.overlaps import with_overlaps
@@ -93,7 +94,7 @@ def header_fields(window: Window) -> dict[str, Any]:
 
 def read_view(database: Engine, team: str, window_id: str) -> WindowView:
     """The window with its targets' baselines and, once closed, their results."""
-    with Session(database) as session:
+    with read_session(database) as session:
         stored = find_window(session, team, window_id)
         if stored is None:
             raise WindowNotFound(window_id)
