@@ -263,7 +263,8 @@ def read_connection(database: Engine) -> Iterator[Connection]:
 
 @contextmanager
 def read_session(database: Engine) -> Iterator[Session]:
-    """A session for reads only, on a `read_connection` (SQLite: on the pool, as before)."""
+    """A session for reads only: on PostgreSQL on a `read_connection`; on SQLite in a
+    transaction, one snapshot for all its statements."""
     if database.dialect.name != "postgresql":
         with Session(database) as session:
             yield session
