@@ -11,10 +11,14 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from specdec_collector.core.targets import parse_target
 from specdec_collector.exceptions import TooManyWindows
+from specdec_collector.schemas import WindowCreate
 from specdec_collector.store.db import open_database, takes_turns
-from specdec_collector.store.lanes import Lane
+from specdec_collector.store.lanes import TOGETHER, Lane, RunAlone
 from specdec_collector.store.migrate import upgrade_database
+from specdec_collector.windows.storage import add_window, load_window
+from specdec_collector.windows.stored import Actor
 from tests.support import clients
 from tests.support.collector import serve_collector
 from tests.support.metrics_server import serve_metrics
@@ -157,6 +161,73 @@ def test_a_domain_error_fails_its_own_write_only(database: Engine) -> None:
     assert _notes(database) == ["a", "b"]
 
 
+def test_a_write_that_must_run_alone_runs_once_its_group_is_committed(database: Engine) -> None:
+    """A write that would wait for another process's lock inside a group says so before it
+    writes (`RunAlone`): the group commits without it, then it runs in a transaction alone."""
+    lane = Lane("test", serial=True, database=database)
+    commits = _commits(database)
+    together: list[bool] = []
+
+    def shy(session: Session) -> str:
+        together.append(bool(session.info.get(TOGETHER)))
+        if session.info.get(TOGETHER):
+            raise RunAlone("a lock another process holds")
+        return _note(session, "alone")
+
+    async def main() -> list[Any]:
+        return await _while_held(
+            lane, lambda: [lane.write(_note, "a"), lane.write(shy), lane.write(_note, "b")]
+        )
+
+    assert asyncio.run(main()) == ["a", "alone", "b"]
+    lane.close()
+    assert together == [True, False]
+    assert len(commits) == 2
+    assert _notes(database) == ["a", "b", "alone"]
+
+
+def test_a_group_never_waits_for_a_team_lock_another_replica_holds(postgres_url: str) -> None:
+    """PostgreSQL: another replica holds team `busy`'s lock. A group with a start of `busy`
+    and one of `free` commits `free`'s at once; `busy`'s runs alone once the lock is free.
+    (Two replicas' groups taking two teams' locks in opposite orders would deadlock.)"""
+    upgrade_database(postgres_url)
+    database, other = open_database(postgres_url), open_database(postgres_url)
+    lane = Lane("test", serial=True, database=database)
+    target = parse_target("127.0.0.1:9100")
+    body = WindowCreate(targets=[target.name])
+
+    def start(team: str) -> "asyncio.Future[Any]":
+        return asyncio.ensure_future(
+            lane.write(add_window, Actor(team, "k"), "w", body, [target], 10, "r", 0)
+        )
+
+    async def main(holder: Any) -> None:
+        held, holding = await _hold(lane)
+        busy, free = start("busy"), start("free")
+        await asyncio.sleep(0.05)  # both queued: one group
+        held.release.set()
+        await holding
+        assert (await asyncio.wait_for(free, 5)) is not None
+        await asyncio.sleep(0.2)
+        assert not busy.done()  # waiting for the lock, alone
+        holder.rollback()  # the other replica's transaction ends
+        assert (await asyncio.wait_for(busy, 5)) is not None
+
+    try:
+        with other.connect() as holder:
+            holder.execute(
+                text("SELECT pg_advisory_xact_lock(hashtext('specdec-team:' || :team))"),
+                {"team": "busy"},
+            )
+            asyncio.run(main(holder))
+        assert load_window(database, "free", "w").window.team == "free"
+        assert load_window(database, "busy", "w").window.team == "busy"
+    finally:
+        lane.close()
+        database.dispose()
+        other.dispose()
+
+
 def test_a_failing_write_is_never_another_writes_failure(database: Engine) -> None:
     """A write that fails after writing (here a unique constraint) rolls its transaction back:
     every write of it runs again alone, and only the failing one fails."""
@@ -218,7 +289,8 @@ def test_close_runs_the_jobs_already_queued(database: Engine) -> None:
 
 
 def test_a_lane_that_is_not_serial_runs_each_write_alone_at_once(database: Engine) -> None:
-    """PostgreSQL's lanes: no thread of their own, a transaction per write."""
+    """A lane that is not serial (PostgreSQL's computations): no thread of its own, and a
+    write in a transaction of its own."""
     lane = Lane("test", serial=False, database=database)
     commits = _commits(database)
 

@@ -104,11 +104,10 @@ def create_app(
             min_free_disk_bytes=settings.min_free_disk_bytes,
         )
         prometheus = PrometheusAPI(settings, client) if settings.prometheus_url else None
-        # SQLite writes one at a time, and a process computes one stop at a time (see
-        # `store.lanes`); PostgreSQL does both at once.
-        serial = takes_turns(database)
-        writes = Lane("specdec-writes", serial=serial, database=database)
-        computations = Lane("specdec-computations", serial=serial)
+        # Writes take turns, those that wait together in one transaction; SQLite computes one
+        # stop at a time too, PostgreSQL several at once (see `store.lanes`).
+        writes = Lane("specdec-writes", serial=True, database=database)
+        computations = Lane("specdec-computations", serial=takes_turns(database))
         windows = WindowService(
             database=database,
             sources={

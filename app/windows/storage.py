@@ -25,6 +25,7 @@ from specdec_collector.core.targets import EngineHints, Target
 from specdec_collector.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from specdec_collector.schemas import WindowCreate, WindowState
 from specdec_collector.store.db import read_connection, read_session, upsert_insert
+from specdec_collector.store.lanes import TOGETHER, RunAlone
 from specdec_collector.store.tables import TABLES, Window, WindowTarget, utcnow
 from specdec_collector.windows.catalogue import series_ids
 from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
@@ -172,6 +173,16 @@ def store_snapshots(
 
 
 _TEAM_LOCK = text("SELECT pg_advisory_xact_lock(hashtext('specdec-team:' || :team))")
+_TEAM_LOCK_IF_FREE = text("SELECT pg_try_advisory_xact_lock(hashtext('specdec-team:' || :team))")
+
+
+def _lock_team(session: Session, team: str) -> None:
+    """Take the team's lock (PostgreSQL) until the transaction ends. In a group of writes
+    (`store.lanes`), only if it is free: else `RunAlone`, before anything is written."""
+    if not session.info.get(TOGETHER):
+        session.execute(_TEAM_LOCK, {"team": team})
+    elif not session.execute(_TEAM_LOCK_IF_FREE, {"team": team}).scalar_one():
+        raise RunAlone(f"team {team}'s lock is held by another process")
 
 
 def add_window(
@@ -200,7 +211,7 @@ def add_window(
     # under a limit of 100). A start of a window already there is a retry, whatever the
     # limits say now.
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(_TEAM_LOCK, {"team": actor.team})
+        _lock_team(session, actor.team)
     open_count = session.execute(_OPEN_WINDOWS_OF_TEAM, {"team": actor.team}).scalar_one()
     if open_count >= max_open:
         if _exists(session, actor.team, window_id):
