@@ -288,17 +288,20 @@ def test_close_runs_the_jobs_already_queued(database: Engine) -> None:
     assert _notes(database) == ["last"]
 
 
-def test_a_lane_that_is_not_serial_runs_each_write_alone_at_once(database: Engine) -> None:
-    """A lane that is not serial (PostgreSQL's computations): no thread of its own, and a
-    write in a transaction of its own."""
-    lane = Lane("test", serial=False, database=database)
-    commits = _commits(database)
+def test_a_lane_that_is_not_serial_runs_each_job_at_once_in_the_request_pool() -> None:
+    """A lane that is not serial (PostgreSQL's computations): no thread of its own, every job
+    at once."""
+    lane = Lane("test", serial=False)
+    started = threading.Barrier(3, timeout=10)
+
+    def job(name: str) -> str:
+        started.wait()  # all three run at once, or this times out
+        return name
 
     async def main() -> list[str]:
-        return await asyncio.gather(*(lane.write(_note, f"n{i}") for i in range(3)))
+        return await asyncio.gather(*(lane.run(job, f"n{i}") for i in range(3)))
 
     assert sorted(asyncio.run(main())) == ["n0", "n1", "n2"]
-    assert len(commits) == 3
     assert "test" not in {thread.name for thread in threading.enumerate()}
     lane.close()
 

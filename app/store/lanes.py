@@ -81,7 +81,7 @@ _STOP = _Job(lambda: None, Future())
 
 class Lane:
     """Runs jobs one at a time, in the order they came, in a thread named `name` (`serial`);
-    else each in the request pool, at once. Its writes go to `database`."""
+    else each in the request pool, at once. A serial lane's writes go to `database`."""
 
     def __init__(self, name: str, *, serial: bool, database: Engine | None = None) -> None:
         self._database = database
@@ -114,12 +114,9 @@ class Lane:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        """`function(session, *args, **kwargs)`'s result once its transaction is committed:
-        with the other writes waiting beside it (serial), else in one of its own."""
-        database = self._database
-        assert database is not None, "a lane that writes has a database"
-        if self._queue is None:
-            return await run_in_threadpool(lambda: write_alone(database, function, *args, **kwargs))
+        """`function(session, *args, **kwargs)`'s result once its transaction is committed,
+        with the other writes waiting beside it. Only a serial lane writes."""
+        assert self._database is not None, "a lane that writes has a database"
         return await self._queued(lambda session: function(session, *args, **kwargs), write=True)
 
     async def _queued(self, run: Callable[..., T], *, write: bool) -> T:
