@@ -7,17 +7,23 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
+from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.core.targets import parse_target
 from specdec_collector.service.sampler import purge_samples
-from specdec_collector.store.db import open_database, write_alone
+from specdec_collector.store.db import open_database, read_session, write_alone
 from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.tables import EndpointSeries, utcnow
-from specdec_collector.windows.catalogue import purge_catalogue, series_ids
+from specdec_collector.windows.catalogue import (
+    _known,
+    endpoints_over_budget,
+    purge_catalogue,
+    series_ids,
+)
 from specdec_collector.windows.storage import load_window, snapshots_of, store_snapshots
 from tests.support import clients
 from tests.support.collector import serve_collector
@@ -168,3 +174,50 @@ def test_below_the_disk_headroom_no_sample_is_taken_and_windows_still_start_and_
     assert [p["phase"] for p in points] == ["before", "after"]
     assert "specdec_samples_skipped_total 0.0" not in skipped
     assert "specdec_samples_skipped_total" in skipped
+
+
+def test_a_write_transaction_reads_the_purge_count_once_and_the_next_one_again(
+    database_url: str,
+) -> None:
+    """Every write of a group (`store.lanes`) that stores snapshots checks the catalogue for a
+    purge: once per transaction is enough, since no purge comes until it ends. The next
+    transaction reads it again, and sees a purge that came between; a read session (whose
+    statements each commit on PostgreSQL) reads it each time."""
+    upgrade_database(database_url)
+    database = open_database(database_url)
+    reads: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        if "catalogue_purge" in statement and statement.lstrip().upper().startswith("SELECT"):
+            reads.append(statement)
+
+    event.listen(database, "before_cursor_execute", count)
+    payload = extract_spec_decode(vllm_payload([InstanceCounters(10, 30, [5, 2, 1])]))
+    endpoints = [f"http://127.0.0.1:{port}/metrics" for port in (9001, 9002, 9003)]
+    try:
+
+        def two_writes(session: Session) -> None:
+            series_ids(session, {endpoints[0]: payload})
+            series_ids(session, {endpoints[1]: payload})
+
+        write_alone(database, two_writes)
+        assert len(reads) == 1
+        assert purge_catalogue(database) == 2 * len(payload)  # no snapshot names them
+        reads.clear()
+        ids, _ = write_alone(database, lambda session: series_ids(session, {endpoints[0]: payload}))
+        assert len(reads) == 1
+        # The purge was seen: the ids remembered from before it are forgotten, rows added anew.
+        assert _known_purges(database) == 1
+        assert _catalogue_rows(database_url, endpoints[0]) == len(payload) == len(ids)
+        reads.clear()
+        with read_session(database) as session:
+            endpoints_over_budget(session, {endpoints[2]: payload})
+            endpoints_over_budget(session, {endpoints[2]: payload})
+        assert len(reads) == 2
+    finally:
+        database.dispose()
+
+
+def _known_purges(database: Engine) -> int:
+    with Session(database) as session:
+        return _known(session).purges

@@ -273,6 +273,12 @@ def read_session(database: Engine) -> Iterator[Session]:
         yield session
 
 
+#: `Session.info` key, set on the sessions of `write_session`: each of their transactions
+#: holds every lock it takes until its end (unlike a `read_session` on PostgreSQL, whose
+#: statements each commit), so what a transaction read under a lock may be read once in it.
+WRITING = "specdec_writing"
+
+
 @contextmanager
 def write_session(database: Engine) -> Iterator[Session]:
     """A session for one write transaction.
@@ -285,9 +291,11 @@ def write_session(database: Engine) -> Iterator[Session]:
     lock = _WRITE_LOCKS.get(database)
     if lock is None:
         with Session(database) as session:
+            session.info[WRITING] = True
             yield session
         return
     with lock, _every_process_turn(database), Session(database) as session:
+        session.info[WRITING] = True
         yield session
 
 

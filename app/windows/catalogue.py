@@ -36,7 +36,13 @@ from specdec_collector.core.exposition import (
     SeriesValue,
 )
 from specdec_collector.core.readings import Failure, FailureKind, Reading
-from specdec_collector.store.db import MAX_IN_LIST, PerEngine, upsert_insert, write_session
+from specdec_collector.store.db import (
+    MAX_IN_LIST,
+    WRITING,
+    PerEngine,
+    upsert_insert,
+    write_session,
+)
 from specdec_collector.store.tables import TABLES, EndpointSeries, utcnow
 from specdec_collector.windows.stored import NO_BASELINE, StoredSnapshot
 
@@ -128,16 +134,37 @@ _PURGES_SHARED = text(
 )
 
 
+#: `Session.info` key: the write transaction that read the purge count already.
+_PURGES_READ_IN = "specdec_purges_read_in"
+
+
 def _current(session: Session) -> KnownSeries:
-    """This process's memory of the catalogue, forgotten first if a purge came since."""
+    """This process's memory of the catalogue, forgotten first if a purge came since.
+
+    Read once per write transaction: no purge comes until it ends (on PostgreSQL it holds the
+    shared purge lock from the first read; on SQLite the writers, the purge among them, take
+    turns). A group of writes (`store.lanes`) read it once per write before: two of a
+    window's three round trips to PostgreSQL in the writes' lane, where they queue."""
     known = _known(session)
+    if session.info.get(WRITING) and session.info.get(_PURGES_READ_IN) is _transaction(session):
+        return known
     if session.get_bind().dialect.name == "postgresql":
         purges = session.execute(_PURGES_SHARED, {"lock": _PURGE_LOCK}).one()[1]
     else:
         purges = session.execute(_PURGES).scalar_one_or_none()
     if (purges or 0) != known.purges:
         known.forget(purges or 0)
+    if session.info.get(WRITING):
+        session.info[_PURGES_READ_IN] = _transaction(session)
     return known
+
+
+def _transaction(session: Session) -> object:
+    """The session's transaction now (a fresh object after each commit or rollback)."""
+    return session.get_transaction() or _NO_TRANSACTION
+
+
+_NO_TRANSACTION = object()
 
 
 #: A catalogue row as stored: id, endpoint, family, labels.

@@ -55,6 +55,9 @@ _SNAPSHOTS_IN_PHASES = _SNAPSHOTS_OF.where(
 )
 _INSERT_SNAPSHOTS = insert_rows(_SNAPSHOTS)
 _INSERT_TARGETS = insert_rows(_TARGETS)
+# On PostgreSQL the insert returns the ids itself: one round trip, not two (the writes' lane
+# waits for each one).
+_INSERT_TARGETS_RETURNING = _INSERT_TARGETS.returning(_TARGETS.c.ordinal, _TARGETS.c.id)
 # A window's target ids as one row of "ordinal:id" pairs: SQLite gives the GIL away for each
 # row it steps to, and under load each one took long to win back.
 _TARGET_IDS_OF = sa_select(
@@ -259,9 +262,15 @@ def add_window(
          "verification": target.hints.verification}
         for ordinal, target in enumerate(targets)
     ]  # fmt: skip
-    session.execute(_INSERT_TARGETS, rows)
-    pairs = session.execute(_TARGET_IDS_OF, {"window_pk": window.id}).scalar_one()
-    pairs_of_targets = map(_ordinal_and_id, pairs.split(",") if pairs else ())
+    if session.get_bind().dialect.name == "postgresql":
+        pairs_of_targets: Iterable[tuple[int, int]] = [
+            (ordinal, target_id)
+            for ordinal, target_id in session.execute(_INSERT_TARGETS_RETURNING, rows)
+        ]
+    else:
+        session.execute(_INSERT_TARGETS, rows)
+        pairs = session.execute(_TARGET_IDS_OF, {"window_pk": window.id}).scalar_one()
+        pairs_of_targets = map(_ordinal_and_id, pairs.split(",") if pairs else ())
     ids = [target_id for _, target_id in sorted(pairs_of_targets)]
     stored = [
         StoredTarget(target_id, target.name, target.url, None, target.headers, target.hints)
