@@ -134,7 +134,8 @@ _PURGES_SHARED = text(
 )
 
 
-#: `Session.info` key: the write transaction that read the purge count already.
+#: `Session.info` key: the write transaction that read the purge count already (each commit
+#: or rollback begins another).
 _PURGES_READ_IN = "specdec_purges_read_in"
 
 
@@ -143,10 +144,11 @@ def _current(session: Session) -> KnownSeries:
 
     Read once per write transaction: no purge comes until it ends (on PostgreSQL it holds the
     shared purge lock from the first read; on SQLite the writers, the purge among them, take
-    turns). A group of writes (`store.lanes`) read it once per write before: two of a
-    window's three round trips to PostgreSQL in the writes' lane, where they queue."""
+    turns). A group of writes (`store.lanes`) would otherwise read it for each write, each
+    read a round trip to PostgreSQL in the writes' lane, where the writes queue."""
     known = _known(session)
-    if session.info.get(WRITING) and session.info.get(_PURGES_READ_IN) is _transaction(session):
+    read_in = session.info.get(_PURGES_READ_IN)
+    if read_in is not None and read_in is session.get_transaction():
         return known
     if session.get_bind().dialect.name == "postgresql":
         purges = session.execute(_PURGES_SHARED, {"lock": _PURGE_LOCK}).one()[1]
@@ -154,17 +156,9 @@ def _current(session: Session) -> KnownSeries:
         purges = session.execute(_PURGES).scalar_one_or_none()
     if (purges or 0) != known.purges:
         known.forget(purges or 0)
-    if session.info.get(WRITING):
-        session.info[_PURGES_READ_IN] = _transaction(session)
+    if session.info.get(WRITING):  # a transaction that holds its locks to its end
+        session.info[_PURGES_READ_IN] = session.get_transaction()
     return known
-
-
-def _transaction(session: Session) -> object:
-    """The session's transaction now (a fresh object after each commit or rollback)."""
-    return session.get_transaction() or _NO_TRANSACTION
-
-
-_NO_TRANSACTION = object()
 
 
 #: A catalogue row as stored: id, endpoint, family, labels.
