@@ -213,7 +213,8 @@ def add_window(
     # below read committed rows: without it, 150 concurrent starts left 118 windows open
     # under a limit of 100). A start of a window already there is a retry, whatever the
     # limits say now.
-    if session.get_bind().dialect.name == "postgresql":
+    on_postgresql = session.get_bind().dialect.name == "postgresql"
+    if on_postgresql:
         _lock_team(session, actor.team)
     open_count = session.execute(_OPEN_WINDOWS_OF_TEAM, {"team": actor.team}).scalar_one()
     if open_count >= max_open:
@@ -262,7 +263,7 @@ def add_window(
          "verification": target.hints.verification}
         for ordinal, target in enumerate(targets)
     ]  # fmt: skip
-    if session.get_bind().dialect.name == "postgresql":
+    if on_postgresql:
         pairs_of_targets: Iterable[tuple[int, int]] = [
             (ordinal, target_id)
             for ordinal, target_id in session.execute(_INSERT_TARGETS_RETURNING, rows)
