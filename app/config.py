@@ -72,6 +72,13 @@ class Settings(BaseSettings):
         default=10, gt=0, description="PostgreSQL statement timeout; SQLite's busy timeout."
     )
     db_connect_timeout_s: float = Field(default=5, gt=0, description="Database connect timeout.")
+    db_write_lanes: int = Field(
+        default=1,
+        ge=1,
+        le=32,
+        description="PostgreSQL: the lanes each replica's writes of starts and stops take turns "
+        "in, side by side (more for a database a few milliseconds away); SQLite has one.",
+    )
     scrape_timeout_s: float = Field(
         default=5.0, gt=0, le=300, description="Timeout of one /metrics scrape (connect + read)."
     )

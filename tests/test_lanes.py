@@ -3,6 +3,7 @@
 import asyncio
 import threading
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +16,14 @@ from specdec_collector.core.targets import parse_target
 from specdec_collector.exceptions import TooManyWindows
 from specdec_collector.schemas import WindowCreate
 from specdec_collector.store.db import open_database, takes_turns
-from specdec_collector.store.lanes import TOGETHER, Lane, RunAlone
+from specdec_collector.store.lanes import TOGETHER, Lane, RunAlone, WriteLanes
 from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.windows.storage import add_window, load_window
 from specdec_collector.windows.stored import Actor
 from tests.support import clients
 from tests.support.collector import serve_collector
 from tests.support.metrics_server import serve_metrics
-from tests.support.payloads import InstanceCounters, vllm_payload
+from tests.support.payloads import InstanceCounters, drafts_payload, vllm_payload
 
 
 @pytest.fixture
@@ -228,6 +229,59 @@ def test_a_group_never_waits_for_a_team_lock_another_replica_holds(postgres_url:
         other.dispose()
 
 
+def _keys_in_lanes(lanes: WriteLanes) -> list[tuple[str, int]]:
+    """A key for each lane of `lanes` (the lane a key picks is its hash's)."""
+    found: dict[int, tuple[str, int]] = {}
+    for number in range(1000):
+        key = ("window", number)
+        found.setdefault(hash(key) % lanes.count, key)
+        if len(found) == lanes.count:
+            break
+    return [found[index] for index in range(lanes.count)]
+
+
+def test_writes_of_other_keys_run_beside_a_write_that_waits(postgres_url: str) -> None:
+    """PostgreSQL, three lanes: a write that waits (for a round trip, say) holds up only its
+    own lane; the writes of other keys are committed meanwhile, and a key's writes keep the
+    order they came in."""
+    upgrade_database(postgres_url)
+    database = open_database(postgres_url)
+    with database.begin() as connection:
+        connection.execute(text("CREATE TABLE note (id SERIAL PRIMARY KEY, body TEXT UNIQUE)"))
+    lanes = WriteLanes("test", database, 3)
+    slow, other, third = _keys_in_lanes(lanes)
+    others_done = threading.Event()
+
+    def waiting(session: Session, body: str) -> str:
+        # Done only once both other lanes committed theirs: one lane would never get there.
+        assert others_done.wait(10), "the other keys' writes waited behind this one"
+        return _note(session, body)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(lanes.write(slow, waiting, "slow-1"))
+        then = asyncio.ensure_future(lanes.write(slow, _note, "slow-2"))
+        await asyncio.gather(lanes.write(other, _note, "other"), lanes.write(third, _note, "third"))
+        others_done.set()
+        await asyncio.gather(first, then)
+
+    try:
+        asyncio.run(main())
+        notes = _notes(database)
+        assert set(notes[:2]) == {"other", "third"} and notes[2:] == ["slow-1", "slow-2"]
+    finally:
+        lanes.close()
+        database.dispose()
+
+
+def test_sqlite_has_one_write_lane(database: Engine) -> None:
+    """SQLite takes one write at a time: more lanes would only wait for each other."""
+    lanes = WriteLanes("test", database, 3)
+    try:
+        assert lanes.count == 1
+    finally:
+        lanes.close()
+
+
 def test_a_failing_write_is_never_another_writes_failure(database: Engine) -> None:
     """A write that fails after writing (here a unique constraint) rolls its transaction back:
     every write of it runs again alone, and only the failing one fails."""
@@ -342,3 +396,52 @@ def test_a_small_stop_on_sqlite_is_computed_on_the_event_loop_a_large_one_in_the
     assert result["status"] == "ok", result["error"]
     assert "specdec-computations" not in small
     assert used.count("specdec-computations") == 1
+
+
+def test_teams_starting_and_stopping_at_once_in_three_write_lanes_keep_their_results(
+    postgres_url: str,
+) -> None:
+    """PostgreSQL, three write lanes: four teams start and stop 24 windows at once, each on a
+    server of its own, whose drafts grow by a known amount between its start and its stop, and
+    on one server they all share (new to the catalogue: every lane adds its series at once).
+    Every window closes with its own figures; the shared server's are `na` (no activity),
+    and each of them names the other windows of its team."""
+    teams = [f"team-{index}" for index in range(4)]
+    keys = {team: f"key-of-{team}-0123456789" for team in teams}
+    api_keys = ",".join(f"{team}:write:{key}" for team, key in keys.items())
+    with ExitStack() as stack:
+        shared = stack.enter_context(serve_metrics(body=drafts_payload(500)))
+        own = [stack.enter_context(serve_metrics(body=drafts_payload(1000))) for _ in range(24)]
+        url = stack.enter_context(
+            serve_collector(postgres_url, db_write_lanes=3, api_keys=api_keys)
+        )
+
+        async def window(index: int) -> dict[str, Any]:
+            team = teams[index % len(teams)]
+            headers = {"Authorization": f"Bearer {keys[team]}"}
+            async with clients.async_client(base_url=url, headers=headers, timeout=60) as http:
+                body = {"targets": [own[index].target, shared.target]}
+                started = await http.post(f"/windows/w{index}/start", json=body)
+                assert started.status_code == 201, started.text
+                own[index].body = drafts_payload(1000 + 8 * (index + 1))
+                stopped = await http.post(f"/windows/w{index}/stop")
+                assert stopped.status_code == 200, stopped.text
+                return dict(stopped.json())
+
+        async def all_windows() -> list[dict[str, Any]]:
+            return await asyncio.gather(*(window(index) for index in range(24)))
+
+        stopped = asyncio.run(all_windows())
+    named_any = False
+    for index, view in enumerate(stopped):
+        assert view["state"] == "closed"
+        mine, common = view["targets"]
+        grown = index + 1  # drafts grew by 8 x this: its tokens by 24 x, accepted by 4 + 2 + 1
+        assert mine["result"]["data"]["num_drafts"] == 8 * grown
+        assert mine["result"]["data"]["draft_tokens"] == 24 * grown
+        assert mine["result"]["data"]["accepted_tokens"] == 7 * grown
+        assert common["result"]["status"] == "na"
+        named = {entry["id"] for entry in common["result"]["overlaps"]["windows"]}
+        assert named <= {f"w{other}" for other in range(index % 4, 24, 4)} - {f"w{index}"}
+        named_any = named_any or bool(named)
+    assert named_any  # the windows of a team ran at the same time

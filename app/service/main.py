@@ -35,7 +35,7 @@ from specdec_collector.sources.scrape import Resolver, ScrapeConfig, new_client
 from specdec_collector.sources.scrape.resolver import SystemResolver
 from specdec_collector.sources.scrape.source import ScrapeSource
 from specdec_collector.store.db import database_unavailable, open_database, takes_turns
-from specdec_collector.store.lanes import Lane
+from specdec_collector.store.lanes import Lane, WriteLanes
 from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.telemetry import REGISTRY, DatabaseMetrics
 from specdec_collector.windows.budget import ReadBudget
@@ -104,9 +104,10 @@ def create_app(
             min_free_disk_bytes=settings.min_free_disk_bytes,
         )
         prometheus = PrometheusAPI(settings, client) if settings.prometheus_url else None
-        # Writes take turns, those that wait together in one transaction; SQLite computes one
-        # stop at a time too, PostgreSQL several at once (see `store.lanes`).
-        writes = Lane("specdec-writes", serial=True, database=database)
+        # Writes take turns in their lane (SQLite has one), those that wait together in one
+        # transaction; SQLite computes one stop at a time too, PostgreSQL several at once (see
+        # `store.lanes`).
+        writes = WriteLanes("specdec-writes", database, settings.db_write_lanes)
         computations = Lane("specdec-computations", serial=takes_turns(database))
         windows = WindowService(
             database=database,

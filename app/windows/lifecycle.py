@@ -141,6 +141,7 @@ async def start_window(
         await asyncio.wait(openings, timeout=CONNECT_AHEAD_WAIT_S)
     max_open = service.settings.max_open_windows_per_team
     inserted = await service.writes.write(
+        ("team", actor.team),
         add_window,
         actor,
         window_id,
@@ -165,7 +166,7 @@ async def start_window(
     readings = await read_start()
     baselines: dict[int, Reading] = {}
     if readings is not None:
-        await service.writes.write(add_baseline, stored, readings)
+        await service.writes.write(("window", stored.pk), add_baseline, stored, readings)
         baselines = {
             target.id: reading.reading
             for target, reading in zip(stored.targets, readings, strict=True)
@@ -223,7 +224,7 @@ async def stop_window(
         prepare = uncollected(prepare_close)
         prepared = await lane.run(prepare, database, stored, chains, stopped_at)
         store = uncollected(add_close)
-    closed = await service.writes.write(store, stored, actor, prepared)
+    closed = await service.writes.write(("window", stored.pk), store, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
         return await run_in_threadpool(read_view, database, actor.team, window_id)
     remember_results(service, actor.team, stored, closed.results)

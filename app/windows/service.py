@@ -18,7 +18,7 @@ from specdec_collector.config import Settings
 from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import Source, WindowCreate, WindowSummary, WindowView
 from specdec_collector.sources.protocol import CounterSource
-from specdec_collector.store.lanes import Lane
+from specdec_collector.store.lanes import Lane, WriteLanes
 from specdec_collector.telemetry import aggregates_text, window_results_text
 from specdec_collector.windows import answers, lifecycle
 from specdec_collector.windows.budget import ReadBudget
@@ -38,9 +38,9 @@ class WindowService:
     sampler: SamplerHandle
     settings: Settings
     kept_results: ResultsCache
-    # The writes of starts and stops, a start's first, and the stops' results, one at a time
-    # on SQLite (see `store.lanes`).
-    writes: Lane
+    # The writes of starts and stops, each in the lane of its team (a start's window) or its
+    # window (see `store.lanes`); and the stops' results, one at a time on SQLite.
+    writes: WriteLanes
     computations: Lane
     open_views: OpenViews
     # The targets a team's starts and stops may read per second.
