@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import event, text
@@ -14,7 +15,6 @@ from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import NotAllowed, NotAuthenticated
 from specdec_collector.schemas import KeyRole
-from specdec_collector.service import auth
 from specdec_collector.service.auth import (
     AnonymousAccess,
     OpenMode,
@@ -26,6 +26,7 @@ from specdec_collector.service.auth import (
     team_scope,
 )
 from specdec_collector.service.keys import create_key, list_keys, revoke_key
+from specdec_collector.store import small_reads
 from specdec_collector.store.db import open_database
 from specdec_collector.store.migrate import upgrade_database
 
@@ -120,7 +121,7 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(
         hops.append(call)
         return await run_in_threadpool(call, *args)
 
-    monkeypatch.setattr(auth, "run_in_threadpool", counted_hop)
+    monkeypatch.setattr(small_reads, "run_in_threadpool", counted_hop)
     try:
         assert await access.is_open() and await access.is_open()
         other = open_database(str(database.url.render_as_string(hide_password=False)))
@@ -129,8 +130,13 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(
         assert revoke_key(other, row.id or 0, "test")
         other.dispose()
         statements: list[str] = []
-        event.listen(database, "before_cursor_execute", lambda *a: statements.append(a[2]))
+
+        def listener(*args: Any) -> None:
+            statements.append(args[2])
+
+        event.listen(Engine, "before_cursor_execute", listener)  # every engine's
         assert not await access.is_open()  # closed for good: nothing read
+        event.remove(Engine, "before_cursor_execute", listener)
         assert statements == []
     finally:
         access.close()

@@ -30,6 +30,7 @@ from specdec_collector.service.auth import any_db_key
 from specdec_collector.sources.protocol import Chain
 from specdec_collector.store.db import open_database, write_alone
 from specdec_collector.store.migrate import upgrade_database
+from specdec_collector.store.small_reads import SmallReads
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot, utcnow
 from specdec_collector.windows.answers import view_json
 from specdec_collector.windows.cache import OpenViews, ResultsCache
@@ -141,6 +142,7 @@ def _service_for_reads(database: Engine) -> WindowService:
         computations=unused,
         open_views=OpenViews(8, 1 << 20),
         read_budget=unused,
+        reads=SmallReads(database),
     )
 
 
@@ -168,9 +170,10 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
-    event.listen(database, "after_cursor_execute", record)
+    # Every engine's: on SQLite the check runs through a connection of its own (`SmallReads`).
+    event.listen(Engine, "after_cursor_execute", record)
     again = await view_json(service, "default", "w")
-    event.remove(database, "after_cursor_execute", record)
+    event.remove(Engine, "after_cursor_execute", record)
     assert again is first  # kept
     assert len(statements) == 1 and statements[0].replace('"', "").startswith("SELECT window.state")
     later = InstanceCounters(drafts=9, draft_tokens=27, accepted_per_pos=[6, 4, 1])

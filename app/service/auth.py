@@ -22,12 +22,11 @@ from enum import StrEnum
 from sqlalchemy import bindparam, func
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import OperationalError
-from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import NotAllowed, NotAuthenticated
 from specdec_collector.schemas import TEAM_PATTERN, KeyRole
-from specdec_collector.store.db import read_connection, reader_on_the_loop
+from specdec_collector.store.db import read_connection
+from specdec_collector.store.small_reads import SmallReads
 from specdec_collector.store.tables import TABLES
 
 DEFAULT_TEAM = "default"
@@ -157,36 +156,30 @@ class AnonymousAccess:
     """Whether a request without a key is served now (see `OpenMode`), asked by every one.
 
     The keys are read from the database each time (one created by `specdec keys create` or on
-    another replica closes the service at once), but on SQLite from the event loop, through a
-    connection of its own that never waits for a lock (a rare lock falls back to a thread):
-    the thread-pool hop cost more than the rest of a cached read. Once a key exists in
-    `UNTIL_FIRST_KEY` mode the service is closed for good, and nothing more is read.
+    another replica closes the service at once), as a `SmallReads` (on SQLite from the event
+    loop). Once a key exists in `UNTIL_FIRST_KEY` mode the service is closed for good, and
+    nothing more is read.
     """
 
     def __init__(self, mode: OpenMode, env_keys: list[EnvKey], database: Engine) -> None:
         self.mode = mode
-        self._env_keys, self._database = env_keys, database
+        self._env_keys = env_keys
         self._closed_for_good = bool(env_keys) or mode is OpenMode.NEVER
-        self._on_loop = None if self._closed_for_good else reader_on_the_loop(database)
+        self._reads = SmallReads(database)
 
     async def is_open(self) -> bool:
         if self._closed_for_good:
             return False
-        found: bool | None = None
-        if self._on_loop is not None:
-            try:
-                found = self.mode.is_open(self._env_keys, self._on_loop)
-            except OperationalError:  # locked: a thread may wait for it
-                found = None
-        if found is None:
-            found = await run_in_threadpool(self.mode.is_open, self._env_keys, self._database)
+        found = await self._reads(self._open_in)
         if not found and self.mode is OpenMode.UNTIL_FIRST_KEY:
             self._closed_for_good = True
         return found
 
+    def _open_in(self, database: Engine) -> bool:
+        return self.mode.is_open(self._env_keys, database)
+
     def close(self) -> None:
-        if self._on_loop is not None:
-            self._on_loop.dispose()
+        self._reads.close()
 
 
 def _lookup(database: Engine, key: str) -> Principal | None:

@@ -9,11 +9,12 @@ from typing import Annotated
 
 from fastapi import Depends, Query, Request
 from sqlalchemy.engine import Engine
-from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import NotAuthenticated
 from specdec_collector.schemas import TEAM_MAX_CHARS, TEAM_PATTERN
 from specdec_collector.service.auth import (
+    EnvKey,
+    OpenMode,
     Principal,
     admin,
     anonymous,
@@ -89,15 +90,17 @@ async def get_principal(request: Request) -> Principal:
     else:
         found = principal_from_env_keys(authorization, services.env_keys)
     if found is None:
-        found = await run_in_threadpool(
-            authenticate,
-            authorization,
-            services.env_keys,
-            services.database,
-            services.anonymous.mode,
+        found = await services.reads(
+            _authenticated, authorization, services.env_keys, services.anonymous.mode
         )
     request.scope[_PRINCIPAL] = found
     return found
+
+
+def _authenticated(
+    database: Engine, authorization: str | None, env_keys: list[EnvKey], mode: OpenMode
+) -> Principal:
+    return authenticate(authorization, env_keys, database, mode)
 
 
 async def get_optional_principal(request: Request) -> Principal | None:

@@ -37,6 +37,7 @@ from specdec_collector.sources.scrape.source import ScrapeSource
 from specdec_collector.store.db import database_unavailable, open_database, takes_turns
 from specdec_collector.store.lanes import Lane, WriteLanes
 from specdec_collector.store.migrate import upgrade_database
+from specdec_collector.store.small_reads import SmallReads
 from specdec_collector.telemetry import REGISTRY, DatabaseMetrics
 from specdec_collector.windows.budget import ReadBudget
 from specdec_collector.windows.cache import MAX_KEPT_VIEW_BYTES, OpenViews, ResultsCache
@@ -108,6 +109,7 @@ def create_app(
         # transaction; SQLite computes one stop at a time too, PostgreSQL several at once (see
         # `store.lanes`).
         writes = WriteLanes("specdec-writes", database, settings.db_write_lanes)
+        reads = SmallReads(database)
         computations = Lane("specdec-computations", serial=takes_turns(database))
         windows = WindowService(
             database=database,
@@ -121,6 +123,7 @@ def create_app(
             writes=writes,
             computations=computations,
             open_views=OpenViews(settings.open_views_cache_windows, MAX_KEPT_VIEW_BYTES),
+            reads=reads,
             read_budget=ReadBudget(
                 settings.max_target_reads_per_second_per_team,
                 max(
@@ -131,7 +134,7 @@ def create_app(
         )
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         anonymous = AnonymousAccess(open_mode, env_keys, database)
-        services = Services(database, env_keys, anonymous, windows, KeyService(database))
+        services = Services(database, env_keys, anonymous, windows, KeyService(database), reads)
         # Asked once now: its connection opened and its query compiled before the first call
         # without a key (~2 ms of it), and a database that has a key closes it from the start.
         await anonymous.is_open()
@@ -154,6 +157,7 @@ def create_app(
             await run_in_threadpool(writes.close)
             await client.aclose()
             anonymous.close()
+            reads.close()
             if isinstance(scrape.resolve, SystemResolver):
                 scrape.resolve.close()
             database.dispose()

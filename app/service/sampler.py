@@ -34,7 +34,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy import ColumnElement, bindparam, delete, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import CursorResult, Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 
@@ -44,9 +44,9 @@ from specdec_collector.sources.scrape import ScrapeConfig, scrape_all
 from specdec_collector.store.db import (
     free_disk_bytes,
     read_connection,
-    reader_on_the_loop,
     write_session,
 )
+from specdec_collector.store.small_reads import SmallReads
 from specdec_collector.store.tables import TABLES, Snapshot, Window, WindowTarget, utcnow
 from specdec_collector.telemetry import SAMPLES_SKIPPED
 from specdec_collector.windows.catalogue import purge_catalogue
@@ -238,7 +238,7 @@ class Sampler:
         self.watched: set[int] = set()
         self._running: set[asyncio.Task[Any]] = set()
         self._scan: asyncio.Task[None] | None = None
-        self._on_loop = reader_on_the_loop(database)
+        self._reads = SmallReads(database)  # the lease scan's, four times a second
 
     async def start(self) -> None:
         """Start the scheduler, take over the windows to sample, schedule the scan and retention."""
@@ -264,8 +264,7 @@ class Sampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan
             self._scan = None
-        if self._on_loop is not None:
-            self._on_loop.dispose()
+        self._reads.close()
         if not self.scheduler.running:
             return
         self.scheduler.pause()  # no new runs; the scheduler's shutdown cancels those running
@@ -340,14 +339,7 @@ class Sampler:
     async def _claim(self, include_own: bool) -> None:
         owner = self.replica_id
         try:
-            candidates = None
-            if self._on_loop is not None:
-                with contextlib.suppress(OperationalError):  # locked: a thread may wait
-                    candidates = claimable_windows(self._on_loop, owner, include_own)
-            if candidates is None:
-                candidates = await run_in_threadpool(
-                    claimable_windows, self.database, owner, include_own
-                )
+            candidates = await self._reads(claimable_windows, owner, include_own)
             if all(window_pk in self.watched for window_pk, _, _ in candidates):
                 return
             claimed = await run_in_threadpool(

@@ -9,6 +9,7 @@ from sqlalchemy.engine import Engine
 
 from specdec_collector.service.auth import AnonymousAccess, EnvKey
 from specdec_collector.service.keys import KeyService
+from specdec_collector.store.small_reads import SmallReads
 from specdec_collector.windows.service import WindowService
 
 
@@ -48,6 +49,8 @@ class Services:
     anonymous: AnonymousAccess
     windows: WindowService
     keys: KeyService
+    # Reads of a few rows (a stored key's lookup), on SQLite from the event loop.
+    reads: SmallReads
     health: Health = field(default_factory=Health)
 
 

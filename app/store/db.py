@@ -29,7 +29,6 @@ from sqlalchemy.exc import (
     OperationalError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.pool import StaticPool
 from sqlmodel import Session, create_engine
 
 
@@ -53,16 +52,8 @@ def _read_json(text: str | bytes) -> Any:
     return pydantic_core.from_json(text)
 
 
-def reader_on_the_loop(database: Engine) -> Engine | None:
-    """One connection to the same SQLite file, for a small read on the event loop: it fails at
-    once rather than wait for a lock (WAL readers take none but in recovery), and its caller
-    then reads in a thread. None for other databases and for one in memory."""
-    url = database.url
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return None
-    return create_engine(
-        url, poolclass=StaticPool, connect_args={"check_same_thread": False, "timeout": 0}
-    )
+#: Every engine of a database reads and writes JSON columns the same way.
+AS_JSON: dict[str, Any] = {"json_serializer": _compact_json, "json_deserializer": _read_json}
 
 
 def open_database(
@@ -81,15 +72,13 @@ def open_database(
     `./data/specdec.db` works on a fresh clone.
     """
     url = make_url(database_url)
-    # Every backend reads and writes JSON columns the same way.
-    as_json: dict[str, Any] = {"json_serializer": _compact_json, "json_deserializer": _read_json}
     if url.get_backend_name() == "postgresql":
         # Keep options the URL carries (a search_path, say) beside the statement timeout.
         options = str(url.query.get("options", ""))
         options = f"{options} -c statement_timeout={int(statement_timeout_s * 1000)}".strip()
         database = create_engine(
             url,
-            **as_json,
+            **AS_JSON,
             pool_size=pool_size,
             max_overflow=pool_size,
             pool_timeout=connect_timeout_s,
@@ -101,13 +90,13 @@ def open_database(
         _check_when_idle(database)
         return database
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, **as_json, pool_pre_ping=True)
+        return create_engine(url, **AS_JSON, pool_pre_ping=True)
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     busy_ms = int(statement_timeout_s * 3000)
     database = create_engine(
         url,
-        **as_json,
+        **AS_JSON,
         connect_args={"check_same_thread": False, "timeout": busy_ms / 1000},
         # One connection per worker thread (anyio's pool has 40): no waits, no reconnects.
         pool_size=40,

@@ -33,10 +33,7 @@ async def view_json(service: "WindowService", team: str, window_id: str) -> byte
     says it is still open (another replica may have closed it)."""
     kept = service.open_views.get(team, window_id)
     if kept is not None:
-        if (
-            await run_in_threadpool(window_state, service.database, team, window_id)
-            == WindowState.OPEN
-        ):
+        if await service.reads(window_state, team, window_id) == WindowState.OPEN:
             return kept
         service.open_views.drop(team, window_id)
     return encoded_view(

@@ -127,7 +127,6 @@ async def start_window(
     A start of an existing open window with the same targets is a retry: it returns the
     window unchanged and scrapes nothing.
     """
-    database = service.database
     source = service.sources[body.source]
     targets = source.targets(body.parsed_targets())
     _check_body(service, body, targets)
@@ -155,7 +154,7 @@ async def start_window(
         body.at,
     )
     if inserted is None:
-        stored = await run_in_threadpool(load_window, database, actor.team, window_id)
+        stored = await service.reads(load_window, actor.team, window_id)
         if stored.window.state != WindowState.OPEN:
             raise WindowConflict(f"window {window_id} is already stopped")
         if not _same_targets(stored, targets):
@@ -200,7 +199,7 @@ async def stop_window(
     admin's force-close) closes without scraping: every target's result is `na`, saying so.
     """
     database = service.database
-    stored = await run_in_threadpool(load_window, database, actor.team, window_id)
+    stored = await service.reads(load_window, actor.team, window_id)
     if stored.window.state == WindowState.CLOSED:
         return await run_in_threadpool(read_view, database, actor.team, window_id)
     # Memory only: every use of a kept view first reads whether the window is still open.

@@ -19,6 +19,7 @@ from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import Source, WindowCreate, WindowSummary, WindowView
 from specdec_collector.sources.protocol import CounterSource
 from specdec_collector.store.lanes import Lane, WriteLanes
+from specdec_collector.store.small_reads import SmallReads
 from specdec_collector.telemetry import aggregates_text, window_results_text
 from specdec_collector.windows import answers, lifecycle
 from specdec_collector.windows.budget import ReadBudget
@@ -45,6 +46,8 @@ class WindowService:
     open_views: OpenViews
     # The targets a team's starts and stops may read per second.
     read_budget: ReadBudget
+    # A stop's window and a read's check that its window is open: on SQLite from the loop.
+    reads: SmallReads
 
     async def start(self, actor: Actor, window_id: str, body: WindowCreate) -> tuple[bool, bytes]:
         """Start the window: `True` if it was created (not a retry), and its view as JSON."""
