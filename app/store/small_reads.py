@@ -3,10 +3,10 @@
 A read of a few rows from SQLite takes tens of microseconds. Sent to the request pool it
 takes a thread hop, and under load the hop is what costs: the thread waits for the
 interpreter's lock behind the event loop and the other threads, and the loop then waits a
-turn for its answer. A stop's window lookup, a read's check that its window is still open,
-a stored key's lookup waited 150-270 ms there (median, 200 clients on one worker), and the
-hand-offs cost CPU too: with these reads on the loop, one worker served 79-80 windows a second
-against 65 (alternating runs; `docs/performance.md`).
+turn for its answer. A stop's window lookup waited 150-270 ms there (median, 200 clients on
+one worker), and the hand-offs cost CPU too: with it and a read's check that its window is
+still open on the loop, one worker served 79-80 windows a second against 65 (alternating runs;
+`docs/performance.md`). A stored key's lookup, on every call with a key, makes the same hop.
 
 On SQLite the reads go through a connection of their own whose busy timeout is zero: WAL
 readers take no lock, but in a recovery or against a connection in exclusive mode a read
