@@ -53,11 +53,6 @@ class SmallReads:
         self.database = database
         self._on_loop = _reader_on_the_loop(database)
 
-    @property
-    def on_the_loop(self) -> bool:
-        """Whether reads run on the event loop (SQLite in a file)."""
-        return self._on_loop is not None
-
     async def __call__(
         self, function: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:

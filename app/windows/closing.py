@@ -40,10 +40,6 @@ _WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABL
 _LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id + 0)).where(
     _SNAPSHOTS.c.target_id.in_(bindparam("target_ids", expanding=True))
 )
-#: How long a stop computes on the event loop before it lets the loop's other work go
-#: between (`prepare_close_here`).
-ON_LOOP_SLICE_S = 0.001
-
 _STORE_RESULTS = update(_TARGETS).where(_TARGETS.c.id == bindparam("target_id"))
 _CLOSE_WINDOW = (
     update(_WINDOWS)
@@ -233,6 +229,11 @@ def _prepared(
     read_up_to = max((s.id for chain in inputs.stored_chains.values() for s in chain), default=0)
     rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
     return PreparedClose(chains, stopped_at, read_up_to, closed, rows)
+
+
+#: How long a stop computes on the event loop before it lets the loop's other work go
+#: between (`prepare_close_here`).
+ON_LOOP_SLICE_S = 0.001
 
 
 async def prepare_close_here(
