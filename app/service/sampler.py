@@ -7,8 +7,11 @@ up scrapes.
 
 Several replicas may share one database; each open window is sampled by exactly one of them,
 the holder of its lease (`window.sampler_owner`, `window.sampler_lease_until`). The holder
-renews the lease (1.5 intervals long) before each run and with each stored sample; a store
-whose lease was lost is dropped, so no instant is sampled twice. Every replica scans for
+renews the lease (1.5 intervals long) with each stored sample, and apart only when what it
+wrote last is near its end (`renewal_due`): on its first run, a run that starts late, and a
+scrape that runs long, renewed as it goes. A run is then one write transaction (renewing
+before every scrape as well was a quarter of a sampled window's CPU). A store whose lease was
+lost is dropped, so no instant is sampled twice. Every replica scans for
 windows whose lease ran out (or that are its own, after a restart) every
 `SPECDEC_SAMPLER_SCAN_S` and takes them over: a dead owner's windows are sampled again
 within two intervals, and the time nobody sampled shows as a gap, nothing is invented.
@@ -50,7 +53,7 @@ from specdec_collector.store.small_reads import SmallReads
 from specdec_collector.store.tables import TABLES, Snapshot, Window, WindowTarget, utcnow
 from specdec_collector.telemetry import SAMPLES_SKIPPED
 from specdec_collector.windows.catalogue import purge_catalogue
-from specdec_collector.windows.leases import lease_seconds
+from specdec_collector.windows.leases import lease_seconds, renewal_due, renewal_margin_s
 from specdec_collector.windows.storage import store_snapshots, targets_of
 from specdec_collector.windows.stored import StoredTarget
 
@@ -61,22 +64,28 @@ def _job_id(window_pk: int) -> str:
     return f"sample-window-{window_pk}"
 
 
-def _owned(window_pk: int, owner: str) -> Any:
-    return (
-        (col(Window.id) == window_pk)
-        & (col(Window.state) == WindowState.OPEN)
-        & (col(Window.sampler_owner) == owner)
-    )
+_WINDOWS = TABLES["window"]
+
+# A sampling run's writes, built once (a run writes one or two of them every interval; building
+# them each time was a quarter of storing a sample). Each touches the window only while it is
+# open (and, with an owner, while that owner holds its lease); none, and the caller drops its
+# sample or gives the window up.
+_OPEN = (_WINDOWS.c.id == bindparam("pk")) & (_WINDOWS.c.state == WindowState.OPEN)
+_OWNED = _OPEN & (_WINDOWS.c.sampler_owner == bindparam("owner"))
+_RENEW_LEASE = update(_WINDOWS).where(_OWNED).values(sampler_lease_until=bindparam("until"))
+_MARK_SAMPLED = update(_WINDOWS).where(_OPEN).values(last_sampled_at=bindparam("at"))
+_MARK_SAMPLED_RENEWING = (
+    update(_WINDOWS)
+    .where(_OWNED)
+    .values(last_sampled_at=bindparam("at"), sampler_lease_until=bindparam("until"))
+)
 
 
 def renew_lease(database: Engine, window_pk: int, owner: str, interval_s: float) -> bool:
     """Extend `owner`'s lease of an open window; `False` if it is closed or owned by another."""
+    params = {"pk": window_pk, "owner": owner, "until": time.time() + lease_seconds(interval_s)}
     with write_session(database) as session:
-        renewed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            update(Window)
-            .where(_owned(window_pk, owner))
-            .values(sampler_lease_until=time.time() + lease_seconds(interval_s))
-        )
+        renewed: CursorResult[Any] = session.execute(_RENEW_LEASE, params)  # type: ignore[assignment]
         session.commit()
         return renewed.rowcount == 1
 
@@ -89,29 +98,25 @@ def store_samples(
     owner: str | None = None,
     interval_s: float = 1.0,
 ) -> bool:
-    """Store one sample per outcome if the window is open (and `owner` still holds its lease).
+    """Store one sample per outcome if the window is open (and `owner` still holds its lease,
+    which is renewed).
 
     Returns whether the samples were stored. The window row is written first: that
     serialises with a stop, so once the window is closed a late sample is dropped.
     """
+    params: dict[str, Any] = {"pk": window_pk, "at": utcnow()}
+    mark = _MARK_SAMPLED
+    if owner is not None:
+        params |= {"owner": owner, "until": time.time() + lease_seconds(interval_s)}
+        mark = _MARK_SAMPLED_RENEWING
     with write_session(database) as session:
-        condition = (col(Window.id) == window_pk) & (col(Window.state) == WindowState.OPEN)
-        values: dict[str, Any] = {"last_sampled_at": utcnow()}
-        if owner is not None:
-            condition = _owned(window_pk, owner)
-            values["sampler_lease_until"] = time.time() + lease_seconds(interval_s)
-        touched: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            update(Window).where(condition).values(**values)
-        )
+        touched: CursorResult[Any] = session.execute(mark, params)  # type: ignore[assignment]
         if touched.rowcount != 1:
             session.rollback()
             return False
         store_snapshots(session, ids, SnapshotPhase.SAMPLE, outcomes)
         session.commit()
         return True
-
-
-_WINDOWS = TABLES["window"]
 
 
 def _claimable(include_own: bool) -> ColumnElement[bool]:
@@ -239,6 +244,9 @@ class Sampler:
         self._running: set[asyncio.Task[Any]] = set()
         self._scan: asyncio.Task[None] | None = None
         self._reads = SmallReads(database)  # the lease scan's, four times a second
+        # When each lease this replica holds ends, at the latest, by what it wrote last (the
+        # database's end is as late or later: it is reckoned after the write begins).
+        self._lease_ends: dict[int, float] = {}
 
     async def start(self) -> None:
         """Start the scheduler, take over the windows to sample, schedule the scan and retention."""
@@ -304,6 +312,7 @@ class Sampler:
         The first run comes one interval on, or at once for a window taken over.
         """
         self.watched.add(window_pk)
+        self._lease_ends.pop(window_pk, None)  # unknown here: the first run renews it
         first: dict[str, Any] = {"next_run_time": datetime.now(UTC)} if at_once else {}
         self.scheduler.add_job(
             self.sample,
@@ -321,6 +330,7 @@ class Sampler:
     def unwatch(self, window_pk: int) -> None:
         """Remove the window's job, if it has one."""
         self.watched.discard(window_pk)
+        self._lease_ends.pop(window_pk, None)
         with contextlib.suppress(JobLookupError):
             self.scheduler.remove_job(_job_id(window_pk))
 
@@ -363,17 +373,19 @@ class Sampler:
         self, window_pk: int, team: str, targets: list[StoredTarget], interval_s: float
     ) -> None:
         try:
-            owned = await run_in_threadpool(
-                renew_lease, self.database, window_pk, self.replica_id, interval_s
-            )
-            if not owned:
+            if not await self._hold_lease(window_pk, interval_s):
                 self.unwatch(window_pk)
                 return
             if self._disk_low():
                 return  # the room left is the starts' and stops'
             parsed = [t.parsed() for t in targets]
-            outcomes = await scrape_all(self.client, parsed, self.scrape, team)
+            scraping = asyncio.ensure_future(scrape_all(self.client, parsed, self.scrape, team))
+            outcomes = await self._scraped_holding_lease(scraping, window_pk, interval_s)
+            if outcomes is None:
+                self.unwatch(window_pk)
+                return
             ids = {t.name: t.id for t in targets}
+            writing = time.time()
             stored = await run_in_threadpool(
                 store_samples, self.database, window_pk, outcomes, ids, self.replica_id, interval_s
             )
@@ -387,6 +399,44 @@ class Sampler:
             return
         if not stored:
             self.unwatch(window_pk)
+            return
+        self._lease_ends[window_pk] = writing + lease_seconds(interval_s)
+
+    async def _hold_lease(self, window_pk: int, interval_s: float) -> bool:
+        """Renew the window's lease if it is due (`renewal_due`); `False` if it is lost."""
+        if not renewal_due(self._lease_ends.get(window_pk), time.time(), interval_s):
+            return True
+        writing = time.time()
+        owned = await run_in_threadpool(
+            renew_lease, self.database, window_pk, self.replica_id, interval_s
+        )
+        if owned:
+            self._lease_ends[window_pk] = writing + lease_seconds(interval_s)
+        return owned
+
+    async def _scraped_holding_lease(
+        self,
+        scraping: "asyncio.Future[list[TargetReading]]",
+        window_pk: int,
+        interval_s: float,
+    ) -> list[TargetReading] | None:
+        """The scrape's outcomes, renewing the lease each time it comes due while the scrape
+        runs; `None` (the scrape cancelled) if the lease is lost meanwhile."""
+        try:
+            while True:
+                lease_end = self._lease_ends.get(window_pk)
+                if lease_end is not None:
+                    due_in = lease_end - renewal_margin_s(interval_s) - time.time()
+                    await asyncio.wait({scraping}, timeout=max(due_in, 0.0))
+                if scraping.done():
+                    return scraping.result()
+                if not await self._hold_lease(window_pk, interval_s):
+                    return None
+        finally:
+            if not scraping.done():
+                scraping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scraping
 
     def _disk_low(self) -> bool:
         """Whether the SQLite file's disk has less room than SPECDEC_MIN_FREE_DISK_BYTES: then

@@ -155,6 +155,36 @@ def test_one_replica_samples_each_window_and_another_takes_over(
         assert result["targets"][0]["result"]["samples"]["failed"] == 0
 
 
+@pytest.mark.slow
+def test_a_scrape_longer_than_the_lease_keeps_it(postgres_url: str, tmp_path: Path) -> None:
+    """A target that answers after two intervals: its owner renews the lease while the scrape
+    runs, so the other replica, scanning, never takes the window over and every run stores."""
+    interval = 0.5
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with (
+        run_collector(postgres_url, tmp_path / "a", SPECDEC_REPLICA_ID="a") as a,
+        run_collector(postgres_url, tmp_path / "b", SPECDEC_REPLICA_ID="b") as b,
+        serve_metrics(body=drafts_payload(100)) as server,
+    ):
+        started = clients.post(
+            f"{a.base_url}/windows/slow/start",
+            json={"targets": [server.target], "sample_interval_s": interval},
+            timeout=30,
+        )
+        assert started.status_code == 201
+        server.delay_s = 2 * interval  # past the lease's 1.5 intervals
+        begun = server.count()
+        wait_for(lambda: server.count() >= begun + 4 or None, "four slow scrapes", timeout_s=30)
+        stopped = clients.post(f"{b.base_url}/windows/slow/stop", timeout=30).json()
+        points = _sample_times(b.base_url, "slow")
+    assert "samples window" not in b.stderr_text  # b never took it over
+    assert "samples window" not in a.stderr_text  # nor did a have to take it back
+    samples = [t for t, phase in points if phase == "sample"]
+    assert len(samples) >= 3, points
+    assert stopped["targets"][0]["result"]["samples"]["failed"] == 0
+
+
 @contextmanager
 def _database_behind_a_proxy(postgres_url: str) -> Iterator[tuple[TcpProxy, str]]:
     """A TCP proxy to the database (a test cuts it), and the database's URL through it."""
