@@ -13,6 +13,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any, Concatenate, Generic, ParamSpec, TypeVar
 from weakref import WeakKeyDictionary
@@ -364,6 +365,13 @@ def short_write(database: Engine, wait_s: float) -> Iterator[Connection]:
         lock.release()
 
 
+@lru_cache(maxsize=64)
+def _folder_of(file: str) -> Path:
+    """A file's folder, resolved once: the sampler asks before every run, and resolving walks
+    the path's every part."""
+    return Path(file).resolve().parent
+
+
 def free_disk_bytes(database: Engine) -> int | None:
     """The room left on the disk of a SQLite file's folder; None for a server database (its
     disk is not this process's to see) or an in-memory one."""
@@ -371,9 +379,8 @@ def free_disk_bytes(database: Engine) -> int | None:
         return None
     if database.url.database == ":memory:":
         return None
-    folder = Path(database.url.database).resolve().parent
     try:
-        return shutil.disk_usage(folder).free
+        return shutil.disk_usage(_folder_of(database.url.database)).free
     except OSError:
         return None
 
