@@ -1,4 +1,5 @@
-"""Sampler capacity: 500 targets sampled every second (one-instance payloads) for 60 s.
+"""Sampler capacity: 500 targets sampled every second (one-instance payloads) for 60 s; and
+what one window of one target sampled every 0.25 s costs beside an idle collector.
 
 The real `specdec serve` (SQLite) samples 50 windows of 10 targets each at 1 s; the targets
 are served by a separate process. Afterwards the stored samples are read from the database.
@@ -26,6 +27,9 @@ WINDOWS, TARGETS_PER_WINDOW, INTERVAL_S = 50, 10, 1.0
 SECONDS = float(os.environ.get("BENCH_SAMPLER_SECONDS", "60"))
 # How long the collector's CPU is read with no window open, before the windows start.
 IDLE_SECONDS = 20.0
+# Then with one window of one target sampled this often, for this long: what watching one
+# engine costs the machine it may share with the collector (`bench_observer`).
+ONE_INTERVAL_S, ONE_SECONDS = 0.25, 30.0
 
 
 def on_time_share(database_url: str, begin: datetime, end: datetime, targets: int) -> float:
@@ -70,6 +74,13 @@ def measure() -> list[Figure]:
             idle_before = collector.cpu_seconds()
             time.sleep(IDLE_SECONDS)
             idle = (collector.cpu_seconds() - idle_before) / IDLE_SECONDS
+            body = {"targets": targets[:1], "sample_interval_s": ONE_INTERVAL_S}
+            assert api.post("/windows/one/start", json=body).status_code == 201
+            time.sleep(2 * ONE_INTERVAL_S)  # its first run done: the connection is open
+            one_before = collector.cpu_seconds()
+            time.sleep(ONE_SECONDS)
+            one = (collector.cpu_seconds() - one_before) / ONE_SECONDS
+            assert api.post("/windows/one/stop").status_code == 200
             for index in range(WINDOWS):
                 chosen = targets[index * TARGETS_PER_WINDOW : (index + 1) * TARGETS_PER_WINDOW]
                 body = {"targets": chosen, "sample_interval_s": INTERVAL_S}
@@ -96,6 +107,13 @@ def measure() -> list[Figure]:
             f"an idle collector (no window open) over {IDLE_SECONDS:.0f} s: its lease scan four "
             "times a second, the HTTP server's ticks",
             f"**{idle * 1e3:.1f} ms of CPU a second**",
+            command="python -m tests.bench.bench_sampler",
+        ),
+        Figure(
+            f"one window of one target (one-instance payload) sampled every {ONE_INTERVAL_S:g} s, "
+            f"over {ONE_SECONDS:.0f} s",
+            f"**{one * 1e3:.1f} ms of CPU a second**: "
+            f"{(one - idle) * ONE_INTERVAL_S * 1e3:.1f} ms a sample more than idle",
             command="python -m tests.bench.bench_sampler",
         ),
     ]
