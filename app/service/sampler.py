@@ -83,8 +83,9 @@ _MARK_SAMPLED_RENEWING = (
 
 def renew_lease(database: Engine, window_pk: int, owner: str, interval_s: float) -> bool:
     """Extend `owner`'s lease of an open window; `False` if it is closed or owned by another."""
-    params = {"pk": window_pk, "owner": owner, "until": time.time() + lease_seconds(interval_s)}
     with write_session(database) as session:
+        # Reckoned once this writer's turn came: a wait for it does not shorten the lease.
+        params = {"pk": window_pk, "owner": owner, "until": time.time() + lease_seconds(interval_s)}
         renewed: CursorResult[Any] = session.execute(_RENEW_LEASE, params)  # type: ignore[assignment]
         session.commit()
         return renewed.rowcount == 1
@@ -104,12 +105,12 @@ def store_samples(
     Returns whether the samples were stored. The window row is written first: that
     serialises with a stop, so once the window is closed a late sample is dropped.
     """
-    params: dict[str, Any] = {"pk": window_pk, "at": utcnow()}
-    mark = _MARK_SAMPLED
-    if owner is not None:
-        params |= {"owner": owner, "until": time.time() + lease_seconds(interval_s)}
-        mark = _MARK_SAMPLED_RENEWING
     with write_session(database) as session:
+        params: dict[str, Any] = {"pk": window_pk, "at": utcnow()}
+        mark = _MARK_SAMPLED
+        if owner is not None:
+            params |= {"owner": owner, "until": time.time() + lease_seconds(interval_s)}
+            mark = _MARK_SAMPLED_RENEWING
         touched: CursorResult[Any] = session.execute(mark, params)  # type: ignore[assignment]
         if touched.rowcount != 1:
             session.rollback()
