@@ -42,13 +42,24 @@ def test_replicas_booting_together_migrate_once(database_url: str) -> None:
     database.dispose()
 
 
+@contextmanager
+def _replicas_a_and_b(
+    database_url: str, folder: Path
+) -> Iterator[tuple[CollectorProcess, CollectorProcess]]:
+    """Two replicas, `a` and `b`, on one database, each logging into a folder of its own."""
+    (folder / "a").mkdir()
+    (folder / "b").mkdir()
+    with (
+        run_collector(database_url, folder / "a", SPECDEC_REPLICA_ID="a") as a,
+        run_collector(database_url, folder / "b", SPECDEC_REPLICA_ID="b") as b,
+    ):
+        yield a, b
+
+
 @pytest.mark.slow
 def test_any_replica_answers_any_call(database_url: str, tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
     with (
-        run_collector(database_url, tmp_path / "a", SPECDEC_REPLICA_ID="a") as a,
-        run_collector(database_url, tmp_path / "b", SPECDEC_REPLICA_ID="b") as b,
+        _replicas_a_and_b(database_url, tmp_path) as (a, b),
         serve_metrics(body=drafts_payload(100)) as server,
     ):
         body = {"targets": [server.target]}
@@ -160,11 +171,8 @@ def test_a_scrape_longer_than_the_lease_keeps_it(postgres_url: str, tmp_path: Pa
     """A target that answers after two intervals: its owner renews the lease while the scrape
     runs, so the other replica, scanning, never takes the window over and every run stores."""
     interval = 0.5
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
     with (
-        run_collector(postgres_url, tmp_path / "a", SPECDEC_REPLICA_ID="a") as a,
-        run_collector(postgres_url, tmp_path / "b", SPECDEC_REPLICA_ID="b") as b,
+        _replicas_a_and_b(postgres_url, tmp_path) as (a, b),
         serve_metrics(body=drafts_payload(100)) as server,
     ):
         started = clients.post(
