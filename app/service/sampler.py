@@ -7,11 +7,10 @@ up scrapes.
 
 Several replicas may share one database; each open window is sampled by exactly one of them,
 the holder of its lease (`window.sampler_owner`, `window.sampler_lease_until`). The holder
-renews the lease (1.5 intervals long) with each stored sample, and apart only when what it
-wrote last is near its end (`renewal_due`): on its first run, a run that starts late, and a
-scrape that runs long, renewed as it goes. A run is then one write transaction (renewing
-before every scrape as well was a quarter of a sampled window's CPU). A store whose lease was
-lost is dropped, so no instant is sampled twice. Every replica scans for
+renews the lease with each stored sample, and apart only when it is near its end (see
+`windows.leases`), so a run on time is one write transaction (renewing before every scrape as
+well was a quarter of a sampled window's CPU). A store whose lease was lost is dropped, so no
+instant is sampled twice. Every replica scans for
 windows whose lease ran out (or that are its own, after a restart) every
 `SPECDEC_SAMPLER_SCAN_S` and takes them over: a dead owner's windows are sampled again
 within two intervals, and the time nobody sampled shows as a gap, nothing is invented.
@@ -183,10 +182,9 @@ def claim_windows(
         for window_pk, team, interval_s in candidates:
             taken: CursorResult[Any] = session.execute(  # type: ignore[assignment]
                 update(_WINDOWS)
-                .where(_WINDOWS.c.id == window_pk, _WINDOWS.c.state == WindowState.OPEN)
-                .where(_claimable(include_own))
+                .where(_OPEN, _claimable(include_own))
                 .values(sampler_owner=owner, sampler_lease_until=now + lease_seconds(interval_s)),
-                params,
+                params | {"pk": window_pk},
             )
             session.commit()
             if taken.rowcount != 1:
@@ -386,7 +384,7 @@ class Sampler:
                 self.unwatch(window_pk)
                 return
             ids = {t.name: t.id for t in targets}
-            writing = time.time()
+            writing = time.time()  # the lease's end is reckoned from a moment after this one
             stored = await run_in_threadpool(
                 store_samples, self.database, window_pk, outcomes, ids, self.replica_id, interval_s
             )
@@ -401,6 +399,10 @@ class Sampler:
         if not stored:
             self.unwatch(window_pk)
             return
+        self._renewed(window_pk, writing, interval_s)
+
+    def _renewed(self, window_pk: int, writing: float, interval_s: float) -> None:
+        """Remember the end of a lease renewed by a write begun at `writing`."""
         self._lease_ends[window_pk] = writing + lease_seconds(interval_s)
 
     async def _hold_lease(self, window_pk: int, interval_s: float) -> bool:
@@ -412,7 +414,7 @@ class Sampler:
             renew_lease, self.database, window_pk, self.replica_id, interval_s
         )
         if owned:
-            self._lease_ends[window_pk] = writing + lease_seconds(interval_s)
+            self._renewed(window_pk, writing, interval_s)
         return owned
 
     async def _scraped_holding_lease(
