@@ -283,11 +283,11 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
     other.dispose()
 
 
-def _window_of_one_target(database: Engine) -> Target:
+def _window_of_one_target(database: Engine, sample_interval_s: float | None = None) -> Target:
     """Window `w` of team `default`, open, on one target (returned)."""
     target = parse_target("127.0.0.1:9100")
-    assert write_alone(database, add_window, Actor("default", "t"), "w", WindowCreate(targets=[target.name]),
-                         [target], 10, "r", 0)  # fmt: skip
+    body = WindowCreate(targets=[target.name], sample_interval_s=sample_interval_s)
+    assert write_alone(database, add_window, Actor("default", "t"), "w", body, [target], 10, "r", 0)
     return target
 
 
@@ -460,7 +460,7 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     from tests.support.windows import close_window
 
     database, writer = engines
-    target = _window_of_one_target(database)
+    target = _window_of_one_target(database, sample_interval_s=1.0)
     stored = load_window(database, "default", "w")
     ids = {target.name: stored.targets[0].id}
     reading = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
@@ -486,6 +486,68 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     result = closed.results[stored.targets[0].id]
     assert result is not None and result.samples.taken == 1
     assert result.data is not None and result.data.num_drafts == 4
+
+
+def test_a_baseline_stored_while_a_stop_computes_its_results_is_counted(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """A stop that comes while its window's start is still taking the baselines may read
+    none; one that lands before the stop's write makes it compute the results again with it."""
+    from tests.support.windows import close_window
+
+    database, writer = engines
+    target = _window_of_one_target(database)
+    stored = load_window(database, "default", "w")
+    before = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
+    after = extract_spec_decode(vllm_payload([InstanceCounters(9, 27, [6, 4, 2])]))
+    landed: list[bool] = []
+
+    def land_the_baseline(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not landed and "FROM snapshot" in statement:
+            landed.append(True)
+            baseline = TargetReading(target, datetime.now(UTC), before)
+            store_baseline(writer, stored, [baseline])
+
+    event.listen(database, "after_cursor_execute", land_the_baseline)
+    try:
+        final = TargetReading(target, datetime.now(UTC), after)
+        closed = close_window(database, stored, Actor("default", "t"), [final])
+    finally:
+        event.remove(database, "after_cursor_execute", land_the_baseline)
+    assert landed and closed is not None
+    result = closed.results[stored.targets[0].id]
+    assert result is not None and result.data is not None
+    assert result.data.num_drafts == 4  # 9 - 5: from the baseline that landed
+
+
+@pytest.mark.parametrize("sample_interval_s", [None, 1.0])
+def test_a_stop_looks_for_snapshots_landed_since_only_where_one_may_land(
+    engines: tuple[Engine, Engine], sample_interval_s: float | None
+) -> None:
+    """An unsampled window whose baselines the stop read gets no snapshot more: its stop
+    does not look for one (a round trip in the writes' lane). A sampled one's does."""
+    from tests.support.windows import close_window
+
+    database, _ = engines
+    target = _window_of_one_target(database, sample_interval_s)
+    stored = load_window(database, "default", "w")
+    before = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
+    after = extract_spec_decode(vllm_payload([InstanceCounters(9, 27, [6, 4, 2])]))
+    store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), before)])
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(database, "before_cursor_execute", record)
+    try:
+        final = TargetReading(target, datetime.now(UTC), after)
+        closed = close_window(database, stored, Actor("default", "t"), [final])
+    finally:
+        event.remove(database, "before_cursor_execute", record)
+    assert closed is not None
+    looked = [s for s in statements if "max(snapshot.id" in s]
+    assert len(looked) == (0 if sample_interval_s is None else 1), looked
 
 
 _Plan = Sequence[tuple[str, str, list[Target], float, float | None]]

@@ -137,6 +137,15 @@ def _add(
     closed.results[target.id] = result
 
 
+def _may_have_landed(stored: StoredWindow, closed: ClosedWindow) -> bool:
+    """Whether a snapshot may have been stored since `closed` was computed: a sample (of a
+    sampled window), or a baseline its start was still taking. An unsampled window whose
+    baselines were all read has none to come, and its stop skips a read of the writes'
+    lane."""
+    sampled = stored.window.sample_interval_s is not None
+    return sampled or len(closed.baselines) < len(stored.targets)
+
+
 def _latest_snapshot(session: Session, target_ids: list[int]) -> int:
     latest = session.execute(_LATEST_SNAPSHOT, {"target_ids": target_ids}).scalar_one()
     return int(latest or 0)
@@ -279,7 +288,9 @@ def add_close(
     # In the write, where the series are stored: an endpoint past its budget (rare: a hostile
     # one) has its readings failures, and the results are computed again with them.
     chains = _churn_refused(session, prepared.chains)
-    if chains is not prepared.chains or _latest_snapshot(session, ids) != prepared.read_up_to:
+    if chains is not prepared.chains or (
+        _may_have_landed(stored, closed) and _latest_snapshot(session, ids) != prepared.read_up_to
+    ):
         closed = _results(stored, chains, _inputs(session, stored, stopped_at))
         rows = _result_rows(closed)
     by_key = {t.name: t.id for t in stored.targets}

@@ -179,13 +179,27 @@ _TEAM_LOCK = text("SELECT pg_advisory_xact_lock(hashtext('specdec-team:' || :tea
 _TEAM_LOCK_IF_FREE = text("SELECT pg_try_advisory_xact_lock(hashtext('specdec-team:' || :team))")
 
 
+#: `Session.info` key: the write transaction and the teams whose locks it holds.
+_TEAMS_LOCKED_IN = "specdec_teams_locked_in"
+
+
 def _lock_team(session: Session, team: str) -> None:
     """Take the team's lock (PostgreSQL) until the transaction ends. In a group of writes
-    (`store.lanes`), only if it is free: else `RunAlone`, before anything is written."""
+    (`store.lanes`), only if it is free: else `RunAlone`, before anything is written.
+
+    Taken once per transaction: a group holding the starts of one team (a benchmark's clients
+    all start together) would otherwise ask for the lock it holds at each start, a round trip
+    each in the writes' lane."""
+    held_in, teams = session.info.get(_TEAMS_LOCKED_IN, (None, frozenset()))
+    if held_in is not None and held_in is session.get_transaction() and team in teams:
+        return
     if not session.info.get(TOGETHER):
         session.execute(_TEAM_LOCK, {"team": team})
     elif not session.execute(_TEAM_LOCK_IF_FREE, {"team": team}).scalar_one():
         raise RunAlone(f"team {team}'s lock is held by another process")
+    transaction = session.get_transaction()  # begun by the statement, if not before
+    held = teams if held_in is transaction else frozenset()
+    session.info[_TEAMS_LOCKED_IN] = (transaction, held | {team})
 
 
 def add_window(

@@ -6,6 +6,9 @@ The client runs in a process of its own (`tests.bench.load_client`), so the coll
 (read from /proc for it and its workers) is its own. Per run: calls/s, windows/s, p50/p99 of
 each call, the cores the collector used, 5xx answers, and a check in the database that every
 window the clients started was closed with a result for each target.
+
+`python -m tests.bench.bench_load --postgres-away-ms 3`: only the PostgreSQL run, through a
+forwarder that adds 3 ms to each round trip to it (a database on another host).
 """
 
 import json
@@ -23,6 +26,7 @@ from sqlalchemy import create_engine, text
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.support.collector import run_collector
+from tests.support.delay_proxy import postgres_farther
 from tests.support.postgres import fresh_schema, postgres_server
 
 CLIENTS, SECONDS, TARGETS = 200, 30.0, 20
@@ -95,10 +99,14 @@ _WITHOUT_RESULT = text(
 )
 
 
-def load_run(workers: int, on_postgres: bool = False) -> LoadRun:
+def load_run(workers: int, on_postgres: bool = False, database_away_s: float = 0) -> LoadRun:
+    """One run; `database_away_s`, the round trip a forwarder adds to PostgreSQL's."""
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         if on_postgres:
             database_url = stack.enter_context(fresh_schema(stack.enter_context(postgres_server())))
+            if database_away_s:
+                farther = postgres_farther(database_url, database_away_s / 2)
+                database_url = stack.enter_context(farther)
         else:
             database_url = f"sqlite:///{Path(folder) / 'load.db'}"
         with (
@@ -170,4 +178,8 @@ def measure() -> list[Figure]:
 
 
 if __name__ == "__main__":
-    show(measure())
+    if sys.argv[1:2] == ["--postgres-away-ms"]:  # PostgreSQL only, that much farther away
+        away = load_run(1, on_postgres=True, database_away_s=float(sys.argv[2]) / 1000)
+        print(f"PostgreSQL {sys.argv[2]} ms away, 1 worker: {away.summary()}")
+    else:
+        show(measure())
