@@ -227,18 +227,22 @@ def add_window(
     # below read committed rows: without it, 150 concurrent starts left 118 windows open
     # under a limit of 100). A start of a window already there is a retry, whatever the
     # limits say now.
-    on_postgresql = session.get_bind().dialect.name == "postgresql"
+    dialect_name = session.get_bind().dialect.name
+    on_postgresql = dialect_name == "postgresql"
     if on_postgresql:
         _lock_team(session, actor.team)
-    open_count = session.execute(_OPEN_WINDOWS_OF_TEAM, {"team": actor.team}).scalar_one()
-    if open_count >= max_open:
-        if _exists(session, actor.team, window_id):
-            return None
-        raise TooManyWindows(
-            f"team {actor.team} has {max_open} open windows, the most it may have "
-            "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
-        )
+    too_many = TooManyWindows(
+        f"team {actor.team} has {max_open} open windows, the most it may have "
+        "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
+    )
+    # A sampled window's budget is checked once the count is: the count first, as a window's
+    # insert does it itself.
     if interval_s:
+        open_count = session.execute(_OPEN_WINDOWS_OF_TEAM, {"team": actor.team}).scalar_one()
+        if open_count >= max_open:
+            if _exists(session, actor.team, window_id):
+                return None
+            raise too_many
         rate = _sampling_rate(session, actor.team) + len(targets) / interval_s
         if rate > scrape_budget:
             if _exists(session, actor.team, window_id):
@@ -261,12 +265,16 @@ def add_window(
         started_at=started_at or utcnow(),
     )
     # One Core insert, not an ORM flush: every column from the model, whose defaults are
-    # Python-side. A window of this id already there (a retry, or a start at the same moment
-    # on another replica) inserts nothing and returns no id: no error, so nothing to undo.
-    insert = _insert_window(session.get_bind().dialect.name)
-    window.id = session.execute(insert, window.model_dump(exclude={"id"})).scalar_one_or_none()
+    # Python-side. It inserts nothing, and returns no id, where the team has as many open
+    # windows as it may, or a window of this id already (a retry, or a start at the same
+    # moment on another replica): no error, so nothing to undo. The count in the insert, not
+    # a statement before it: a round trip less in the writes' lane.
+    params = window.model_dump(exclude={"id"}) | {"open_team": actor.team, "max_open": max_open}
+    window.id = session.execute(_insert_window(dialect_name), params).scalar_one_or_none()
     if window.id is None:
-        return None
+        if _exists(session, actor.team, window_id):
+            return None  # a start of a window already there is a retry, whatever the limits say
+        raise too_many
     # One Core executemany (one multi-row statement on SQLite), no ORM objects; the ids back
     # in one row.
     rows = [
@@ -306,9 +314,19 @@ def _exists(session: Session, team: str, window_id: str) -> bool:
 
 @lru_cache(maxsize=4)
 def _insert_window(dialect_name: str) -> Any:
-    """A window's insert that does nothing where the team has a window of its id, returning
-    the new window's id (nothing when it did nothing)."""
-    insert = upsert_insert(dialect_name)(_WINDOWS)
+    """A window's insert that does nothing where the team (`open_team`) has `max_open` open
+    windows or a window of its id, returning the new window's id (nothing when it did
+    nothing)."""
+    columns = [column for column in _WINDOWS.c if column.name != "id"]
+    open_count = (
+        sa_select(func.count())
+        .where(_WINDOWS.c.team == bindparam("open_team"), _WINDOWS.c.state == WindowState.OPEN)
+        .scalar_subquery()
+    )
+    row = sa_select(*(bindparam(c.name, type_=c.type) for c in columns)).where(
+        open_count < bindparam("max_open")
+    )
+    insert = upsert_insert(dialect_name)(_WINDOWS).from_select([c.name for c in columns], row)
     return insert.on_conflict_do_nothing(index_elements=["team", "window_id"]).returning(
         _WINDOWS.c.id
     )
