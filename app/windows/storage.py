@@ -8,9 +8,10 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import String, bindparam, cast, func, text
+from sqlalchemy import JSON, Integer, String, bindparam, cast, func, text, true
 from sqlalchemy import insert as insert_rows
 from sqlalchemy import select as sa_select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
@@ -55,9 +56,6 @@ _SNAPSHOTS_IN_PHASES = _SNAPSHOTS_OF.where(
 )
 _INSERT_SNAPSHOTS = insert_rows(_SNAPSHOTS)
 _INSERT_TARGETS = insert_rows(_TARGETS)
-# On PostgreSQL the insert returns the ids itself: one round trip, not two (the writes' lane
-# waits for each one).
-_INSERT_TARGETS_RETURNING = _INSERT_TARGETS.returning(_TARGETS.c.ordinal, _TARGETS.c.id)
 # A window's target ids as one row of "ordinal:id" pairs: SQLite gives the GIL away for each
 # row it steps to, and under load each one took long to win back.
 _TARGET_IDS_OF = sa_select(
@@ -264,42 +262,88 @@ def add_window(
         source=body.source,
         started_at=started_at or utcnow(),
     )
-    # One Core insert, not an ORM flush: every column from the model, whose defaults are
-    # Python-side. It inserts nothing, and returns no id, where the team has as many open
-    # windows as it may, or a window of this id already (a retry, or a start at the same
-    # moment on another replica): no error, so nothing to undo. The count in the insert, not
-    # a statement before it: a round trip less in the writes' lane.
+    # Core inserts, not an ORM flush: every column from the model, whose defaults are
+    # Python-side. The window's inserts nothing where the team has as many open windows as it
+    # may, or a window of this id already (a retry, or a start at the same moment on another
+    # replica): no error, so nothing to undo.
     params = window.model_dump(exclude={"id"}) | {"open_team": actor.team, "max_open": max_open}
-    window.id = session.execute(_insert_window(dialect_name), params).scalar_one_or_none()
-    if window.id is None:
-        if _exists(session, actor.team, window_id):
-            return None  # a start of a window already there is a retry, whatever the limits say
-        raise too_many
-    # One Core executemany (one multi-row statement on SQLite), no ORM objects; the ids back
-    # in one row.
     rows = [
-        {"window_pk": window.id, "ordinal": ordinal, "target": target.name,
-         "url": target.url, "headers": dict(target.headers) or None,
-         "named_engine": target.hints.engine,
+        {"ordinal": ordinal, "target": target.name, "url": target.url,
+         "headers": dict(target.headers) or None, "named_engine": target.hints.engine,
          "draft_tokens_per_step": target.hints.draft_tokens_per_step,
          "verification": target.hints.verification}
         for ordinal, target in enumerate(targets)
     ]  # fmt: skip
-    if on_postgresql:
-        pairs_of_targets: Iterable[tuple[int, int]] = [
-            (ordinal, target_id)
-            for ordinal, target_id in session.execute(_INSERT_TARGETS_RETURNING, rows)
-        ]
-    else:
-        session.execute(_INSERT_TARGETS, rows)
-        pairs = session.execute(_TARGET_IDS_OF, {"window_pk": window.id}).scalar_one()
-        pairs_of_targets = map(_ordinal_and_id, pairs.split(",") if pairs else ())
+    insert_all = _insert_all_postgresql if on_postgresql else _insert_all_sqlite
+    window.id, pairs_of_targets = insert_all(session, params, rows)
+    if window.id is None:
+        if _exists(session, actor.team, window_id):
+            return None  # a start of a window already there is a retry, whatever the limits say
+        raise too_many
     ids = [target_id for _, target_id in sorted(pairs_of_targets)]
     stored = [
         StoredTarget(target_id, target.name, target.url, None, target.headers, target.hints)
         for target_id, target in zip(ids, targets, strict=True)
     ]
     return StoredWindow(window, stored)
+
+
+_TargetIds = list[tuple[int, int]]  # (ordinal, id) of each target
+
+
+def _insert_all_sqlite(
+    session: Session, window: dict[str, Any], targets: list[dict[str, Any]]
+) -> tuple[int | None, _TargetIds]:
+    """The window's insert (its id, None if it inserted nothing), then its targets' (one
+    multi-row statement) and their ids read back in one row."""
+    window_pk = session.execute(_insert_window("sqlite"), window).scalar_one_or_none()
+    if window_pk is None:
+        return None, []
+    session.execute(_INSERT_TARGETS, [{"window_pk": window_pk, **row} for row in targets])
+    pairs = session.execute(_TARGET_IDS_OF, {"window_pk": window_pk}).scalar_one()
+    return window_pk, [_ordinal_and_id(pair) for pair in pairs.split(",") if pair]
+
+
+def _insert_all_postgresql(
+    session: Session, window: dict[str, Any], targets: list[dict[str, Any]]
+) -> tuple[int | None, _TargetIds]:
+    """The window's insert and its targets' in one statement (`_INSERT_WINDOW_AND_TARGETS`):
+    the ids of the window (None if it inserted nothing, and then no target either) and of
+    its targets. The writes' lane waits for each statement: a start's was two round trips,
+    one to learn the window's id."""
+    columns = {f"{name}s": [row[name] for row in targets] for name in _TARGET_COLUMNS}
+    rows = session.execute(_insert_window_and_targets(), window | columns).all()
+    if not rows:
+        return None, []
+    return rows[0][0], [(ordinal, target_id) for _, ordinal, target_id in rows]
+
+
+#: A target's columns as a start writes them (beside its window's id).
+_TARGET_COLUMNS: dict[str, Any] = {
+    "ordinal": Integer, "target": String, "url": String, "headers": JSON,
+    "named_engine": String, "draft_tokens_per_step": Integer, "verification": String,
+}  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def _insert_window_and_targets() -> Any:
+    """PostgreSQL: `_insert_window`'s insert as a WITH, and the targets inserted from one
+    array per column (`<column>s`) where it inserted a row; returning (window id, ordinal,
+    id) of each target."""
+    window = _insert_window("postgresql").cte("new_window")
+    names = list(_TARGET_COLUMNS)
+    arrays = [bindparam(f"{name}s", type_=ARRAY(kind)) for name, kind in _TARGET_COLUMNS.items()]
+    given = func.unnest(*arrays).table_valued(*names).render_derived()
+    # One row per target where the window's insert returned its id (one row), none else.
+    rows = sa_select(window.c.id, *(given.c[name] for name in names)).select_from(
+        window.join(given, true())
+    )
+    return (
+        insert_rows(_TARGETS)
+        .from_select(["window_pk", *names], rows)
+        .returning(_TARGETS.c.window_pk, _TARGETS.c.ordinal, _TARGETS.c.id)
+        .add_cte(window)
+    )
 
 
 def _ordinal_and_id(pair: str) -> tuple[int, int]:
