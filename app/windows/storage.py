@@ -233,8 +233,8 @@ def add_window(
         f"team {actor.team} has {max_open} open windows, the most it may have "
         "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
     )
-    # A sampled window's budget is checked once the count is: the count first, as a window's
-    # insert does it itself.
+    # The window's insert counts them itself; a sampled window's count comes first here, so
+    # that a team past both limits hears of the windows, and then its scrape budget.
     if interval_s:
         open_count = session.execute(_OPEN_WINDOWS_OF_TEAM, {"team": actor.team}).scalar_one()
         if open_count >= max_open:
@@ -307,7 +307,7 @@ def _insert_all_sqlite(
 def _insert_all_postgresql(
     session: Session, window: dict[str, Any], targets: list[dict[str, Any]]
 ) -> tuple[int | None, _TargetIds]:
-    """The window's insert and its targets' in one statement (`_INSERT_WINDOW_AND_TARGETS`):
+    """The window's insert and its targets' in one statement (`_insert_window_and_targets`):
     the ids of the window (None if it inserted nothing, and then no target either) and of
     its targets. The writes' lane waits for each statement: a start's was two round trips,
     one to learn the window's id."""
