@@ -17,7 +17,13 @@ from specdec_collector.core.exposition import (
     extract_spec_decode,
 )
 from specdec_collector.core.figures import build_result
-from specdec_collector.core.readings import Failure, FailureKind, SnapshotPhase, TargetReading
+from specdec_collector.core.readings import (
+    Failure,
+    FailureKind,
+    Reading,
+    SnapshotPhase,
+    TargetReading,
+)
 from specdec_collector.core.results import (
     MAX_NAMED_OVERLAPS,
     UNREADABLE_RESULT,
@@ -42,7 +48,7 @@ from specdec_collector.windows.catalogue import (
     labels_to_text,
     series_ids,
 )
-from specdec_collector.windows.closing import prepare_close, prepare_close_here
+from specdec_collector.windows.closing import ClosedWindow, prepare_close, prepare_close_here
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.storage import (
@@ -51,7 +57,7 @@ from specdec_collector.windows.storage import (
     load_window,
     store_snapshots,
 )
-from specdec_collector.windows.stored import Actor
+from specdec_collector.windows.stored import Actor, StoredWindow
 from specdec_collector.windows.views import read_view
 from tests.support.payloads import InstanceCounters, vllm_payload
 from tests.support.windows import close_window, store_baseline
@@ -488,13 +494,26 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     assert result.data is not None and result.data.num_drafts == 4
 
 
+def _closed_with(
+    database: Engine, stored: StoredWindow, final: Reading, event_name: str, listener: Any
+) -> ClosedWindow | None:
+    """`stored` (one target) closed with the final reading `final`, `listener` listening to
+    `event_name` of `database` meanwhile."""
+    from tests.support.windows import close_window
+
+    event.listen(database, event_name, listener)
+    try:
+        reading = TargetReading(stored.targets[0].parsed(), datetime.now(UTC), final)
+        return close_window(database, stored, Actor("default", "t"), [reading])
+    finally:
+        event.remove(database, event_name, listener)
+
+
 def test_a_baseline_stored_while_a_stop_computes_its_results_is_counted(
     engines: tuple[Engine, Engine],
 ) -> None:
     """A stop that comes while its window's start is still taking the baselines may read
     none; one that lands before the stop's write makes it compute the results again with it."""
-    from tests.support.windows import close_window
-
     database, writer = engines
     target = _window_of_one_target(database)
     stored = load_window(database, "default", "w")
@@ -508,12 +527,7 @@ def test_a_baseline_stored_while_a_stop_computes_its_results_is_counted(
             baseline = TargetReading(target, datetime.now(UTC), before)
             store_baseline(writer, stored, [baseline])
 
-    event.listen(database, "after_cursor_execute", land_the_baseline)
-    try:
-        final = TargetReading(target, datetime.now(UTC), after)
-        closed = close_window(database, stored, Actor("default", "t"), [final])
-    finally:
-        event.remove(database, "after_cursor_execute", land_the_baseline)
+    closed = _closed_with(database, stored, after, "after_cursor_execute", land_the_baseline)
     assert landed and closed is not None
     result = closed.results[stored.targets[0].id]
     assert result is not None and result.data is not None
@@ -526,8 +540,6 @@ def test_a_stop_looks_for_snapshots_landed_since_only_where_one_may_land(
 ) -> None:
     """An unsampled window whose baselines the stop read gets no snapshot more: its stop
     does not look for one (a round trip in the writes' lane). A sampled one's does."""
-    from tests.support.windows import close_window
-
     database, _ = engines
     target = _window_of_one_target(database, sample_interval_s)
     stored = load_window(database, "default", "w")
@@ -539,12 +551,7 @@ def test_a_stop_looks_for_snapshots_landed_since_only_where_one_may_land(
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
-    event.listen(database, "before_cursor_execute", record)
-    try:
-        final = TargetReading(target, datetime.now(UTC), after)
-        closed = close_window(database, stored, Actor("default", "t"), [final])
-    finally:
-        event.remove(database, "before_cursor_execute", record)
+    closed = _closed_with(database, stored, after, "before_cursor_execute", record)
     assert closed is not None
     looked = [s for s in statements if "max(snapshot.id" in s]
     assert len(looked) == (0 if sample_interval_s is None else 1), looked
