@@ -557,6 +557,70 @@ def test_a_stop_looks_for_snapshots_landed_since_only_where_one_may_land(
     assert len(looked) == (0 if sample_interval_s is None else 1), looked
 
 
+def test_a_stop_on_postgresql_writes_in_one_statement_what_its_three_would_write(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL, an unsampled window whose series are known: its stop closes it, stores its
+    snapshots (a failed one too) and its results in one statement; they read back as the three
+    statements of any other stop write them. A second stop of it writes nothing."""
+    from specdec_collector.windows import closing
+    from tests.support.windows import close_window
+
+    upgrade_database(postgres_url)
+    database = open_database(postgres_url)
+    targets = [parse_target("127.0.0.1:9100"), parse_target("127.0.0.1:9101")]
+    before = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
+    after = extract_spec_decode(vllm_payload([InstanceCounters(9, 27, [6, 4, 2])]))
+    refused = Failure(FailureKind.CONNECT, "connection refused")
+    written: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        written.append(statement.split()[0])
+
+    def stored_as(window_id: str, at_once: bool) -> tuple[Any, ...]:
+        body = WindowCreate(targets=[t.name for t in targets])
+        actor = Actor("default", "t")
+        assert write_alone(database, add_window, actor, window_id, body, targets, 10, "r", 0)
+        stored = load_window(database, "default", window_id)
+        now = datetime.now(UTC)
+        store_baseline(database, stored, [TargetReading(t, now, before) for t in targets])
+        finals = [TargetReading(targets[0], now, after), TargetReading(targets[1], now, refused)]
+        if not at_once:
+            monkeypatch.setattr(closing, "_closes_at_once", lambda *args: False)
+        written.clear()
+        event.listen(database, "before_cursor_execute", record)
+        try:
+            assert close_window(database, stored, actor, finals) is not None
+            writes = [verb for verb in written if verb in ("WITH", "INSERT", "UPDATE")]
+            assert close_window(database, stored, actor, finals) is None  # another stop came first
+        finally:
+            event.remove(database, "before_cursor_execute", record)
+            monkeypatch.undo()
+        with database.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT w.state, w.stopped_by, t.ordinal, t.result::text, t.status, "
+                    "t.acceptance_rate, t.acceptance_length, t.num_drafts, t.result_engine, "
+                    "t.exact, t.restarts, s.phase, s.error, s.error_kind, s.counters::text "
+                    'FROM "window" w JOIN window_target t ON t.window_pk = w.id '
+                    "JOIN snapshot s ON s.target_id = t.id WHERE w.window_id = :id "
+                    "ORDER BY t.ordinal, s.id"
+                ),
+                {"id": window_id},
+            ).all()
+        return tuple(writes), tuple(rows)
+
+    try:
+        one_writes, at_once = stored_as("at-once", at_once=True)
+        three_writes, apart = stored_as("apart", at_once=False)
+    finally:
+        database.dispose()
+    assert one_writes == ("WITH",) and three_writes == ("UPDATE", "INSERT", "UPDATE")
+    assert len(at_once) == 4  # two targets, a baseline and a final snapshot each
+    assert at_once == apart
+    assert at_once[-1][13] == FailureKind.CONNECT and at_once[-1][14] == "null"
+
+
 _Plan = Sequence[tuple[str, str, list[Target], float, float | None]]
 
 

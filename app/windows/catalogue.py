@@ -209,6 +209,13 @@ def endpoints_over_budget(
     return _over_budget(session, missing, known.budget) if missing else {}
 
 
+def all_known(session: Session, wanted: Iterable[tuple[str, SeriesKey]]) -> bool:
+    """Whether this process knows every (endpoint, series) of `wanted`: their snapshots then
+    add nothing to the catalogue, and no endpoint goes past its budget."""
+    known = _current(session).ids
+    return all(pair in known for pair in wanted)
+
+
 def series_ids(
     session: Session, wanted: Mapping[str, Iterable[SeriesKey]]
 ) -> tuple[dict[tuple[str, SeriesKey], int], dict[str, int]]:

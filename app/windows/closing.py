@@ -7,8 +7,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, update
+from sqlalchemy import JSON, Text, bindparam, cast, func, insert, true, update
 from sqlalchemy import select as sa_select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session
 
@@ -25,11 +26,16 @@ from specdec_collector.core.readings import (
 from specdec_collector.core.results import Overlaps, TargetResult
 from specdec_collector.schemas import WindowState
 from specdec_collector.sources.protocol import Chain
-from specdec_collector.store.db import EncodedJSON, read_session
+from specdec_collector.store.db import EncodedJSON, compact_json, read_session
 from specdec_collector.store.tables import TABLES, as_utc
-from specdec_collector.windows.catalogue import endpoints_over_budget, keys_of, reading_of
+from specdec_collector.windows.catalogue import (
+    all_known,
+    endpoints_over_budget,
+    keys_of,
+    reading_of,
+)
 from specdec_collector.windows.overlaps import overlaps_of
-from specdec_collector.windows.storage import snapshots_of, store_snapshots
+from specdec_collector.windows.storage import snapshot_rows, snapshots_of, store_snapshots
 from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
 _WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABLES["snapshot"]
@@ -50,6 +56,13 @@ _CLOSE_WINDOW = (
         stopped_by=bindparam("stopped_by"),
     )
 )
+
+
+#: The columns of `summary_columns`.
+SUMMARY_COLUMNS = (
+    "status", "acceptance_rate", "acceptance_length", "num_drafts", "result_engine", "exact",
+    "restarts",
+)  # fmt: skip
 
 
 def summary_columns(result: TargetResult) -> dict[str, Any]:
@@ -268,6 +281,132 @@ async def prepare_close_here(
     return _prepared(chains, stopped_at, inputs, closed)
 
 
+def _closes_at_once(session: Session, stored: StoredWindow, prepared: PreparedClose) -> bool:
+    """Whether the stop's writes go in one statement (`_CLOSE_AT_ONCE`, PostgreSQL): where
+    its results stand as they were computed (no snapshot can have landed since) and its
+    snapshots add nothing to the catalogue (every series they name is known, so no endpoint
+    goes past its budget either)."""
+    if session.get_bind().dialect.name != "postgresql" or not prepared.rows:
+        return False
+    if _may_have_landed(stored, prepared.closed):
+        return False
+    named = (
+        (reading.target.url, key)
+        for chain in prepared.chains
+        for reading in _readings(chain)
+        if reading.series is not None
+        for key in reading.series
+    )
+    return all_known(session, named)
+
+
+def _close_at_once(
+    session: Session, stored: StoredWindow, actor: Actor, prepared: PreparedClose
+) -> ClosedWindow | None:
+    """`add_close` in one statement: the window closed, its snapshots and results stored
+    where it was open (None, having written nothing, where another stop came first). The
+    writes' lane waits for each statement: a stop's were three round trips."""
+    by_key = {t.name: t.id for t in stored.targets}
+    chains = prepared.chains
+    befores = [chain.before for chain in chains if chain.before is not None]
+    snapshots = [
+        *snapshot_rows(session, by_key, SnapshotPhase.BEFORE, befores),
+        *snapshot_rows(
+            session, by_key, SnapshotPhase.SAMPLE, [s for c in chains for s in c.samples]
+        ),
+        *snapshot_rows(session, by_key, SnapshotPhase.AFTER, [chain.after for chain in chains]),
+    ]
+    params = {
+        "closing": stored.pk,
+        "closing_at": prepared.stopped_at,
+        "closing_by": actor.key,
+        **_as_arrays("snapshot_", _SNAPSHOT_TYPES, snapshots),
+        **_as_arrays("result_", _RESULT_TYPES, prepared.rows),
+    }
+    if session.execute(_CLOSE_AT_ONCE, params).first() is None:
+        return None
+    stored.window.state, stored.window.stopped_at = WindowState.CLOSED, prepared.stopped_at
+    stored.window.stopped_by = actor.key
+    return prepared.closed
+
+
+def _as_arrays(
+    prefix: str, types: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """`rows` as one array per column (`_given`'s parameters), a JSON column's encoded."""
+    return {
+        f"{prefix}{name}": [compact_json(row[name]) for row in rows]
+        if isinstance(kind, JSON)
+        else [row[name] for row in rows]
+        for name, kind in types.items()
+    }
+
+
+#: The columns of a stop's snapshots and of its results (`_result_rows`' keys), with their
+#: types.
+_SNAPSHOT_TYPES = {
+    name: _SNAPSHOTS.c[name].type
+    for name in ("target_id", "phase", "taken_at", "error", "error_kind", "counters")
+}
+_RESULT_TYPES = {"target_id": _TARGETS.c.id.type} | {
+    name: _TARGETS.c[name].type for name in ("result", *SUMMARY_COLUMNS)
+}
+
+
+def _given(prefix: str, columns: Mapping[str, Any]) -> tuple[list[Any], Any]:
+    """Rows given as one array parameter per column (`<prefix><column>`) of these types; a
+    JSON column's as text (`_as_arrays` encodes it), cast back: an array of JSON values
+    would be taken for an array of as many dimensions as their lists."""
+    arrays = [
+        bindparam(f"{prefix}{name}", type_=ARRAY(Text if isinstance(kind, JSON) else kind))
+        for name, kind in columns.items()
+    ]
+    given = func.unnest(*arrays).table_valued(*columns).render_derived()
+    return [
+        cast(given.c[name], JSON) if isinstance(kind, JSON) else given.c[name]
+        for name, kind in columns.items()
+    ], given
+
+
+def _close_at_once_statement() -> Any:
+    # Its parameters named apart from the columns of the update it is part of (`window_pk`).
+    closed = (
+        update(_WINDOWS)
+        .where(_WINDOWS.c.id == bindparam("closing"), _WINDOWS.c.state == WindowState.OPEN)
+        .values(
+            state=WindowState.CLOSED,
+            stopped_at=bindparam("closing_at"),
+            stopped_by=bindparam("closing_by"),
+        )
+        .returning(_WINDOWS.c.id)
+        .cte("closed_window")
+    )
+    snapshots, given = _given("snapshot_", _SNAPSHOT_TYPES)
+    stored_snapshots = (
+        insert(_SNAPSHOTS)
+        .from_select(
+            list(_SNAPSHOT_TYPES), sa_select(*snapshots).select_from(closed.join(given, true()))
+        )
+        .cte("closed_snapshots")
+    )
+    results, given = _given("result_", _RESULT_TYPES)
+    target_id, *values = results
+    return (
+        update(_TARGETS)
+        .values(dict(zip(list(_RESULT_TYPES)[1:], values, strict=True)))
+        .where(_TARGETS.c.window_pk == closed.c.id, _TARGETS.c.id == target_id)
+        .returning(_TARGETS.c.id)
+        .add_cte(closed)
+        .add_cte(stored_snapshots)
+    )
+
+
+#: PostgreSQL: the window closed where it is open (a WITH), its snapshots inserted and its
+#: targets' results set where it was (one array parameter per column each): rows come back
+#: only where it was open.
+_CLOSE_AT_ONCE = _close_at_once_statement()
+
+
 def add_close(
     session: Session, stored: StoredWindow, actor: Actor, prepared: PreparedClose
 ) -> ClosedWindow | None:
@@ -275,6 +414,8 @@ def add_close(
     window, in `session`'s transaction; None (having written nothing) if another stop came
     first. The results are computed again if a snapshot (a sample) landed after `prepared`
     read them."""
+    if _closes_at_once(session, stored, prepared):
+        return _close_at_once(session, stored, actor, prepared)
     ids = [t.id for t in stored.targets]
     closed, rows, stopped_at = prepared.closed, prepared.rows, prepared.stopped_at
     # The conditional update goes first: it takes the write lock, so no sample lands from here

@@ -140,6 +140,16 @@ def store_snapshots(
 ) -> None:
     """Add one snapshot row per outcome (counters, or the error): one statement once the
     series of these endpoints are known (see `windows.catalogue`)."""
+    rows = snapshot_rows(session, ids, phase, outcomes)
+    if rows:
+        session.execute(_INSERT_SNAPSHOTS, rows)  # Core: no ORM bookkeeping
+
+
+def snapshot_rows(
+    session: Session, ids: dict[str, int], phase: SnapshotPhase, outcomes: Sequence[TargetReading]
+) -> list[dict[str, Any]]:
+    """The `snapshot` rows of the outcomes (by target name in `ids`), the series they name
+    added to the catalogue where they are not in it."""
     wanted: dict[str, set[SeriesKey]] = defaultdict(set)
     for outcome in outcomes:
         if outcome.series is not None:
@@ -169,8 +179,7 @@ def store_snapshots(
                 "counters": counters,
             }
         )
-    if rows:
-        session.execute(_INSERT_SNAPSHOTS, rows)  # Core: no ORM bookkeeping
+    return rows
 
 
 _TEAM_LOCK = text("SELECT pg_advisory_xact_lock(hashtext('specdec-team:' || :team))")
