@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Text, bindparam, cast, column, func, insert, literal, true, update
+from sqlalchemy import bindparam, func, insert, true, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session
@@ -25,7 +25,8 @@ from specdec_collector.core.readings import (
 from specdec_collector.core.results import Overlaps, TargetResult
 from specdec_collector.schemas import WindowState
 from specdec_collector.sources.protocol import Chain
-from specdec_collector.store.db import EncodedJSON, compact_json, read_session
+from specdec_collector.store.db import EncodedJSON, read_session
+from specdec_collector.store.json_rows import given_rows, rows_json
 from specdec_collector.store.tables import TABLES, as_utc
 from specdec_collector.windows.catalogue import (
     all_known,
@@ -325,8 +326,8 @@ def _close_at_once(
         "closing": stored.pk,
         "closing_at": prepared.stopped_at,
         "closing_by": actor.key,
-        "closing_snapshots": _as_json(snapshots, _SNAPSHOT_COLUMNS),
-        "closing_results": _as_json(prepared.rows, _RESULT_COLUMNS),
+        "closing_snapshots": rows_json(snapshots, _SNAPSHOT_COLUMNS),
+        "closing_results": rows_json(prepared.rows, _RESULT_COLUMNS),
     }
     if session.execute(_CLOSE_AT_ONCE, params).first() is None:
         return None
@@ -338,31 +339,6 @@ def _close_at_once(
 #: The columns of a stop's snapshots and of its results (`_result_rows`' keys).
 _SNAPSHOT_COLUMNS = ("target_id", "phase", "taken_at", "error", "error_kind", "counters")
 _RESULT_COLUMNS = ("target_id", "result", *SUMMARY_COLUMNS)
-
-
-def _as_json(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    """`rows` as one JSON array of objects (`_given`'s parameter), encoded in one pass."""
-    return compact_json([{name: row[name] for name in columns} for row in rows])
-
-
-def _given(parameter: str, table: Any, columns: Sequence[str]) -> tuple[list[Any], Any]:
-    """The columns of rows given as one JSON array of objects, typed as `table`'s (its `id`
-    for `target_id`). A JSON value given as text (a result, encoded already) is cast back,
-    and a null one stored as JSON's null, as any other write of the column stores it. One
-    JSON text: arrays of text, one a column, were each escaped quote by quote in Python."""
-    types = {name: (table.c.id if name == "target_id" else table.c[name]).type for name in columns}
-    declared = [column(name, Text if name == "result" else kind) for name, kind in types.items()]
-    rows = func.json_to_recordset(cast(bindparam(parameter, type_=Text), JSON))
-    given = rows.table_valued(*declared).render_derived(with_types=True)
-    null = cast(literal("null"), JSON)
-    return [
-        cast(given.c[name], JSON)
-        if name == "result"
-        else func.coalesce(given.c[name], null)
-        if isinstance(kind, JSON)
-        else given.c[name]
-        for name, kind in types.items()
-    ], given
 
 
 def _close_at_once_statement() -> Any:
@@ -378,7 +354,8 @@ def _close_at_once_statement() -> Any:
         .returning(_WINDOWS.c.id)
         .cte("closed_window")
     )
-    snapshots, given = _given("closing_snapshots", _SNAPSHOTS, _SNAPSHOT_COLUMNS)
+    snapshot_types = {name: _SNAPSHOTS.c[name].type for name in _SNAPSHOT_COLUMNS}
+    snapshots, given = given_rows("closing_snapshots", snapshot_types)
     # A row each where the window's close returned its id (one row), none else.
     only_if_closed = sa_select(*snapshots).select_from(closed.join(given, true()))
     stored_snapshots = (
@@ -386,7 +363,10 @@ def _close_at_once_statement() -> Any:
         .from_select(list(_SNAPSHOT_COLUMNS), only_if_closed)
         .cte("closed_snapshots")
     )
-    (target_id, *values), _ = _given("closing_results", _TARGETS, _RESULT_COLUMNS)
+    result_types = {"target_id": _TARGETS.c.id.type} | {
+        name: _TARGETS.c[name].type for name in _RESULT_COLUMNS[1:]
+    }
+    (target_id, *values), _ = given_rows("closing_results", result_types, encoded={"result"})
     return (
         update(_TARGETS)
         .values(dict(zip(_RESULT_COLUMNS[1:], values, strict=True)))

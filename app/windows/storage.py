@@ -8,10 +8,9 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import JSON, Integer, String, bindparam, cast, func, text, true
+from sqlalchemy import String, bindparam, cast, func, text, true
 from sqlalchemy import insert as insert_rows
 from sqlalchemy import select as sa_select
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
@@ -26,6 +25,7 @@ from specdec_collector.core.targets import EngineHints, Target
 from specdec_collector.exceptions import OverScrapeBudget, TooManyWindows, WindowNotFound
 from specdec_collector.schemas import WindowCreate, WindowState
 from specdec_collector.store.db import read_connection, read_session, upsert_insert
+from specdec_collector.store.json_rows import given_rows, rows_json
 from specdec_collector.store.lanes import TOGETHER, RunAlone
 from specdec_collector.store.tables import TABLES, Window, WindowTarget, utcnow
 from specdec_collector.windows.catalogue import series_ids
@@ -320,36 +320,33 @@ def _insert_all_postgresql(
     the ids of the window (None if it inserted nothing, and then no target either) and of
     its targets. The writes' lane waits for each statement: a start's was two round trips,
     one to learn the window's id."""
-    columns = {f"{name}s": [row[name] for row in targets] for name in _TARGET_COLUMNS}
-    rows = session.execute(_insert_window_and_targets(), window | columns).all()
+    params = window | {"new_targets": rows_json(targets, _TARGET_COLUMNS)}
+    rows = session.execute(_insert_window_and_targets(), params).all()
     if not rows:
         return None, []
     return rows[0][0], [(ordinal, target_id) for _, ordinal, target_id in rows]
 
 
 #: A target's columns as a start writes them (beside its window's id).
-_TARGET_COLUMNS: dict[str, Any] = {
-    "ordinal": Integer, "target": String, "url": String, "headers": JSON,
-    "named_engine": String, "draft_tokens_per_step": Integer, "verification": String,
-}  # fmt: skip
+_TARGET_COLUMNS = (
+    "ordinal", "target", "url", "headers", "named_engine", "draft_tokens_per_step",
+    "verification",
+)  # fmt: skip
 
 
 @lru_cache(maxsize=1)
 def _insert_window_and_targets() -> Any:
-    """PostgreSQL: `_insert_window`'s insert as a WITH, and the targets inserted from one
-    array per column (`<column>s`) where it inserted a row; returning (window id, ordinal,
-    id) of each target."""
+    """PostgreSQL: `_insert_window`'s insert as a WITH, and the targets (`new_targets`, see
+    `store.json_rows`) inserted where it inserted a row; returning (window id, ordinal, id)
+    of each target."""
     window = _insert_window("postgresql").cte("new_window")
-    names = list(_TARGET_COLUMNS)
-    arrays = [bindparam(f"{name}s", type_=ARRAY(kind)) for name, kind in _TARGET_COLUMNS.items()]
-    given = func.unnest(*arrays).table_valued(*names).render_derived()
+    types = {name: _TARGETS.c[name].type for name in _TARGET_COLUMNS}
+    columns, given = given_rows("new_targets", types)
     # One row per target where the window's insert returned its id (one row), none else.
-    rows = sa_select(window.c.id, *(given.c[name] for name in names)).select_from(
-        window.join(given, true())
-    )
+    rows = sa_select(window.c.id, *columns).select_from(window.join(given, true()))
     return (
         insert_rows(_TARGETS)
-        .from_select(["window_pk", *names], rows)
+        .from_select(["window_pk", *_TARGET_COLUMNS], rows)
         .returning(_TARGETS.c.window_pk, _TARGETS.c.ordinal, _TARGETS.c.id)
         .add_cte(window)
     )
