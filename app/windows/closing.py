@@ -286,13 +286,7 @@ def _closes_at_once(session: Session, stored: StoredWindow, prepared: PreparedCl
     its results stand as they were computed (no snapshot can have landed since) and its
     snapshots add nothing to the catalogue (every series they name is known, so no endpoint
     goes past its budget either)."""
-    import os
-
-    if (
-        os.environ.get("X_OLD")
-        or session.get_bind().dialect.name != "postgresql"
-        or not prepared.rows
-    ):
+    if session.get_bind().dialect.name != "postgresql" or not prepared.rows:
         return False
     if _may_have_landed(stored, prepared.closed):
         return False
@@ -378,8 +372,8 @@ def _close_at_once_statement() -> Any:
 
 
 #: PostgreSQL: the window closed where it is open (a WITH), its snapshots inserted and its
-#: targets' results set where it was (one array parameter per column each): rows come back
-#: only where it was open.
+#: targets' results set where it was (each given as one JSON text, `store.json_rows`): rows
+#: come back only where it was open.
 _CLOSE_AT_ONCE = _close_at_once_statement()
 
 
@@ -389,7 +383,8 @@ def add_close(
     """Store what the source read at the stop and every target's result, and close the
     window, in `session`'s transaction; None (having written nothing) if another stop came
     first. The results are computed again if a snapshot (a sample) landed after `prepared`
-    read them."""
+    read them. On PostgreSQL, one statement where nothing can have changed them
+    (`_closes_at_once`)."""
     if _closes_at_once(session, stored, prepared):
         return _close_at_once(session, stored, actor, prepared)
     ids = [t.id for t in stored.targets]
