@@ -47,15 +47,22 @@ _LATEST_SNAPSHOT = sa_select(func.max(_SNAPSHOTS.c.id + 0)).where(
     _SNAPSHOTS.c.target_id.in_(bindparam("target_ids", expanding=True))
 )
 _STORE_RESULTS = update(_TARGETS).where(_TARGETS.c.id == bindparam("target_id"))
-_CLOSE_WINDOW = (
-    update(_WINDOWS)
-    .where(_WINDOWS.c.id == bindparam("window_pk"), _WINDOWS.c.state == WindowState.OPEN)
-    .values(
-        state=WindowState.CLOSED,
-        stopped_at=bindparam("stopped_at"),
-        stopped_by=bindparam("stopped_by"),
+
+
+def _closing(window_pk: str, stopped_at: str, stopped_by: str) -> Any:
+    """The update that closes a window where it is open, its parameters of these names."""
+    return (
+        update(_WINDOWS)
+        .where(_WINDOWS.c.id == bindparam(window_pk), _WINDOWS.c.state == WindowState.OPEN)
+        .values(
+            state=WindowState.CLOSED,
+            stopped_at=bindparam(stopped_at),
+            stopped_by=bindparam(stopped_by),
+        )
     )
-)
+
+
+_CLOSE_WINDOW = _closing("window_pk", "stopped_at", "stopped_by")
 
 
 #: The columns of `summary_columns`.
@@ -337,17 +344,8 @@ _RESULT_COLUMNS = ("target_id", "result", *SUMMARY_COLUMNS)
 
 def _close_at_once_statement() -> Any:
     # Its parameters named apart from the columns of the update it is part of (`window_pk`).
-    closed = (
-        update(_WINDOWS)
-        .where(_WINDOWS.c.id == bindparam("closing"), _WINDOWS.c.state == WindowState.OPEN)
-        .values(
-            state=WindowState.CLOSED,
-            stopped_at=bindparam("closing_at"),
-            stopped_by=bindparam("closing_by"),
-        )
-        .returning(_WINDOWS.c.id)
-        .cte("closed_window")
-    )
+    closing = _closing("closing", "closing_at", "closing_by")
+    closed = closing.returning(_WINDOWS.c.id).cte("closed_window")
     snapshot_types = {name: _SNAPSHOTS.c[name].type for name in _SNAPSHOT_COLUMNS}
     snapshots, given = given_rows("closing_snapshots", snapshot_types)
     # A row each where the window's close returned its id (one row), none else.
