@@ -35,7 +35,7 @@ from specdec_collector.windows.catalogue import (
     reading_of,
 )
 from specdec_collector.windows.overlaps import overlaps_of
-from specdec_collector.windows.storage import snapshot_rows, snapshots_of, store_snapshots
+from specdec_collector.windows.storage import insert_snapshots, snapshot_rows, snapshots_of
 from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
 _WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABLES["snapshot"]
@@ -288,6 +288,21 @@ async def prepare_close_here(
     return _prepared(chains, stopped_at, inputs, closed)
 
 
+def _snapshot_rows(
+    session: Session, stored: StoredWindow, chains: Sequence[Chain]
+) -> list[dict[str, Any]]:
+    """The snapshot rows of what the source read at the stop: the baselines it read, the
+    samples, the final readings."""
+    by_key = {t.name: t.id for t in stored.targets}
+    befores = [chain.before for chain in chains if chain.before is not None]
+    samples = [sample for chain in chains for sample in chain.samples]
+    return [
+        *snapshot_rows(session, by_key, SnapshotPhase.BEFORE, befores),
+        *snapshot_rows(session, by_key, SnapshotPhase.SAMPLE, samples),
+        *snapshot_rows(session, by_key, SnapshotPhase.AFTER, [chain.after for chain in chains]),
+    ]
+
+
 def _closes_at_once(session: Session, stored: StoredWindow, prepared: PreparedClose) -> bool:
     """Whether the stop's writes go in one statement (`_CLOSE_AT_ONCE`, PostgreSQL): where
     its results stand as they were computed (no snapshot can have landed since) and its
@@ -313,16 +328,7 @@ def _close_at_once(
     """`add_close` in one statement: the window closed, its snapshots and results stored
     where it was open (None, having written nothing, where another stop came first). The
     writes' lane waits for each statement: a stop's were three round trips."""
-    by_key = {t.name: t.id for t in stored.targets}
-    chains = prepared.chains
-    befores = [chain.before for chain in chains if chain.before is not None]
-    snapshots = [
-        *snapshot_rows(session, by_key, SnapshotPhase.BEFORE, befores),
-        *snapshot_rows(
-            session, by_key, SnapshotPhase.SAMPLE, [s for c in chains for s in c.samples]
-        ),
-        *snapshot_rows(session, by_key, SnapshotPhase.AFTER, [chain.after for chain in chains]),
-    ]
+    snapshots = _snapshot_rows(session, stored, prepared.chains)
     params = {
         "closing": stored.pk,
         "closing_at": prepared.stopped_at,
@@ -403,11 +409,7 @@ def add_close(
     ):
         closed = _results(stored, chains, _inputs(session, stored, stopped_at))
         rows = _result_rows(closed)
-    by_key = {t.name: t.id for t in stored.targets}
-    befores = [chain.before for chain in chains if chain.before is not None]
-    store_snapshots(session, by_key, SnapshotPhase.BEFORE, befores)
-    store_snapshots(session, by_key, SnapshotPhase.SAMPLE, [s for c in chains for s in c.samples])
-    store_snapshots(session, by_key, SnapshotPhase.AFTER, [chain.after for chain in chains])
+    insert_snapshots(session, _snapshot_rows(session, stored, chains))
     if rows:  # one Core executemany for all targets (its SET clause from the rows' keys)
         session.execute(_STORE_RESULTS, rows)
     # The stored window as this stop left it (the object is detached: no session sees this).

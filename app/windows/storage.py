@@ -140,7 +140,11 @@ def store_snapshots(
 ) -> None:
     """Add one snapshot row per outcome (counters, or the error): one statement once the
     series of these endpoints are known (see `windows.catalogue`)."""
-    rows = snapshot_rows(session, ids, phase, outcomes)
+    insert_snapshots(session, snapshot_rows(session, ids, phase, outcomes))
+
+
+def insert_snapshots(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Insert `snapshot_rows`' rows, in one statement."""
     if rows:
         session.execute(_INSERT_SNAPSHOTS, rows)  # Core: no ORM bookkeeping
 
@@ -275,7 +279,7 @@ def add_window(
     # Python-side. The window's inserts nothing where the team has as many open windows as it
     # may, or a window of this id already (a retry, or a start at the same moment on another
     # replica): no error, so nothing to undo.
-    params = window.model_dump(exclude={"id"}) | {"open_team": actor.team, "max_open": max_open}
+    params = window.model_dump(exclude={"id"}) | {"max_open": max_open}
     rows = [
         {"ordinal": ordinal, "target": target.name, "url": target.url,
          "headers": dict(target.headers) or None, "named_engine": target.hints.engine,
@@ -364,15 +368,11 @@ def _exists(session: Session, team: str, window_id: str) -> bool:
 
 @lru_cache(maxsize=4)
 def _insert_window(dialect_name: str) -> Any:
-    """A window's insert that does nothing where the team (`open_team`) has `max_open` open
-    windows or a window of its id, returning the new window's id (nothing when it did
-    nothing)."""
+    """A window's insert that does nothing where its team has `max_open` open windows or a
+    window of its id, returning the new window's id (nothing when it did nothing)."""
     columns = [column for column in _WINDOWS.c if column.name != "id"]
-    open_count = (
-        sa_select(func.count())
-        .where(_WINDOWS.c.team == bindparam("open_team"), _WINDOWS.c.state == WindowState.OPEN)
-        .scalar_subquery()
-    )
+    # The count binds `team`, as the row's team column does: the same value.
+    open_count = _OPEN_WINDOWS_OF_TEAM.scalar_subquery()
     row = sa_select(*(bindparam(c.name, type_=c.type) for c in columns)).where(
         open_count < bindparam("max_open")
     )
