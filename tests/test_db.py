@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import JSON, TableClause, column, inspect, select, table, text
 
 from specdec_collector.store.db import open_database
-from specdec_collector.store.migrate import alembic_config, upgrade_database
+from specdec_collector.store.migrate import HEAD_REVISION, alembic_config, upgrade_database
 from specdec_collector.store.tables import metadata
 
 
@@ -51,6 +51,33 @@ def test_upgrade_is_idempotent_and_creates_the_folder(tmp_path: Path) -> None:
             assert version == head
     finally:
         database.dispose()
+
+
+def test_the_head_the_service_knows_is_alembics(tmp_path: Path) -> None:
+    """A migration added without moving `HEAD_REVISION` would never run on a database at the
+    old head."""
+    config = alembic_config(f"sqlite:///{tmp_path / 'db'}")
+    assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION
+
+
+def test_a_database_at_head_is_told_without_alembic_and_one_behind_is_migrated(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    command.upgrade(alembic_config(database_url), "0017")
+    upgrade_database(database_url)  # one behind: migrated
+    database = open_database(database_url)
+    try:
+        with database.connect() as connection:
+            version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        assert version == HEAD_REVISION
+    finally:
+        database.dispose()
+
+    def no_alembic(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a database at head was migrated again")
+
+    monkeypatch.setattr(command, "upgrade", no_alembic)
+    upgrade_database(database_url)
 
 
 def test_windows_of_0001_keep_their_data_through_0002(database_url: str) -> None:
