@@ -19,9 +19,9 @@ from sqlalchemy import Engine
 
 from specdec_collector.service.keys import create_key
 from specdec_collector.store.db import open_database
-from specdec_collector.store.migrate import upgrade_database
 from tests.support import clients
 from tests.support.collector import CollectorProcess, NewTeam, Team, run_collector
+from tests.support.databases import migrate
 from tests.support.postgres import fresh_schema, postgres_server
 
 # The real-engine tier runs under `make test-engines` only: it installs and starts real engines.
@@ -76,7 +76,7 @@ class SessionServices:
             folder.mkdir()
             database_url = self._stack.enter_context(self.fresh_database(kind, folder))
             # Migrated here, so the engine below can store keys before the first request.
-            upgrade_database(database_url)
+            migrate(database_url)
             collector = self._stack.enter_context(
                 run_collector(database_url, folder, SPECDEC_API_KEYS=f"suite:admin:{ADMIN_KEY}")
             )
@@ -105,7 +105,7 @@ def database_url(
 @pytest.fixture
 def database(database_url: str) -> Iterator[Engine]:
     """An engine on `database_url`, migrated."""
-    upgrade_database(database_url)
+    migrate(database_url)
     database = open_database(database_url)
     yield database
     database.dispose()

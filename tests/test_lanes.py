@@ -22,6 +22,7 @@ from specdec_collector.windows.storage import add_window, load_window
 from specdec_collector.windows.stored import Actor
 from tests.support import clients
 from tests.support.collector import serve_collector
+from tests.support.databases import migrate
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import InstanceCounters, drafts_payload, vllm_payload
 
@@ -29,7 +30,7 @@ from tests.support.payloads import InstanceCounters, drafts_payload, vllm_payloa
 @pytest.fixture
 def database(tmp_path: Path) -> Iterator[Engine]:
     url = f"sqlite:///{tmp_path / 'lanes.db'}"
-    upgrade_database(url)
+    migrate(url)
     database = open_database(url)
     with database.begin() as connection:
         connection.execute(text("CREATE TABLE note (id INTEGER PRIMARY KEY, body TEXT UNIQUE)"))

@@ -59,6 +59,7 @@ from specdec_collector.windows.storage import (
 )
 from specdec_collector.windows.stored import Actor, StoredWindow
 from specdec_collector.windows.views import read_view
+from tests.support.databases import migrate
 from tests.support.payloads import InstanceCounters, vllm_payload
 from tests.support.windows import close_window, store_baseline
 
@@ -66,7 +67,7 @@ from tests.support.windows import close_window, store_baseline
 @pytest.fixture
 def engines(database_url: str) -> Iterator[tuple[Engine, Engine]]:
     """Two engines on one database: a reader, and a writer that commits in between."""
-    upgrade_database(database_url)
+    migrate(database_url)
     reader, writer = open_database(database_url), open_database(database_url)
     yield reader, writer
     reader.dispose()

@@ -74,9 +74,9 @@ def at_head(database_url: str) -> bool:
     was never migrated, or is a SQLite file not made yet). A database that cannot be reached
     raises, as the migration would."""
     url = make_url(database_url)
-    if url.get_backend_name() == "sqlite":
-        if not url.database or url.database == ":memory:" or not Path(url.database).is_file():
-            return False  # opening it would make it
+    file = url.database if url.database and url.database != ":memory:" else None
+    if url.get_backend_name() == "sqlite" and (file is None or not Path(file).is_file()):
+        return False  # opening it would make it
     database = open_database(database_url, pool_size=1)
     try:
         with database.connect() as connection:

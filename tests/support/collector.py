@@ -246,9 +246,9 @@ def serve_collector(database_url: str, **settings: Any) -> Iterator[str]:
     by settings: no process to start, no environment to pass."""
     from specdec_collector.config import Settings
     from specdec_collector.service.main import create_app
-    from specdec_collector.store.migrate import upgrade_database
+    from tests.support.databases import migrate
 
-    upgrade_database(database_url)
+    migrate(database_url)
     with serve_in_thread(create_app(Settings(database_url=database_url, **settings))) as url:
         yield url
 
