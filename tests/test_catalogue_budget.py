@@ -11,7 +11,7 @@ from sqlalchemy import event, func, select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
-from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.exposition import SeriesKey, extract_spec_decode
 from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.core.targets import parse_target
 from specdec_collector.service.sampler import purge_samples
@@ -23,6 +23,7 @@ from specdec_collector.windows.catalogue import (
     endpoints_over_budget,
     purge_catalogue,
     series_ids,
+    set_series_budget,
 )
 from specdec_collector.windows.storage import load_window, snapshots_of, store_snapshots
 from tests.support import clients
@@ -37,11 +38,12 @@ INSTANCES = 15
 CHURNED = 6 * INSTANCES
 
 
-def churning(request: int) -> bytes:
-    """15 instances whose `model_name` is new on every scrape: 90 series never seen before."""
+def churning(request: int, server: str = "m") -> bytes:
+    """15 instances whose `model_name` is new on every scrape: 90 series never seen before
+    (nor by another `server`)."""
     return vllm_payload(
         [
-            InstanceCounters(10, 30, [5, 2, 1], engine=str(i), model=f"m-{request}")
+            InstanceCounters(10, 30, [5, 2, 1], engine=str(i), model=f"{server}-{request}")
             for i in range(INSTANCES)
         ]
     ).encode()
@@ -61,14 +63,10 @@ def _series_in(*requests: int) -> int:
 
 
 def _catalogue_rows(database_url: str, endpoint: str) -> int:
+    """The catalogue rows `endpoint` added."""
     database = open_database(database_url)
     try:
-        with Session(database) as session:
-            return int(
-                session.execute(
-                    select(func.count()).where(col(EndpointSeries.endpoint) == endpoint)
-                ).scalar_one()
-            )
+        return _catalogue_rows_of(database, endpoint)
     finally:
         database.dispose()
 
@@ -95,6 +93,28 @@ def test_an_endpoint_whose_labels_change_on_every_scrape_spends_its_budget_and_i
     assert len(refused) >= 3
 
 
+def test_an_endpoint_spends_its_budget_only_on_the_series_it_adds(database: Engine) -> None:
+    """A series another endpoint added first costs nothing: the servers of a deployment show
+    the same series, and only one of them adds each."""
+    set_series_budget(database, 20)
+    one = extract_spec_decode(churning(1).decode())  # 90 + 6 series
+    shared = dict(list(one.items())[:15])
+    new = dict(list(extract_spec_decode(churning(1, "other").decode()).items())[:10])
+    first, second = "http://127.0.0.1:9001/metrics", "http://127.0.0.1:9002/metrics"
+
+    def write(wanted: dict[str, set[SeriesKey]]) -> dict[str, int]:
+        return write_alone(database, lambda session: series_ids(session, wanted))[1]
+
+    assert write({first: set(shared)}) == {}
+    # 25 series, 15 of them added by the first: 10 its own, within its 20.
+    assert write({second: set(shared) | set(new)}) == {}
+    assert _catalogue_rows_of(database, second) == 10
+    # The first has 15 of its 20: 10 more would pass it.
+    more = dict(list(extract_spec_decode(churning(2).decode()).items())[:10])
+    assert write({first: set(more)}) == {first: 20}
+    assert _catalogue_rows_of(database, first) == 15
+
+
 def test_unused_catalogue_rows_are_purged_and_a_process_forgets_them(database_url: str) -> None:
     """Samples past the retention go; the rows only they named go with the purge, the rows
     of the window's ends and of an open window stay; series stored after it get new rows,
@@ -104,7 +124,7 @@ def test_unused_catalogue_rows_are_purged_and_a_process_forgets_them(database_ur
     try:
         with (
             serve_metrics(body_for=churning) as server,
-            serve_metrics(body_for=churning) as other,
+            serve_metrics(body_for=lambda request: churning(request, "o")) as other,
             serve_collector(database_url) as collector,
         ):
             if True:
@@ -202,7 +222,8 @@ def test_a_write_transaction_reads_the_purge_count_once_and_the_next_one_again(
 
         write_alone(database, two_writes)
         assert len(reads) == 1
-        assert purge_catalogue(database) == 2 * len(payload)  # no snapshot names them
+        # One row a series, whichever endpoint showed it: no snapshot names them.
+        assert purge_catalogue(database) == len(payload)
         reads.clear()
         ids, _ = write_alone(database, lambda session: series_ids(session, {endpoints[0]: payload}))
         assert len(reads) == 1
@@ -216,6 +237,16 @@ def test_a_write_transaction_reads_the_purge_count_once_and_the_next_one_again(
         assert len(reads) == 2
     finally:
         database.dispose()
+
+
+def _catalogue_rows_of(database: Engine, endpoint: str) -> int:
+    """The catalogue rows `endpoint` added."""
+    with Session(database) as session:
+        return int(
+            session.execute(
+                select(func.count()).where(col(EndpointSeries.endpoint) == endpoint)
+            ).scalar_one()
+        )
 
 
 def _known_purges(database: Engine) -> int:

@@ -358,6 +358,78 @@ def test_0011_keys_the_catalogue_by_endpoint_and_every_window_reads_as_before(
     assert after_downgrade == expected
 
 
+def test_0019_shares_each_series_between_endpoints_and_every_window_reads_as_before(
+    database_url: str,
+) -> None:
+    """Two endpoints showed the same series, each in rows of its own: after 0019 they share
+    the oldest row, every snapshot reads the same series and values, and the downgrade gives
+    each endpoint its own rows again."""
+    command.upgrade(alembic_config(database_url), "0018")
+    database = open_database(database_url)
+    window, target = _window_tables()
+    series = table("endpoint_series", column("id"), column("endpoint"), column("family"),
+                   column("labels"), column("labels_digest"))  # fmt: skip
+    snapshot = table("snapshot", column("id"), column("target_id"), column("phase"),
+                     column("taken_at"), column("counters", JSON))  # fmt: skip
+    engine0, engine1 = '[["engine","0"]]', '[["engine","1"]]'
+    a, b = "http://a:1/metrics", "http://b:2/metrics"
+    # (id, endpoint, family, labels): b shows a's two series, and one of its own.
+    old_series = [(10, a, "num_drafts", engine0), (11, a, "num_drafts", engine1),
+                  (20, b, "num_drafts", engine0), (21, b, "num_drafts", engine1),
+                  (22, b, "num_draft_tokens", engine0)]  # fmt: skip
+    old_snapshots: list[tuple[int, int, list[list[float | None]]]] = [
+                     (1, 1, [[10, 5.0, 1.5], [11, 6.0, None]]),
+                     (2, 2, [[20, 7.0, None], [21, 8.0, None], [22, 21.0, None]]),
+                     (3, 2, [[20, 9.0, None]])]  # fmt: skip
+    family_labels = {row[0]: (row[2], row[3]) for row in old_series}
+    expected = {snapshot_id: sorted((*family_labels[int(c[0] or 0)], c[1], c[2]) for c in counters)
+                for snapshot_id, _, counters in old_snapshots}  # fmt: skip
+    moment = datetime(2026, 12, 6, tzinfo=UTC)
+
+    def stored() -> tuple[list[tuple[Any, ...]], dict[int, Any], bool]:
+        """The catalogue's rows, what each snapshot reads, and whether each snapshot names
+        only rows of its own endpoint."""
+        with database.connect() as connection:
+            rows = {row[0]: tuple(row[1:]) for row in connection.execute(
+                select(series.c.id, series.c.endpoint, series.c.family, series.c.labels))}  # fmt: skip
+            readings, own = {}, True
+            for snapshot_id, target_id, counters in connection.execute(
+                select(snapshot.c.id, snapshot.c.target_id, snapshot.c.counters)
+            ):
+                readings[snapshot_id] = sorted((*rows[int(c[0])][1:], c[1], c[2]) for c in counters)
+                own &= {rows[int(c[0])][0] for c in counters} == {(a, b)[target_id - 1]}
+        return sorted(rows.values()), readings, own
+
+    try:
+        with database.begin() as connection:
+            connection.execute(window.insert().values(
+                id=1, window_id="w", state="closed", labels="{}", started_at=moment,
+                team="default", started_by="anonymous"))  # fmt: skip
+            for target_id, url in ((1, a), (2, b)):
+                connection.execute(target.insert().values(
+                    id=target_id, window_pk=1, ordinal=target_id, target=f"h:{target_id}",
+                    url=url))  # fmt: skip
+            for series_id, endpoint, family, labels in old_series:
+                connection.execute(series.insert().values(
+                    id=series_id, endpoint=endpoint, family=family, labels=labels,
+                    labels_digest=hashlib.sha256(labels.encode()).hexdigest()))  # fmt: skip
+            for snapshot_id, target_id, counters in old_snapshots:
+                connection.execute(snapshot.insert().values(
+                    id=snapshot_id, target_id=target_id, phase="before", taken_at=moment,
+                    counters=counters))  # fmt: skip
+        upgrade_database(database_url)
+        shared, after_upgrade, _ = stored()
+        command.downgrade(alembic_config(database_url), "0018")
+        rows, after_downgrade, own = stored()
+    finally:
+        database.dispose()
+    assert shared == sorted([(a, "num_drafts", engine0), (a, "num_drafts", engine1),
+                             (b, "num_draft_tokens", engine0)])  # fmt: skip
+    assert after_upgrade == expected
+    assert after_downgrade == expected
+    assert own and len(rows) == len(old_series)
+
+
 def test_sqlite_writers_of_every_process_take_turns_on_a_file_lock(tmp_path: Path) -> None:
     """`--workers N` runs N processes on one SQLite file: a write holds the lock file beside
     it, so another process's writer waits there (woken at once) rather than in SQLite's

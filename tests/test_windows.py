@@ -14,6 +14,7 @@ from sqlmodel import Session, col, select
 
 from specdec_collector.core.exposition import (
     ExtractionLimits,
+    SeriesKey,
     extract_spec_decode,
 )
 from specdec_collector.core.figures import build_result
@@ -362,8 +363,8 @@ def test_reading_an_open_window_never_looks_for_overlaps(engines: tuple[Engine, 
 def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
     engines: tuple[Engine, Engine],
 ) -> None:
-    """The catalogue is keyed by endpoint: a second window on the same server adds no series,
-    and once they are known a scrape stores its snapshot in one statement."""
+    """A second window on the same server adds no series, and once they are known a scrape
+    stores its snapshot in one statement."""
     database, _ = engines
     target = _window_of_one_target(database)
     series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
@@ -388,17 +389,52 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
         assert before is not None and (before.num_drafts, before.num_accepted_tokens) == (5, 6)
 
 
+def test_servers_that_show_the_same_series_share_their_rows(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """The servers of one deployment show the same series: each is one row, kept by the server
+    that showed it first, and each server's snapshot reads back its own values."""
+    database, _ = engines
+    targets = [parse_target(f"127.0.0.1:{port}") for port in (9100, 9101, 9102)]
+    body = WindowCreate(targets=[target.name for target in targets])
+    stored = write_alone(
+        database, add_window, Actor("default", "t"), "w", body, targets, 10, "r", 0
+    )
+    assert stored is not None
+    outcomes = [
+        TargetReading(target, datetime.now(UTC), extract_spec_decode(vllm_payload(
+            [InstanceCounters(drafts, 3 * drafts, [drafts, drafts // 2, 1])])))
+        for target, drafts in zip(targets, (5, 7, 9), strict=True)
+    ]  # fmt: skip
+    store_baseline(database, stored, outcomes)
+    with Session(database) as session:
+        rows = session.exec(select(EndpointSeries)).all()
+    assert len(rows) == len(outcomes[0].series or {}) == 6 + 6
+    assert {row.endpoint for row in rows} == {targets[0].url}
+    shown = read_view(database, "default", "w").targets
+    assert [t.before.num_drafts if t.before else None for t in shown] == [5, 7, 9]
+
+
 def test_more_new_series_than_one_insert_holds_are_all_stored_once(
     engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """New series go in statements of `ROWS_PER_INSERT` rows: more than one statement holds,
     some of them stored before by another process (inserted again, they are read back),
-    each gets one row and one id, the same for every process."""
+    each gets one row and one id, the same for every process; a series two endpoints show is
+    one row, kept by the endpoint that showed it first."""
     database, other = engines
     series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
+
+    def own(n: int) -> set[SeriesKey]:  # series no other server shows
+        return {
+            SeriesKey(key.role, tuple(sorted((*key.labels, ("server", str(n))))), key.engine)
+            for key in series
+        }
+
     endpoints = [f"http://10.0.0.1:{9000 + n}/metrics" for n in range(ROWS_PER_INSERT // 6 + 20)]
-    wanted = {endpoint: set(series) for endpoint in endpoints}
-    assert sum(len(keys) for keys in wanted.values()) > ROWS_PER_INSERT
+    wanted = {endpoint: own(n) | set(series) for n, endpoint in enumerate(endpoints)}
+    distinct = {key for keys in wanted.values() for key in keys}
+    assert len(distinct) > ROWS_PER_INSERT
     early = {endpoint: wanted[endpoint] for endpoint in endpoints[::3]}  # another process's
     with Session(other) as session:
         stored_early, _ = series_ids(session, early)
@@ -409,13 +445,16 @@ def test_more_new_series_than_one_insert_holds_are_all_stored_once(
         ids, refused = series_ids(session, wanted)
         session.commit()
     assert refused == {}
-    assert set(ids) == {(endpoint, key) for endpoint in endpoints for key in series}
+    assert set(ids) == distinct
     assert len(set(ids.values())) == len(ids)
     assert {key: ids[key] for key in stored_early} == stored_early
     with Session(database) as session:
         rows = session.exec(select(EndpointSeries)).all()
     assert len(rows) == len(ids)
-    assert {(row.endpoint, row.id) for row in rows} == {(e, i) for (e, _), i in ids.items()}
+    added_by = {row.id: row.endpoint for row in rows}
+    assert {added_by[ids[key]] for key in series} == {endpoints[0]}  # shown by all, first by it
+    assert all(added_by[ids[key]] == endpoint for n, endpoint in enumerate(endpoints)
+               for key in own(n))  # fmt: skip
 
 
 def test_series_added_by_a_rolled_back_write_are_not_remembered(

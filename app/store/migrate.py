@@ -23,7 +23,7 @@ from specdec_collector.store.db import open_database
 MIGRATION_LOCK_ID = 0x5EC_DEC_0001
 
 #: The newest migration's revision (`migrations/versions`); a test holds it to Alembic's head.
-HEAD_REVISION = "0018"
+HEAD_REVISION = "0019"
 
 
 def alembic_config(database_url: str, connection: Connection | None = None) -> Any:

@@ -104,16 +104,18 @@ class WindowTarget(SQLModel, table=True):
 
 
 class EndpointSeries(SQLModel, table=True):
-    """A series an endpoint (the URL scraped) has shown, shared by every window that reads it:
-    the role of its family (`core.counters.Role`, prefixed by its engine unless vLLM) and
-    canonical label text (`labels`, of any length; unique through its SHA-256,
-    `labels_digest`, which a B-tree index holds whatever the length). Rows are only added."""
+    """A series some endpoint has shown, shared by every endpoint that shows it and every
+    window that reads one: the role of its family (`core.counters.Role`, prefixed by its
+    engine unless vLLM) and canonical label text (`labels`, of any length; unique through its
+    SHA-256, `labels_digest`, which a B-tree index holds whatever the length). `endpoint` is
+    the URL scraped that showed it first: its budget counts the series it added. Rows are only
+    added."""
 
     __tablename__ = "endpoint_series"
-    __table_args__ = (UniqueConstraint("endpoint", "family", "labels_digest"),)
+    __table_args__ = (UniqueConstraint("family", "labels_digest"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    endpoint: str = Field(max_length=2048)
+    endpoint: str = Field(max_length=2048, index=True)
     family: str = Field(max_length=64)
     labels: str = Field(sa_column=Column(Text, nullable=False))
     labels_digest: str = Field(max_length=64)

@@ -1,20 +1,24 @@
 """The series catalogue: every spec-decode series an endpoint has shown, by id.
 
 A snapshot stores its counters as `[series id, value, created]` rows; the id names the
-series' family and label set in `endpoint_series`, one row per (endpoint, family, labels)
-shared by every window that reads the endpoint. Rows are never changed, so each process
-remembers the ones it has read or written (`KnownSeries`, one per database): a scrape of a
-server seen before costs one small read (the purge count) and no catalogue query, and a stop
+series' family and label set in `endpoint_series`, one row per (family, labels) shared by
+every endpoint that shows it and every window that reads one: the servers of a deployment
+show the same series, and 64 servers of one model named ~900 rows where ~14 differ, written
+on the first start's critical path (~7 ms of it). Rows are never changed, so each process
+remembers the ones it has read or written (`KnownSeries`, one per database): a scrape of
+series seen before costs one small read (the purge count) and no catalogue query, and a stop
 reads back only the series it does not know yet.
 
-An endpoint names at most `KnownSeries.budget` series: one whose labels change on every
-scrape would otherwise add rows without end (4096 series of 2 KB labels are 8.5 MB a
-scrape). Past it, its reading is stored as a failure saying so, and adds nothing.
+An endpoint adds at most `KnownSeries.budget` series (each row keeps the endpoint that added
+it): one whose labels change on every scrape would otherwise add rows without end (4096
+series of 2 KB labels are 8.5 MB a scrape). Past it, its reading is stored as a failure
+saying so, and adds nothing. Series another endpoint added first cost it nothing.
 
-Rows no snapshot names, of endpoints no open window reads, are deleted by the daily purge
-(`purge_catalogue`); it counts itself in `catalogue_purge`, and a process that remembers rows
-from before a purge forgets them first. On PostgreSQL the purge and the writers of snapshots
-exclude each other with an advisory lock (writers share it); SQLite's writers take turns.
+Rows no snapshot names, added by endpoints no open window reads, are deleted by the daily
+purge (`purge_catalogue`); it counts itself in `catalogue_purge`, and a process that
+remembers rows from before a purge forgets them first. On PostgreSQL the purge and the
+writers of snapshots exclude each other with an advisory lock (writers share it); SQLite's
+writers take turns.
 """
 
 import hashlib
@@ -91,10 +95,10 @@ def labels_from_text(text: str) -> tuple[tuple[str, str], ...]:
 
 
 class KnownSeries:
-    """The catalogue rows one process has met, both ways: (endpoint, series) -> id, id -> series."""
+    """The catalogue rows one process has met, both ways: series -> id, id -> series."""
 
     def __init__(self) -> None:
-        self.ids: dict[tuple[str, SeriesKey], int] = {}
+        self.ids: dict[SeriesKey, int] = {}
         self.keys: dict[int, SeriesKey] = {}
         self.budget = DEFAULT_SERIES_BUDGET
         self.purges = 0  # the purges of the database the rows remembered are from after
@@ -105,12 +109,12 @@ class KnownSeries:
         with self._lock:
             self.ids, self.keys, self.purges = {}, {}, purges
 
-    def remember(self, rows: Iterable[tuple[int, str, SeriesKey]]) -> None:
+    def remember(self, rows: Iterable[tuple[int, SeriesKey]]) -> None:
         with self._lock:
             if len(self.keys) > MAX_KNOWN_SERIES:
                 self.ids, self.keys = {}, {}
-            for series_id, endpoint, key in rows:
-                self.ids[(endpoint, key)] = series_id
+            for series_id, key in rows:
+                self.ids[key] = series_id
                 self.keys[series_id] = key
 
 
@@ -161,37 +165,35 @@ def _current(session: Session) -> KnownSeries:
     return known
 
 
-#: A catalogue row as stored: id, endpoint, family, labels.
-_ROWS = sa_select(
-    col(EndpointSeries.id),
-    col(EndpointSeries.endpoint),
-    col(EndpointSeries.family),
-    col(EndpointSeries.labels),
-)
+#: A catalogue row as stored: id, family, labels.
+_ROWS = sa_select(col(EndpointSeries.id), col(EndpointSeries.family), col(EndpointSeries.labels))
 
 
-def _rows_where(session: Session, *conditions: Any) -> list[tuple[int, str, SeriesKey]]:
-    """(id, endpoint, series) of the stored rows that meet `conditions`."""
+def _rows_where(session: Session, *conditions: Any) -> list[tuple[int, SeriesKey]]:
+    """(id, series) of the stored rows that meet `conditions`."""
     return [
-        (series_id, endpoint, series_key(family, labels_from_text(labels)))
-        for series_id, endpoint, family, labels in session.execute(_ROWS.where(*conditions))
+        (series_id, series_key(family, labels_from_text(labels)))
+        for series_id, family, labels in session.execute(_ROWS.where(*conditions))
     ]
 
 
-def _stored_rows(
-    session: Session, endpoints: Iterable[str], digests: Iterable[str]
-) -> list[tuple[int, str, str, str]]:
-    """The rows (`_ROWS`) of these endpoints with these label digests."""
-    wanted_endpoints, wanted_digests = list(set(endpoints)), list(set(digests))
-    rows: list[tuple[int, str, str, str]] = []
-    for first in range(0, len(wanted_digests), MAX_IN_LIST):
+def _stored_rows(session: Session, digests: Iterable[str]) -> list[tuple[int, str, str]]:
+    """The rows (`_ROWS`) with these label digests."""
+    wanted = list(set(digests))
+    rows: list[tuple[int, str, str]] = []
+    for first in range(0, len(wanted), MAX_IN_LIST):
         rows += session.execute(
-            _ROWS.where(
-                col(EndpointSeries.endpoint).in_(wanted_endpoints),
-                col(EndpointSeries.labels_digest).in_(wanted_digests[first : first + MAX_IN_LIST]),
-            )
+            _ROWS.where(col(EndpointSeries.labels_digest).in_(wanted[first : first + MAX_IN_LIST]))
         ).all()
     return rows
+
+
+def _missing(
+    known: KnownSeries, wanted: Mapping[str, Iterable[SeriesKey]]
+) -> list[tuple[str, SeriesKey]]:
+    """The (endpoint, series) of `wanted` whose series this process does not know."""
+    ids = known.ids
+    return [(endpoint, key) for endpoint, keys in wanted.items() for key in keys if key not in ids]
 
 
 def endpoints_over_budget(
@@ -200,83 +202,71 @@ def endpoints_over_budget(
     """The endpoints of `wanted` whose series would not all be stored (see `series_ids`),
     each with its budget: nothing is written."""
     known = _current(session)
-    missing = [
-        (endpoint, key)
-        for endpoint, keys in wanted.items()
-        for key in keys
-        if (endpoint, key) not in known.ids
-    ]
+    missing = _missing(known, wanted)
     return _over_budget(session, missing, known.budget) if missing else {}
 
 
-def all_known(session: Session, wanted: Iterable[tuple[str, SeriesKey]]) -> bool:
-    """Whether this process knows every (endpoint, series) of `wanted`: their snapshots then
-    add nothing to the catalogue, and no endpoint goes past its budget."""
+def all_known(session: Session, wanted: Iterable[SeriesKey]) -> bool:
+    """Whether this process knows every series of `wanted`: their snapshots then add nothing
+    to the catalogue, and no endpoint goes past its budget."""
     known = _current(session).ids
-    return all(pair in known for pair in wanted)
+    return all(key in known for key in wanted)
 
 
 def series_ids(
     session: Session, wanted: Mapping[str, Iterable[SeriesKey]]
-) -> tuple[dict[tuple[str, SeriesKey], int], dict[str, int]]:
+) -> tuple[dict[SeriesKey, int], dict[str, int]]:
     """Ids of the series in `wanted` (by endpoint), adding the ones never stored; and the
-    endpoints refused, each with its budget, that would name more series than it (nothing of
+    endpoints refused, each with its budget, that would add more series than it (nothing of
     theirs is added).
 
     Known series cost nothing; the others one insert that returns the ids of those never
     stored, and one read of those stored before (by another process, or before a restart).
     """
     known = _current(session)
-    found: dict[tuple[str, SeriesKey], int] = {}
-    missing: list[tuple[str, SeriesKey]] = []
-    for endpoint, keys in wanted.items():
-        for key in keys:
-            series_id = known.ids.get((endpoint, key))
-            if series_id is None:
-                missing.append((endpoint, key))
-            else:
-                found[(endpoint, key)] = series_id
+    found = {key: known.ids[key] for keys in wanted.values() for key in keys if key in known.ids}
+    missing = _missing(known, wanted)
     if not missing:
         return found, {}
     refused = _over_budget(session, missing, known.budget)
-    if refused:
-        missing = [(endpoint, key) for endpoint, key in missing if endpoint not in refused]
-        if not missing:
-            return found, refused
-    texts = {key: labels_to_text(key.labels) for _, key in missing}
-    digests = {text: labels_digest(text) for text in texts.values()}
+    # Each new series once, added by the first endpoint that shows it.
+    adder: dict[SeriesKey, str] = {}
+    for endpoint, key in missing:
+        if endpoint not in refused:
+            adder.setdefault(key, endpoint)
+    if not adder:
+        return found, refused
+    texts = {key: labels_to_text(key.labels) for key in adder}
+    digests = {key: labels_digest(text) for key, text in texts.items()}
     # What each missing series' row holds: the rows read or added are matched to their series
     # through it, not parsed back from their text.
-    as_stored = {(endpoint, family_of(key), texts[key]): key for endpoint, key in missing}
+    as_stored = {(family_of(key), texts[key]): key for key in adder}
 
-    def matched(rows: Iterable[tuple[int, str, str, str]]) -> list[tuple[int, str, SeriesKey]]:
+    def matched(rows: Iterable[tuple[int, str, str]]) -> list[tuple[int, SeriesKey]]:
         return [
-            (series_id, endpoint, key)
-            for series_id, endpoint, family, labels in rows
-            if (key := as_stored.get((endpoint, family, labels))) is not None
+            (series_id, key)
+            for series_id, family, labels in rows
+            if (key := as_stored.get((family, labels))) is not None
         ]
 
-    def read() -> None:
-        rows = matched(_stored_rows(session, (e for e, _ in missing), digests.values()))
-        _remember(session, rows, added=False)
-        found.update({(endpoint, key): series_id for series_id, endpoint, key in rows})
-
     # Inserted first, read after: a series this process does not know is most often new (a
-    # server seen for the first time), and its insert returns its id; one stored already (by
-    # another process, or before a restart) inserts nothing and is read.
+    # deployment seen for the first time), and its insert returns its id; one stored already
+    # (by another process, or before a restart) inserts nothing and is read.
     added = matched(
         _insert_returning(
             session,
             [
-                (endpoint, family_of(key), texts[key], digests[texts[key]])
-                for endpoint, key in missing
+                (endpoint, family_of(key), texts[key], digests[key])
+                for key, endpoint in adder.items()
             ],
         )
     )
     _remember(session, added, added=True)
-    found.update({(endpoint, key): series_id for series_id, endpoint, key in added})
-    if len(added) < len(missing):
-        read()
+    found.update({key: series_id for series_id, key in added})
+    if len(added) < len(adder):
+        rows = matched(_stored_rows(session, (digests[k] for k in adder if k not in found)))
+        _remember(session, rows, added=False)
+        found.update({key: series_id for series_id, key in rows})
     return found, refused
 
 
@@ -290,16 +280,14 @@ def _insert_sql(rows: int, placeholder: str) -> str:
     row = "(" + ",".join([placeholder] * 4) + ")"
     return (
         f"INSERT INTO {EndpointSeries.__tablename__} (endpoint, family, labels, labels_digest) "
-        "VALUES "
-        + ",".join([row] * rows)
-        + " ON CONFLICT (endpoint, family, labels_digest) DO NOTHING"
-        " RETURNING id, endpoint, family, labels"
+        "VALUES " + ",".join([row] * rows) + " ON CONFLICT (family, labels_digest) DO NOTHING"
+        " RETURNING id, family, labels"
     )
 
 
 def _insert_returning(
     session: Session, rows: Sequence[tuple[str, str, str, str]]
-) -> list[tuple[int, str, str, str]]:
+) -> list[tuple[int, str, str]]:
     """Insert catalogue rows (endpoint, family, labels, digest), those not stored yet; the
     rows (`_ROWS`) inserted.
 
@@ -311,12 +299,12 @@ def _insert_returning(
     """
     placeholder = "?" if session.get_bind().dialect.paramstyle == "qmark" else "%s"
     connection = session.connection()
-    added: list[tuple[int, str, str, str]] = []
+    added: list[tuple[int, str, str]] = []
     for first in range(0, len(rows), ROWS_PER_INSERT):
         batch = rows[first : first + ROWS_PER_INSERT]
         values = [value for row in batch for value in row]
         result = connection.exec_driver_sql(_insert_sql(len(batch), placeholder), tuple(values))
-        added += [(int(row[0]), row[1], row[2], row[3]) for row in result]
+        added += [(int(row[0]), row[1], row[2]) for row in result]
     return added
 
 
@@ -325,8 +313,8 @@ def _over_budget(
     missing: Sequence[tuple[str, SeriesKey]],
     budget: int,
 ) -> dict[str, int]:
-    """The endpoints whose unknown series would bring them past `budget` series stored
-    (counting those stored already, by another process or before a restart, once)."""
+    """The endpoints whose unknown series would bring them past `budget` series added
+    (counting those stored already, by any endpoint, as adding nothing)."""
     new_of: dict[str, int] = {}
     for endpoint, _ in missing:
         new_of[endpoint] = new_of.get(endpoint, 0) + 1
@@ -344,23 +332,21 @@ def _over_budget(
         # Some may be stored already: only the ones that are not count.
         keys = [key for e, key in missing if e == endpoint]
         digests = {labels_digest(labels_to_text(key.labels)) for key in keys}
-        stored = {
-            (family, labels) for _, _, family, labels in _stored_rows(session, [endpoint], digests)
-        }
+        stored = {(family, labels) for _, family, labels in _stored_rows(session, digests)}
         unstored = [k for k in keys if (family_of(k), labels_to_text(k.labels)) not in stored]
         if counts.get(endpoint, 0) + len(unstored) > budget:
             refused[endpoint] = budget
     return refused
 
 
-def _remember(session: Session, rows: list[tuple[int, str, SeriesKey]], added: bool) -> None:
+def _remember(session: Session, rows: list[tuple[int, SeriesKey]], added: bool) -> None:
     """Remember rows this session read or (`added`) inserted.
 
     Once a session has inserted rows, everything it reads may be its own uncommitted work,
     which a rollback takes back (and SQLite may then give the ids to other rows): such rows
     are remembered only when the session commits.
     """
-    pending: list[tuple[int, str, SeriesKey]] | None = session.info.get("added_series")
+    pending: list[tuple[int, SeriesKey]] | None = session.info.get("added_series")
     if pending is None and not added:
         _known(session).remember(rows)
         return
@@ -400,7 +386,7 @@ def keys_of(
             session, col(EndpointSeries.id).in_(unknown[first : first + MAX_IN_LIST])
         )
         _remember(session, rows, added=False)
-        found.update({series_id: key for series_id, _, key in rows})
+        found.update(dict(rows))
     return found
 
 
@@ -438,8 +424,8 @@ _NAMED = {
 
 
 def purge_catalogue(database: Engine) -> int:
-    """Delete the catalogue rows no snapshot names, of endpoints no open window reads, in one
-    statement; count the purge (every process forgets what it remembers of the catalogue).
+    """Delete the catalogue rows no snapshot names, added by endpoints no open window reads, in
+    one statement; count the purge (every process forgets what it remembers of the catalogue).
     The number of rows deleted."""
     dialect = database.dialect.name
     with write_session(database) as session:

@@ -313,7 +313,7 @@ def _closes_at_once(session: Session, stored: StoredWindow, prepared: PreparedCl
     if _may_have_landed(stored, prepared.closed):
         return False
     named = (
-        (reading.target.url, key)
+        key
         for chain in prepared.chains
         for reading in _readings(chain)
         if reading.series is not None

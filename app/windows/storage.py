@@ -167,10 +167,9 @@ def snapshot_rows(
             kind = FailureKind.SERIES_CHURN
             error = series_churn_text(outcome.target.url, refused[outcome.target.url])
         elif outcome.series is not None:
-            url = outcome.target.url
             # A counter is an integer below 2^53: stored as one ("486223", not "486223.0").
             counters = [
-                [known[(url, key)], _compact(value.value), value.created]
+                [known[key], _compact(value.value), value.created]
                 for key, value in outcome.series.items()
             ]
         rows.append(

@@ -12,11 +12,12 @@ Revises: 0010
 Create Date: 2026-11-30
 """
 
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
+from specdec_collector.store.snapshot_counters import renumber, snapshots
 
 revision: str = "0011"
 down_revision: str | None = "0010"
@@ -40,46 +41,6 @@ ENDPOINT_SERIES = sa.table(
     sa.column("labels_digest", sa.String(64)),
 )
 WINDOW_TARGET = sa.table("window_target", sa.column("id", sa.Integer()), sa.column("url"))
-SNAPSHOT = sa.table(
-    "snapshot",
-    sa.column("id", sa.Integer()),
-    sa.column("target_id", sa.Integer()),
-    sa.column("counters", sa.JSON()),
-)
-BATCH = 1000  # snapshots rewritten per statement
-
-
-def _snapshots(connection: sa.Connection) -> Iterator[list[tuple[int, int, list[Any]]]]:
-    """(id, target id, counters) of every snapshot with counters, in batches by id."""
-    after = 0
-    while True:
-        rows = connection.execute(
-            sa.select(SNAPSHOT.c.id, SNAPSHOT.c.target_id, SNAPSHOT.c.counters)
-            .where(SNAPSHOT.c.id > after, SNAPSHOT.c.counters.is_not(None))
-            .order_by(SNAPSHOT.c.id)
-            .limit(BATCH)
-        ).all()
-        if not rows:
-            return
-        # A JSON column holding JSON null reads back as None: such a row has no counters.
-        yield [(row_id, target_id, counters) for row_id, target_id, counters in rows if counters]
-        after = rows[-1][0]
-
-
-def _renumber(connection: sa.Connection, new_id: dict[tuple[int, int], int]) -> None:
-    """Give every stored counter row the id `new_id[(target id, old id)]`."""
-    for batch in _snapshots(connection):
-        updates = [
-            {
-                "row_id": row_id,
-                "counters": [[new_id[(target_id, int(row[0]))], *row[1:]] for row in counters],
-            }
-            for row_id, target_id, counters in batch
-        ]
-        if updates:
-            connection.execute(
-                SNAPSHOT.update().where(SNAPSHOT.c.id == sa.bindparam("row_id")), updates
-            )
 
 
 def upgrade() -> None:
@@ -125,13 +86,11 @@ def upgrade() -> None:
             )
         )
     }
-    _renumber(
-        connection,
-        {
-            (target_id, old_id): stored[(url, family, digest)]
-            for old_id, target_id, url, family, _, digest in old
-        },
-    )
+    new_id = {
+        (target_id, old_id): stored[(url, family, digest)]
+        for old_id, target_id, url, family, _, digest in old
+    }
+    renumber(connection, lambda target_id, old_id: new_id[(target_id, old_id)])
     with op.batch_alter_table("target_series", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_target_series_target_id"))
     op.drop_table("target_series")
@@ -171,7 +130,7 @@ def downgrade() -> None:
         )
     }
     used = sorted(
-        {(target_id, int(row[0])) for batch in _snapshots(connection)
+        {(target_id, int(row[0])) for batch in snapshots(connection)
          for _, target_id, counters in batch for row in counters}
     )  # fmt: skip
     if used:
@@ -194,13 +153,10 @@ def downgrade() -> None:
             )
         )
     }
-    _renumber(
+    renumber(
         connection,
-        {
-            (target_id, series_id): by_key[
-                (target_id, catalogue[series_id][0], catalogue[series_id][2])
-            ]
-            for target_id, series_id in used
-        },
+        lambda target_id, series_id: by_key[
+            (target_id, catalogue[series_id][0], catalogue[series_id][2])
+        ],
     )
     op.drop_table("endpoint_series")
