@@ -172,12 +172,28 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"PostgreSQL: {where}"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests first: with two workers, the long ones overlap and the short ones fill the end,
-    instead of one worker finishing a long test alone."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first in every worker's share: they overlap and the short ones fill the end,
+    instead of one worker finishing a long test alone.
+
+    xdist's `worksteal` gives each of N workers a contiguous Nth of the list to begin with, and
+    a worker that runs out takes the tail half of the longest queue: the slow tests lead each
+    share, taken in turns, and the short ones follow. All slow tests first in the list put
+    them all in the first worker's share, one after another."""
     for item in items:  # a test on PostgreSQL says so, whichever way it asks for it
         params = getattr(item, "callspec", None)
         on_postgres = params is not None and "postgresql" in params.params.values()
         if on_postgres or "postgres_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.postgres)
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    short = [item for item in items if item.get_closest_marker("slow") is None]
+    shares: list[list[pytest.Item]] = [slow[n::workers] for n in range(workers)]
+    left = len(items)
+    for n, share in enumerate(shares):  # the sizes xdist splits the list into, in order
+        size = left // (workers - n)
+        left -= size
+        take = max(0, size - len(share))
+        share += short[:take]
+        del short[:take]
+    items[:] = [item for share in shares for item in share] + short

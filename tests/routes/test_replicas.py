@@ -331,18 +331,24 @@ def test_serve_with_two_workers_runs_two_replicas_on_one_port(
             ).json()["data"]["num_drafts"]
             for w in windows
         ]
+
         # Whichever worker answers /metrics (a new connection each time), it counts the
-        # scrapes of both: one count, at least the 82 the windows made.
-        counts = {
-            next(
+        # scrapes of both: one count, at least the 82 the windows made. A sample the owner had
+        # in flight when the sampled window stopped may still land: the count is read until
+        # eight reads in a row agree.
+        def scrapes_counted() -> float:
+            answer = clients.get(f"{collector.base_url}/metrics", timeout=30)
+            return next(
                 float(line.rsplit(" ", 1)[1])
-                for line in clients.get(f"{collector.base_url}/metrics", timeout=30).text.split(
-                    "\n"
-                )
+                for line in answer.text.split("\n")
                 if line.startswith("specdec_scrape_duration_seconds_count")
             )
-            for _ in range(8)
-        }
+
+        def one_count() -> set[float] | None:
+            seen = {scrapes_counted() for _ in range(8)}
+            return seen if len(seen) == 1 else None
+
+        counts = wait_for(one_count, "one count of scrapes from either worker")
         database.dispose()
     assert (started, stopped, sampled.status_code) == ([201] * 40, [200] * 40, 201)
     assert results == [300] * 40
