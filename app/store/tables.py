@@ -112,7 +112,8 @@ class EndpointSeries(SQLModel, table=True):
     added."""
 
     __tablename__ = "endpoint_series"
-    __table_args__ = (UniqueConstraint("family", "labels_digest"),)
+    # The digest first: a series is looked up by it (and its family), one B-tree probe each.
+    __table_args__ = (UniqueConstraint("labels_digest", "family"),)
 
     id: int | None = Field(default=None, primary_key=True)
     endpoint: str = Field(max_length=2048, index=True)

@@ -59,7 +59,7 @@ def upgrade() -> None:
     with op.batch_alter_table("endpoint_series", schema=None) as batch_op:
         batch_op.drop_constraint(batch_op.f("uq_endpoint_series_endpoint"), type_="unique")
         batch_op.create_unique_constraint(
-            batch_op.f("uq_endpoint_series_family"), ["family", "labels_digest"]
+            batch_op.f("uq_endpoint_series_labels_digest"), ["labels_digest", "family"]
         )
         batch_op.create_index(batch_op.f("ix_endpoint_series_endpoint"), ["endpoint"])
 
@@ -68,7 +68,7 @@ def downgrade() -> None:
     connection = op.get_bind()
     with op.batch_alter_table("endpoint_series", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_endpoint_series_endpoint"))
-        batch_op.drop_constraint(batch_op.f("uq_endpoint_series_family"), type_="unique")
+        batch_op.drop_constraint(batch_op.f("uq_endpoint_series_labels_digest"), type_="unique")
     catalogue = {
         series_id: (endpoint, family, labels, digest)
         for series_id, endpoint, family, labels, digest in connection.execute(
