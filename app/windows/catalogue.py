@@ -280,7 +280,7 @@ def _insert_sql(rows: int, placeholder: str) -> str:
     row = "(" + ",".join([placeholder] * 4) + ")"
     return (
         f"INSERT INTO {EndpointSeries.__tablename__} (endpoint, family, labels, labels_digest) "
-        "VALUES " + ",".join([row] * rows) + " ON CONFLICT (family, labels_digest) DO NOTHING"
+        "VALUES " + ",".join([row] * rows) + " ON CONFLICT (labels_digest, family) DO NOTHING"
         " RETURNING id, family, labels"
     )
 
