@@ -14,7 +14,14 @@ import sqlalchemy
 
 from specdec_collector.core.results import Overlaps
 from tests.support import clients
-from tests.support.collector import CollectorProcess, NewTeam, Team, run_collector, watching_health
+from tests.support.collector import (
+    CollectorProcess,
+    NewTeam,
+    Team,
+    run_collector,
+    serve_collector,
+    watching_health,
+)
 from tests.support.metrics_server import serve_metrics
 from tests.support.payloads import drafts_payload
 from tests.support.waiting import wait_for
@@ -45,12 +52,12 @@ def test_always_denied_targets_are_a_422_naming_them(
     assert api.get("/windows/ssrf").status_code == 404
 
 
-def test_allow_list_limits_where_the_collector_connects(database_url: str, tmp_path: Path) -> None:
+def test_allow_list_limits_where_the_collector_connects(database_url: str) -> None:
     with (
-        run_collector(database_url, tmp_path, SPECDEC_ALLOWED_TARGETS="127.0.0.0/8") as collector,
+        serve_collector(database_url, allowed_targets="127.0.0.0/8") as collector,
         serve_metrics(body=drafts_payload(10)) as ok,
     ):
-        api = clients.client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector, timeout=30)
         refused = api.post("/windows/w/start", json={"targets": [ok.target, "10.11.12.13:8000"]})
         assert refused.status_code == 422
         assert refused.json()["detail"][0]["msg"] == (
@@ -91,14 +98,14 @@ def test_header_values_are_sent_but_never_shown_or_logged(
     assert len(sent) >= 3 and set(sent) == {SECRET}  # before, samples, after
 
 
-def test_limits_of_a_window(database_url: str, tmp_path: Path) -> None:
-    env = {"SPECDEC_MAX_TARGETS_PER_WINDOW": "4", "SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM": "2",
-           "SPECDEC_MAX_LABELS_PER_WINDOW": "3", "SPECDEC_MAX_LABEL_CHARS": "10"}  # fmt: skip
+def test_limits_of_a_window(database_url: str) -> None:
+    limits = {"max_targets_per_window": 4, "max_open_windows_per_team": 2,
+              "max_labels_per_window": 3, "max_label_chars": 10}  # fmt: skip
     with (
-        run_collector(database_url, tmp_path, **env) as collector,
+        serve_collector(database_url, **limits) as collector,
         serve_metrics(body=drafts_payload(10)) as server,
     ):
-        api = clients.client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=collector, timeout=30)
         five = [f"127.0.0.1:{port}" for port in range(9001, 9006)]
         too_many = api.post("/windows/w/start", json={"targets": five})
         assert too_many.status_code == 422
