@@ -188,12 +188,23 @@ def _stored_rows(session: Session, digests: Iterable[str]) -> list[tuple[int, st
     return rows
 
 
-def _missing(
+def _known_and_missing(
     known: KnownSeries, wanted: Mapping[str, Iterable[SeriesKey]]
-) -> list[tuple[str, SeriesKey]]:
-    """The (endpoint, series) of `wanted` whose series this process does not know."""
+) -> tuple[dict[SeriesKey, int], list[tuple[str, SeriesKey]]]:
+    """The ids of the series of `wanted` this process knows, and the (endpoint, series) of
+    those it does not, in one pass over one dict (`forget` replaces it, another thread may
+    meanwhile)."""
     ids = known.ids
-    return [(endpoint, key) for endpoint, keys in wanted.items() for key in keys if key not in ids]
+    found: dict[SeriesKey, int] = {}
+    missing: list[tuple[str, SeriesKey]] = []
+    for endpoint, keys in wanted.items():
+        for key in keys:
+            series_id = ids.get(key)
+            if series_id is None:
+                missing.append((endpoint, key))
+            else:
+                found[key] = series_id
+    return found, missing
 
 
 def endpoints_over_budget(
@@ -202,7 +213,7 @@ def endpoints_over_budget(
     """The endpoints of `wanted` whose series would not all be stored (see `series_ids`),
     each with its budget: nothing is written."""
     known = _current(session)
-    missing = _missing(known, wanted)
+    _, missing = _known_and_missing(known, wanted)
     return _over_budget(session, missing, known.budget) if missing else {}
 
 
@@ -224,8 +235,7 @@ def series_ids(
     stored, and one read of those stored before (by another process, or before a restart).
     """
     known = _current(session)
-    found = {key: known.ids[key] for keys in wanted.values() for key in keys if key in known.ids}
-    missing = _missing(known, wanted)
+    found, missing = _known_and_missing(known, wanted)
     if not missing:
         return found, {}
     refused = _over_budget(session, missing, known.budget)
