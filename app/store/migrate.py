@@ -49,13 +49,19 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _sqlite_not_made(database_url: str) -> bool:
+    """Whether `database_url` is a SQLite database with no file yet (in memory, or a file not
+    made): opening it would make one."""
+    url = make_url(database_url)
+    file = url.database if url.database and url.database != ":memory:" else None
+    return url.get_backend_name() == "sqlite" and (file is None or not Path(file).is_file())
+
+
 def not_collector_database(database_url: str) -> str | None:
     """Why `database_url` is not a database the collector has migrated (no such file, never
     migrated: no Alembic version table, cannot be reached), or None when it is; never
     creates one (SQLAlchemy would make a missing SQLite file)."""
-    url = make_url(database_url)
-    on_file = url.database and url.database != ":memory:" and Path(url.database).is_file()
-    if url.get_backend_name() == "sqlite" and not on_file:
+    if _sqlite_not_made(database_url):
         return "no such file"
     database = open_database(database_url, pool_size=1)
     try:
@@ -73,10 +79,8 @@ def at_head(database_url: str) -> bool:
     """Whether the database is migrated to `HEAD_REVISION`, as one read tells (False if it
     was never migrated, or is a SQLite file not made yet). A database that cannot be reached
     raises, as the migration would."""
-    url = make_url(database_url)
-    file = url.database if url.database and url.database != ":memory:" else None
-    if url.get_backend_name() == "sqlite" and (file is None or not Path(file).is_file()):
-        return False  # opening it would make it
+    if _sqlite_not_made(database_url):
+        return False
     database = open_database(database_url, pool_size=1)
     try:
         with database.connect() as connection:
