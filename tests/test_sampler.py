@@ -52,6 +52,17 @@ def samples_of(api: httpx.Client, window_id: str) -> list[dict[str, Any]]:
     return points
 
 
+def wait_stored(api: httpx.Client, window_id: str, samples: int) -> None:
+    """Wait until the open window holds `samples` samples: a sample served is stored a moment
+    later, and one still in flight when the window stops is not the window's."""
+
+    def stored() -> bool | None:
+        taken = sum(point["phase"] == "sample" for point in samples_of(api, window_id))
+        return True if taken >= samples else None
+
+    wait_for(stored, f"{samples} samples of window {window_id} stored")
+
+
 @pytest.mark.parametrize("interval", [0.1, 0.24, 3600.5, -1])
 def test_interval_outside_a_quarter_second_to_an_hour_is_a_422(
     api: httpx.Client, interval: float
@@ -71,8 +82,11 @@ def test_reset_between_samples_is_counted_in_full(api: httpx.Client) -> None:
             api.post("/windows/plain/start", json={"targets": [server.target]}).status_code == 201
         )
         serve_and_wait(server, 1200)
+        wait_stored(api, "sampled", 1)
         serve_and_wait(server, 100)  # the engine restarted
+        wait_stored(api, "sampled", 2)
         serve_and_wait(server, 1500)  # and climbed above its old count
+        wait_stored(api, "sampled", 3)
         sampled = api.post("/windows/sampled/stop").json()["targets"][0]["result"]
         plain = api.post("/windows/plain/stop").json()["targets"][0]["result"]
     drafts = (1200 - 1000) + 100 + (1500 - 100)
@@ -249,7 +263,9 @@ def test_retention_deletes_old_samples_and_keeps_results(team: Team, api: httpx.
             body = {"targets": [server.target], "sample_interval_s": 0.5}
             assert api.post(f"/windows/{window_id}/start", json=body).status_code == 201
             serve_and_wait(server, 1300)
+            wait_stored(api, window_id, 1)
             serve_and_wait(server, 1700)
+            wait_stored(api, window_id, 2)
             api.post(f"/windows/{window_id}/stop")
     results = {
         w: api.get(f"/windows/{w}/results/{server.target}").json() for w in ("old", "recent")
