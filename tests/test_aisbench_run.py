@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.support import clients
-from tests.support.collector import Team, run_simulator, specdec_command
+from tests.support.collector import Team, serve_simulator, specdec_command
 
 ROOT = Path(__file__).parents[1]
 
@@ -52,7 +52,7 @@ def test_aisbench_with_its_own_spec_decode_keeps_its_file_and_gets_ours_beside_i
 ) -> None:
     """The config is found as AISBench finds it (not the decoy in the current folder), its
     file is never overwritten, and each tool's console block says whose it is."""
-    with run_simulator("--drafts-per-s", "0", "--seed", "7") as simulator:
+    with serve_simulator("--drafts-per-s", "0", "--seed", "7") as simulator:
         port = simulator.rsplit(":", 1)[1]
         models = tmp_path / "configs" / "models" / "vllm_api"
         models.mkdir(parents=True)
@@ -94,7 +94,7 @@ def test_aisbench_without_spec_decode_gets_the_aisbench_named_file_in_its_work_d
     """The PyPI release has no spec-decode of its own: the collector's file takes its name,
     in the run folder of `-w` given as an absolute path."""
     work = tmp_path / "elsewhere" / "work"
-    with run_simulator("--drafts-per-s", "0", "--seed", "3") as simulator:
+    with serve_simulator("--drafts-per-s", "0", "--seed", "3") as simulator:
         port = simulator.rsplit(":", 1)[1]
         config = tmp_path / "my_model.py"
         config.write_text(_config(port))
@@ -130,7 +130,7 @@ def test_only_aisbench_s_inference_phase_is_measured_not_the_traffic_before_it(
     """On a shared server, traffic before AISBench's inference phase (here sent while it loads)
     leaked into the whole-command window (+70 % drafts in one run). The phase's bounds come
     from AISBench's own request records; its own file measures the same phase."""
-    with run_simulator("--drafts-per-s", "0", "--seed", "11") as simulator:
+    with serve_simulator("--drafts-per-s", "0", "--seed", "11") as simulator:
         port = simulator.rsplit(":", 1)[1]
         (tmp_path / "cfg.py").write_text(_config(port))
         run = _specdec_run(
@@ -174,7 +174,7 @@ def test_an_aisbench_run_of_several_datasets_gets_a_result_per_dataset(
     whole run's."""
     args = ("--drafts-per-s", "0", "--seed", "7", "--per-request-spec-decode-metrics", "summary")
     answers = tmp_path / "answers.json"
-    with run_simulator(*args) as simulator:
+    with serve_simulator(*args) as simulator:
         port = simulator.rsplit(":", 1)[1]
         (tmp_path / "cfg.py").write_text(_config(port))
         run = _specdec_run(

@@ -17,7 +17,7 @@ from specdec_collector.core.gates import (
     parse_requirement,
 )
 from specdec_collector.core.results import TargetResult
-from tests.support.collector import Team, run_simulator, specdec_command
+from tests.support.collector import Team, serve_simulator, specdec_command
 from tests.support.simulated import sampled_chain
 
 
@@ -95,7 +95,7 @@ def test_specdec_run_exits_with_the_gates_code_and_keeps_a_failed_commands(
             cwd=tmp_path, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
 
-    with run_simulator("--drafts-per-s", "0", "--seed", "8") as simulator:
+    with serve_simulator("--drafts-per-s", "0", "--seed", "8") as simulator:
         target = simulator.removeprefix("http://")
         load = [*specdec_command(), "load", "--url", simulator, "--requests", "20"]
         passed = run("--target", target, "--id", "g-pass", "--require", "acceptance_rate>=1",

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.support import clients
-from tests.support.collector import run_collector, run_simulator
+from tests.support.collector import run_collector, serve_simulator
 from tests.support.metrics_server import free_port
 from tests.support.prometheus_server import prometheus_binary, run_prometheus_config
 
@@ -102,7 +102,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Prometheus, list[str], str, dict[str
     for folder in ("one", "two"):
         (tmp_path / folder).mkdir()
     with (
-        run_simulator(
+        serve_simulator(
             "--acceptance", ",".join(map(str, PROFILE)), "--drafts-per-s", "2000", "--seed", "11"
         ) as simulator,  # fmt: skip
         run_collector(database_url, tmp_path / "one", SPECDEC_REPLICA_ID="collector-1") as one,

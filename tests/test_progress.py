@@ -10,7 +10,7 @@ import time
 import pytest
 
 from specdec_collector.cli.progress import Progress
-from tests.support.collector import run_simulator, specdec_command
+from tests.support.collector import serve_simulator, specdec_command
 from tests.support.metrics_server import free_port
 
 
@@ -89,7 +89,7 @@ def test_wait_ready_says_what_it_waits_for_until_it_answers() -> None:
         assert waiting.stderr is not None
         first = waiting.stderr.readline().rstrip("\n")
         time.sleep(1.5)
-        with run_simulator(port=port):
+        with serve_simulator(port=port):
             stdout, rest = waiting.communicate(timeout=60)
     finally:
         waiting.kill()
@@ -102,7 +102,7 @@ def test_wait_ready_says_what_it_waits_for_until_it_answers() -> None:
 
 
 def test_load_says_how_many_requests_answered_as_it_goes() -> None:
-    with run_simulator("--drafts-per-s", "0", "--step-ms", "5") as url:
+    with serve_simulator("--drafts-per-s", "0", "--step-ms", "5") as url:
         ran = subprocess.run(
             [*specdec_command(), "load", "--url", url, "--requests", "60", "--concurrency", "2",
              "--max-tokens", "16"],

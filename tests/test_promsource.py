@@ -43,8 +43,8 @@ from specdec_collector.core.targets import parse_target
 from specdec_collector.sources.prometheus.api import PrometheusAPI, PrometheusRead
 from tests.support import clients
 from tests.support.collector import (
-    run_simulator,
     serve_collector,
+    serve_simulator,
     specdec_command,
 )
 from tests.support.metrics_server import free_port, serve_metrics
@@ -251,7 +251,7 @@ def test_a_window_read_from_a_real_prometheus_equals_the_direct_scrape(engine: s
     ways see the same counts: the range query's raw samples, and the server's own /metrics.
     Histograms (TGI's, MAX's) and unlabelled counters (FastDeploy's) as Prometheus stores them."""
     args = ("--drafts-per-s", "0", "--seed", "4", "--instances", "2", "--engine", engine)
-    with run_simulator(*args) as simulator:
+    with serve_simulator(*args) as simulator:
         instance = simulator.removeprefix("http://")
         with run_prometheus([instance]) as prometheus:
             wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
@@ -311,7 +311,7 @@ def collector_reading_prometheus(
 def test_windows_read_from_prometheus_live_and_after_the_fact(tmp_path: Path) -> None:
     """A Prometheus-source window equals a scraped window over the same run; one created a
     while after the run, with the run's start and stop times, equals the live one."""
-    with run_simulator("--drafts-per-s", "0", "--seed", "9") as simulator:
+    with serve_simulator("--drafts-per-s", "0", "--seed", "9") as simulator:
         instance = simulator.removeprefix("http://")
         with run_prometheus([instance]) as prometheus:
             wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
@@ -397,7 +397,7 @@ def test_a_stop_looks_for_its_scrape_when_it_is_due() -> None:
             )
         return read
 
-    with run_simulator("--drafts-per-s", "0") as simulator:
+    with serve_simulator("--drafts-per-s", "0") as simulator:
         instance = simulator.removeprefix("http://")
         with run_prometheus([instance], interval_s=3.0) as prometheus:
             first = wait_for(lambda: _scraped_after(prometheus, instance, 0), "a first scrape")
@@ -418,7 +418,7 @@ def test_a_stop_looks_for_its_scrape_when_it_is_due() -> None:
 @pytest.mark.prometheus
 def test_prometheus_failures_are_na_with_their_reason(tmp_path: Path) -> None:
     """A target Prometheus does not scrape, and a Prometheus that does not answer."""
-    with run_simulator("--drafts-per-s", "0") as simulator:
+    with serve_simulator("--drafts-per-s", "0") as simulator:
         instance = simulator.removeprefix("http://")
         with run_prometheus([instance]) as prometheus:
             wait_for(lambda: _has_sample_after(prometheus, instance, 0), "Prometheus' first scrape")
@@ -447,7 +447,7 @@ def test_engine_restarts_inside_a_window_read_from_prometheus_are_counted_in_ful
     """Engine 0 restarts after every 4th request (its counters fall to 0, its `_created`
     moves on). Requests 1.3 s apart are each scraped before the next restart: the window
     counts every draft the client saw streamed, through two restarts, up to the last one."""
-    with run_simulator(
+    with serve_simulator(
         "--drafts-per-s", "0", "--instances", "2", "--reset-after", "4"
     ) as simulator:
         instance = simulator.removeprefix("http://")

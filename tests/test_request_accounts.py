@@ -17,7 +17,7 @@ from specdec_collector.core.request_accounts import (
     render,
     summarise,
 )
-from tests.support.collector import run_simulator, specdec_command
+from tests.support.collector import serve_simulator, specdec_command
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_the_per_request_view_beside_a_windows_counters(
     """`specdec load` against a simulator that tells each request's drafts as vLLM's
     `--per-request-spec-decode-metrics summary` does: the sums are the window's counts."""
     args = ("--drafts-per-s", "0", "--per-request-spec-decode-metrics", "summary", "--seed", "3")
-    with run_simulator(*args) as url:
+    with serve_simulator(*args) as url:
         window = f"accounts-{stream}"
         assert api.post(f"/windows/{window}/start", json={"targets": [url]}).is_success
         out = tmp_path / "requests.json"

@@ -15,7 +15,7 @@ from specdec_collector.cli.exits import Exit, error_text
 from specdec_collector.cli.runner import run_command
 from tests.conftest import ADMIN_KEY
 from tests.support import clients
-from tests.support.collector import Team, run_simulator, specdec_command
+from tests.support.collector import Team, serve_simulator, specdec_command
 from tests.support.metrics_server import free_port, serve_metrics
 from tests.support.payloads import drafts_payload
 from tests.support.waiting import wait_for
@@ -38,7 +38,7 @@ def _run(
 def test_run_measures_writes_results_where_aisbench_put_its_own_and_keeps_the_exit_code(
     team: Team, tmp_path: Path
 ) -> None:
-    with run_simulator("--drafts-per-s", "0", "--seed", "7") as simulator:
+    with serve_simulator("--drafts-per-s", "0", "--seed", "7") as simulator:
         target = simulator.removeprefix("http://")
         benchmark = (
             "mkdir -p outputs/default/20261130_101010/performances/vllm-api && "

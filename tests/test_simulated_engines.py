@@ -15,7 +15,7 @@ from specdec_collector.core.engine_figures import (
 )
 from specdec_collector.core.figures import UNSEEN_RESTART, V0_REASON
 from specdec_collector.simulator.server import SimulatedServer
-from tests.support.collector import run_simulator
+from tests.support.collector import serve_simulator
 from tests.support.streaming import streamed_requests
 
 K = 3
@@ -60,7 +60,7 @@ def _measured(
     api: httpx.Client, engine: str, path: str, requests: int
 ) -> tuple[dict[str, Any], list[list[int]]]:
     args = ("--engine", engine, "--acceptance", "0.8,0.5,0.3", "--seed", "5")
-    with run_simulator(*args) as url:
+    with serve_simulator(*args) as url:
         window = f"sim-{engine}"
         assert api.post(f"/windows/{window}/start", json={"targets": [url + path]}).is_success
         seen = streamed_requests(url, requests)

@@ -14,7 +14,7 @@ import httpx
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.figures import build_result
 from specdec_collector.core.throughput import speedup
-from tests.support.collector import Team, run_simulator, specdec_command
+from tests.support.collector import Team, serve_simulator, specdec_command
 from tests.support.metrics_server import free_port
 
 URL = "http://engine:8000/metrics"
@@ -166,7 +166,7 @@ def test_a_windows_throughput_is_what_the_load_generator_received(
         ("tp-plain", ("--no-spec-decoding",)),
         ("tp-drafting", ("--per-request-spec-decode-metrics", "summary")),
     ):
-        with run_simulator(*args, *extra, port=port) as url:
+        with serve_simulator(*args, *extra, port=port) as url:
             assert api.post(f"/windows/{name}/start", json={"targets": [url]}).is_success
             tokens, accounts = _load(url, tmp_path / f"{name}.json", 12)
             result = api.post(f"/windows/{name}/stop").json()["targets"][0]["result"]

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
-from tests.support.collector import Team, run_simulator, specdec_command
+from tests.support.collector import Team, serve_simulator, specdec_command
 from tests.support.metrics_server import MetricsServer, free_port, serve_metrics
 from tests.support.payloads import InstanceCounters, vllm_payload
 from tests.support.waiting import wait_for
@@ -184,11 +184,11 @@ def test_intervals_the_distribution_throughput_and_speedup_are_drawn(
     sampled long enough for intervals: what the dashboard draws against the API's numbers."""
     port = free_port()
     load = ["load", "--requests", "8", "--concurrency", "4", "--max-tokens", "32"]
-    with run_simulator("--no-spec-decoding", "--step-ms", "1", port=port) as url:
+    with serve_simulator("--no-spec-decoding", "--step-ms", "1", port=port) as url:
         api.post("/windows/ui-plain/start", json={"targets": [url]})
         subprocess.run([*specdec_command(), *load, "--url", url], check=True, timeout=60)
         api.post("/windows/ui-plain/stop")
-    with run_simulator("--step-ms", "1", port=port) as url:
+    with serve_simulator("--step-ms", "1", port=port) as url:
         # The shortest interval a window may have: 22 intervals in ~6 s.
         api.post("/windows/ui-sampled/start", json={"targets": [url], "sample_interval_s": 0.25})
         subprocess.run([*specdec_command(), *load, "--url", url], check=True, timeout=60)

@@ -16,6 +16,7 @@ from specdec_collector.service.connections import GuardedHttpToolsProtocol, rais
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from specdec_collector.simulator.server import SimulatedServer
     from specdec_collector.store.tables import ApiKey
 
 
@@ -92,23 +93,30 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def simulated_server(args: argparse.Namespace) -> "SimulatedServer":
+    """The server `specdec simulate ARGS` serves; `ValueError` naming what is wrong."""
+    from specdec_collector.simulator.server import SimulatedServer
+
+    return SimulatedServer(
+        instances=args.instances,
+        k=len(args.acceptance) if args.acceptance else args.k,
+        drafts_per_s=args.drafts_per_s,
+        acceptance=args.acceptance or (),
+        model_name=args.model_name,
+        reset_after=args.reset_after,
+        seed=args.seed,
+        engine=args.engine,
+        per_request_metrics=args.per_request_spec_decode_metrics == "summary",
+        step_seconds=args.step_ms / 1000,
+        spec_decoding=args.spec_decoding,
+    )
+
+
 def simulate(args: argparse.Namespace) -> int:
-    from specdec_collector.simulator.server import SimulatedServer, create_simulator_app
+    from specdec_collector.simulator.server import create_simulator_app
 
     try:
-        server = SimulatedServer(
-            instances=args.instances,
-            k=len(args.acceptance) if args.acceptance else args.k,
-            drafts_per_s=args.drafts_per_s,
-            acceptance=args.acceptance or (),
-            model_name=args.model_name,
-            reset_after=args.reset_after,
-            seed=args.seed,
-            engine=args.engine,
-            per_request_metrics=args.per_request_spec_decode_metrics == "summary",
-            step_seconds=args.step_ms / 1000,
-            spec_decoding=args.spec_decoding,
-        )
+        server = simulated_server(args)
     except ValueError as exc:
         print(f"specdec simulate: {exc}", file=sys.stderr)
         return 2
