@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdec_collector.core.report import csv_cell
 from tests.conftest import ADMIN_KEY
 from tests.support import clients
-from tests.support.collector import NewTeam, Team, run_collector
+from tests.support.collector import NewTeam, Team, run_collector, serve_collector
 from tests.support.metrics_server import serve_metrics
 from tests.support.netns_probe import METADATA_TARGETS
 from tests.support.payloads import InstanceCounters, drafts_payload, fixture, vllm_payload
@@ -319,12 +319,12 @@ def test_open_mode_answers_only_this_machines_names_and_pages(tmp_path: Path) ->
     """Without keys, on loopback: a web page could reach the service by DNS rebinding (its own
     name resolving to 127.0.0.1) or stop a window with a cross-site form post."""
     with (
-        run_collector(f"sqlite:///{tmp_path}/open.db", tmp_path) as collector,
+        serve_collector(f"sqlite:///{tmp_path}/open.db") as base_url,
         serve_metrics(body=drafts_payload(10)) as server,
     ):
-        api = clients.client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=base_url, timeout=30)
         assert api.post("/windows/o/start", json={"targets": [server.target]}).status_code == 201
-        port = collector.base_url.rsplit(":", 1)[1]
+        port = base_url.rsplit(":", 1)[1]
         rebound = api.get("/windows/o", headers={"Host": f"attacker.example:{port}"})
         assert rebound.status_code == 403
         assert rebound.json()["detail"].startswith("Host is not this machine")
@@ -337,7 +337,7 @@ def test_open_mode_answers_only_this_machines_names_and_pages(tmp_path: Path) ->
         assert api.get("/windows/o").json()["state"] == "open"
         for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]"):
             assert api.get("/windows/o", headers={"Host": host}).status_code == 200
-        own_page = {"Origin": collector.base_url}
+        own_page = {"Origin": base_url}
         assert api.post("/windows/o/stop", headers=own_page).json()["state"] == "closed"
 
 
@@ -346,10 +346,10 @@ def test_a_loopback_service_with_keys_answers_any_host_a_reverse_proxy_sends(
 ) -> None:
     """The open mode's Host check is for a service without keys: once it has one, a same-host
     reverse proxy's public name is answered (the keys protect it)."""
-    keys = {"SPECDEC_API_KEYS": "team-a:write:proxied-key-0123456789"}
-    with run_collector(f"sqlite:///{tmp_path}/keyed.db", tmp_path, **keys) as collector:
+    keys = {"api_keys": "team-a:write:proxied-key-0123456789"}
+    with serve_collector(f"sqlite:///{tmp_path}/keyed.db", **keys) as base_url:
         public = {"Host": "collector.example.com"}
-        api = clients.client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=base_url, timeout=30)
         answers = {path: api.get(path, headers=public) for path in ("/healthz", "/metrics", "/ui/")}
         keyless_call = api.get("/windows", headers=public)
     assert {path: a.status_code for path, a in answers.items()} == dict.fromkeys(answers, 200)
@@ -373,14 +373,15 @@ def test_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_neutralised(
         assert csv_cell(kept) == kept
 
 
-def test_a_teams_sampling_is_held_to_its_scrape_budget(database_url: str, tmp_path: Path) -> None:
+def test_a_teams_sampling_is_held_to_its_scrape_budget(database_url: str) -> None:
     """100 windows x 256 targets at 0.5 s were 51,200 scrapes/s, all aimable at one host."""
-    env = {"SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM": "10"}
     with ExitStack() as stack:
-        collector = stack.enter_context(run_collector(database_url, tmp_path, **env))
+        base_url = stack.enter_context(
+            serve_collector(database_url, max_scrapes_per_second_per_team=10)
+        )
         servers = [stack.enter_context(serve_metrics(body=drafts_payload(1))) for _ in range(4)]
         targets = [server.target for server in servers]
-        api = clients.client(base_url=collector.base_url, timeout=30)
+        api = clients.client(base_url=base_url, timeout=30)
 
         def start(window: str, count: int, interval_s: float | None) -> httpx.Response:
             body = {"targets": targets[:count], "sample_interval_s": interval_s}

@@ -13,7 +13,6 @@ from sqlalchemy.engine import make_url
 from tests.support import clients
 from tests.support.collector import (
     CollectorProcess,
-    run_collector,
     serve_collector,
     specdec_command,
 )
@@ -129,8 +128,8 @@ def test_keys_cli_create_list_revoke(
             [*specdec_command(), "keys", *args], env=env, capture_output=True, text=True, timeout=60
         )
 
-    with run_collector(database_url, tmp_path) as collector:
-        api = clients.client(base_url=collector.base_url, timeout=30)
+    with serve_collector(database_url) as base_url:
+        api = clients.client(base_url=base_url, timeout=30)
         assert api.get("/windows/x").status_code == 404  # open mode: no key needed yet
         created = specdec("create", "--team", "ml", "--role", "write")
         assert created.returncode == 0, created.stderr
