@@ -2,13 +2,20 @@
 deadline, a body has a deadline, and one client address may hold only so many connections."""
 
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import uvicorn
+from fastapi import FastAPI
+
+from specdec_collector.cli.service import EVENT_LOOP
 from tests.support import clients
 from tests.support.collector import CollectorProcess, run_collector
+from tests.support.metrics_server import free_port
+from tests.support.waiting import wait_for
 
 
 def _address(base_url: str) -> tuple[str, int]:
@@ -94,3 +101,77 @@ def test_one_client_address_holds_at_most_its_connections_and_others_still_get_a
     assert closed and answer.startswith(b"HTTP/1.1 503"), answer[:200]
     assert b"too many connections" in answer
     assert healthy.startswith(b"HTTP/1.1 200"), healthy[:200]
+
+
+def _busy_app(served: list[str], release: threading.Event) -> FastAPI:
+    """Endpoints that hold the event loop (a busy collector's turns, made long on purpose)."""
+    app = FastAPI()
+
+    @app.get("/{name}")
+    async def answer(name: str) -> dict[str, str]:
+        served.append(name)
+        if name == "block":  # the loop held until the new connections wait in the kernel
+            release.wait(30)
+        elif name == "busy":
+            time.sleep(0.02)  # noqa: ASYNC251 - one turn of a busy loop
+        return {"served": name}
+
+    return app
+
+
+def _keep_busy(address: tuple[str, int], stop: threading.Event) -> None:
+    """One keep-alive client asking `/busy` back to back: an open connection's turns."""
+    with _connect(address) as sock:
+        reader = sock.makefile("rb")
+        while not stop.is_set():
+            sock.sendall(b"GET /busy HTTP/1.1\r\nHost: x\r\n\r\n")
+            length = 0
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            reader.read(length)
+
+
+def test_connections_that_wait_together_are_all_accepted_at_the_next_turn() -> None:
+    """New connections are accepted all at once, not one per turn of the event loop: a busy
+    service's open connections must not keep the new ones (a benchmark run's start) waiting.
+    uvloop, which uvicorn runs on where it is installed, accepted one per turn: 60 new
+    connections waited through 10-30 turns of the open connection's requests (1-2 here)."""
+    served: list[str] = []
+    release = threading.Event()
+    config = uvicorn.Config(
+        _busy_app(served, release), host="127.0.0.1", port=free_port(), loop=EVENT_LOOP,
+        log_level="warning", backlog=2048,
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: True if server.started else None, "the server to start")
+    address = ("127.0.0.1", config.port)
+    stop = threading.Event()
+    busy = threading.Thread(target=_keep_busy, args=(address, stop), daemon=True)
+    busy.start()
+    try:
+        wait_for(lambda: True if "busy" in served else None, "the open connection's requests")
+        blocking = _connect(address)
+        blocking.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_for(lambda: True if "block" in served else None, "the loop to be held")
+        new = [_connect(address) for _ in range(60)]  # queued in the kernel meanwhile
+        for sock in new:
+            sock.sendall(b"GET /new HTTP/1.1\r\nHost: x\r\n\r\n")
+        release.set()
+        for sock in new:
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            sock.close()
+        blocking.close()
+    finally:
+        release.set()
+        stop.set()
+        busy.join(timeout=10)
+        server.should_exit = True
+        thread.join(timeout=10)
+    after_block = served[served.index("block") + 1 :]
+    last_new = len(after_block) - after_block[::-1].index("new")
+    turns_waited = after_block[:last_new].count("busy")
+    assert after_block.count("new") == 60
+    assert turns_waited <= 4, f"the last new connection waited {turns_waited} busy turns"
