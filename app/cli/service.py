@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 #: is installed). uvloop's libuv accepts one new connection per turn of the loop, so under load
 #: the connections waiting to be accepted piled up in the kernel's queue (40-157 of them at 200
 #: clients, one worker) and a start, the first call on a benchmark run's connection, waited
-#: about a second before the service saw it: p99 start 2.0-2.6 s against stop 1.2-1.3 s.
+#: about a second before the service saw it: p99 start 2.0-2.6 s against stop 1.2-1.4 s.
 #: asyncio's loop accepts every waiting connection at its next turn: p99 start 1.5-1.9 s, stop
 #: 1.2-1.8 s, as many windows a second (alternating runs); the scrape, API and fleet figures
 #: are unchanged.
