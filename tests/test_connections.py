@@ -8,13 +8,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import uvicorn
 from fastapi import FastAPI
 
 from specdec_collector.cli.service import EVENT_LOOP
 from tests.support import clients
-from tests.support.collector import CollectorProcess, run_collector
-from tests.support.metrics_server import free_port
+from tests.support.collector import CollectorProcess, run_collector, serve_in_thread
 from tests.support.waiting import wait_for
 
 
@@ -139,37 +137,28 @@ def test_connections_that_wait_together_are_all_accepted_at_the_next_turn() -> N
     connections waited through 10-30 turns of the open connection's requests (1-2 here)."""
     served: list[str] = []
     release = threading.Event()
-    config = uvicorn.Config(
-        _busy_app(served, release), host="127.0.0.1", port=free_port(), loop=EVENT_LOOP,
-        log_level="warning", backlog=2048,
-    )  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: True if server.started else None, "the server to start")
-    address = ("127.0.0.1", config.port)
     stop = threading.Event()
-    busy = threading.Thread(target=_keep_busy, args=(address, stop), daemon=True)
-    busy.start()
-    try:
-        wait_for(lambda: True if "busy" in served else None, "the open connection's requests")
-        blocking = _connect(address)
-        blocking.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
-        wait_for(lambda: True if "block" in served else None, "the loop to be held")
-        new = [_connect(address) for _ in range(60)]  # queued in the kernel meanwhile
-        for sock in new:
-            sock.sendall(b"GET /new HTTP/1.1\r\nHost: x\r\n\r\n")
-        release.set()
-        for sock in new:
-            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-            sock.close()
-        blocking.close()
-    finally:
-        release.set()
-        stop.set()
-        busy.join(timeout=10)
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_in_thread(_busy_app(served, release), loop=EVENT_LOOP) as base_url:
+        address = _address(base_url)
+        busy = threading.Thread(target=_keep_busy, args=(address, stop), daemon=True)
+        busy.start()
+        try:
+            wait_for(lambda: True if "busy" in served else None, "the open connection's requests")
+            blocking = _connect(address)
+            blocking.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+            wait_for(lambda: True if "block" in served else None, "the loop to be held")
+            new = [_connect(address) for _ in range(60)]  # queued in the kernel meanwhile
+            for sock in new:
+                sock.sendall(b"GET /new HTTP/1.1\r\nHost: x\r\n\r\n")
+            release.set()
+            for sock in new:
+                assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+                sock.close()
+            blocking.close()
+        finally:
+            release.set()
+            stop.set()
+            busy.join(timeout=10)
     after_block = served[served.index("block") + 1 :]
     last_new = len(after_block) - after_block[::-1].index("new")
     turns_waited = after_block[:last_new].count("busy")

@@ -270,12 +270,13 @@ def serve_collector(database_url: str, **settings: Any) -> Iterator[str]:
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp, port: int | None = None) -> Iterator[str]:
+def serve_in_thread(app: ASGIApp, port: int | None = None, loop: str = "auto") -> Iterator[str]:
     """`app` served by uvicorn in a thread of this process (its lifespan run first) on `port`,
-    else a free one; yields its base URL. For tests that must reach into the service's
-    process, and for servers a test only needs as targets."""
+    else a free one, on the event `loop` uvicorn names; yields its base URL. For tests that
+    must reach into the service's process, and for servers a test only needs as targets."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, loop=loop, log_level="warning")
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + patience(30)
