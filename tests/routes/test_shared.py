@@ -54,10 +54,10 @@ def test_always_denied_targets_are_a_422_naming_them(
 
 def test_allow_list_limits_where_the_collector_connects(database_url: str) -> None:
     with (
-        serve_collector(database_url, allowed_targets="127.0.0.0/8") as collector,
+        serve_collector(database_url, allowed_targets="127.0.0.0/8") as base_url,
         serve_metrics(body=drafts_payload(10)) as ok,
     ):
-        api = clients.client(base_url=collector, timeout=30)
+        api = clients.client(base_url=base_url, timeout=30)
         refused = api.post("/windows/w/start", json={"targets": [ok.target, "10.11.12.13:8000"]})
         assert refused.status_code == 422
         assert refused.json()["detail"][0]["msg"] == (
@@ -102,10 +102,10 @@ def test_limits_of_a_window(database_url: str) -> None:
     limits = {"max_targets_per_window": 4, "max_open_windows_per_team": 2,
               "max_labels_per_window": 3, "max_label_chars": 10}  # fmt: skip
     with (
-        serve_collector(database_url, **limits) as collector,
+        serve_collector(database_url, **limits) as base_url,
         serve_metrics(body=drafts_payload(10)) as server,
     ):
-        api = clients.client(base_url=collector, timeout=30)
+        api = clients.client(base_url=base_url, timeout=30)
         five = [f"127.0.0.1:{port}" for port in range(9001, 9006)]
         too_many = api.post("/windows/w/start", json={"targets": five})
         assert too_many.status_code == 422
