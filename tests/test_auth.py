@@ -112,7 +112,9 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(
     database: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Asked anew on every request (a key made by `specdec keys create` closes it at once),
-    then never again once a key exists; on SQLite from the event loop, not a thread."""
+    then never again once a key exists; from the event loop, not a thread (on PostgreSQL the
+    suite's is on this host: near, its probes allowed more as the suite loads the machine)."""
+    monkeypatch.setattr(small_reads, "NEAR_S", 0.05)
     access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], database)
     on_sqlite = database.dialect.name == "sqlite"
     hops: list[Callable[..., object]] = []
@@ -140,7 +142,8 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(
         assert statements == []
     finally:
         access.close()
-    assert len(hops) == (0 if on_sqlite else 3)
+    # On PostgreSQL one hop: the loop's connection opened (and the server probed) in a thread.
+    assert [getattr(hop, "__name__", hop) for hop in hops] == ([] if on_sqlite else ["_open"])
     reopening = AnonymousAccess(OpenMode.WHILE_NO_ACTIVE_KEY, [], database)
     assert await reopening.is_open() and await reopening.is_open()  # every key revoked
     reopening.close()

@@ -54,7 +54,8 @@ def serve(args: argparse.Namespace) -> int:
     has_keys = bool(env_keys) or active_db_keys(database) > 0
     left = connections_left(database)
     database.dispose()
-    most = workers * 2 * settings.db_pool_size  # each worker's pool and as many in overflow
+    # Each worker's pool and as many in overflow, and its small reads' own (`store.small_reads`).
+    most = workers * (2 * settings.db_pool_size + 1)
     if left is not None and most > left:
         print(
             POOL_WARNING.format(workers=workers, pool=settings.db_pool_size, most=most, left=left),
@@ -151,7 +152,7 @@ def simulate(args: argparse.Namespace) -> int:
 
 POOL_WARNING = (
     "specdec serve: warning: {workers} worker(s) may open up to {most} PostgreSQL connections "
-    "(2 x SPECDEC_DB_POOL_SIZE={pool} each), and the server takes {left} more: under load "
+    "(2 x SPECDEC_DB_POOL_SIZE={pool} + 1 each), and the server takes {left} more: under load "
     "some calls would wait for a connection or fail. Lower SPECDEC_WORKERS or "
     "SPECDEC_DB_POOL_SIZE, or raise PostgreSQL's max_connections."
 )

@@ -156,16 +156,23 @@ class AnonymousAccess:
     """Whether a request without a key is served now (see `OpenMode`), asked by every one.
 
     The keys are read from the database each time (one created by `specdec keys create` or on
-    another replica closes the service at once), as a `SmallReads` (on SQLite from the event
-    loop). Once a key exists in `UNTIL_FIRST_KEY` mode the service is closed for good, and
-    nothing more is read.
+    another replica closes the service at once), as a `SmallReads` (the service's, else its
+    own: on the event loop where the database is at hand). Once a key exists in
+    `UNTIL_FIRST_KEY` mode the service is closed for good, and nothing more is read.
     """
 
-    def __init__(self, mode: OpenMode, env_keys: list[EnvKey], database: Engine) -> None:
+    def __init__(
+        self,
+        mode: OpenMode,
+        env_keys: list[EnvKey],
+        database: Engine,
+        reads: SmallReads | None = None,
+    ) -> None:
         self.mode = mode
         self._env_keys = env_keys
         self._closed_for_good = bool(env_keys) or mode is OpenMode.NEVER
-        self._reads = SmallReads(database)
+        self._own_reads = reads is None  # else the service's, closed by it
+        self._reads = reads or SmallReads(database)
 
     async def is_open(self) -> bool:
         if self._closed_for_good:
@@ -179,7 +186,8 @@ class AnonymousAccess:
         return self.mode.is_open(self._env_keys, database)
 
     def close(self) -> None:
-        self._reads.close()
+        if self._own_reads:
+            self._reads.close()
 
 
 def _lookup(database: Engine, key: str) -> Principal | None:

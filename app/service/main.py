@@ -95,6 +95,11 @@ def create_app(
             logger.exception("the rehearsal of a window failed; the first start compiles it")
         set_series_budget(database, 2 * settings.max_series_per_target)
         client = new_client(settings.scrape_timeout_s)
+        # The process's small reads (the windows', the keys', the sampler's lease scan): on a
+        # PostgreSQL near enough, on the event loop, its connection opened and the server
+        # probed now (`store.small_reads`).
+        reads = SmallReads(database)
+        await reads.prepare()
         sampler = Sampler(
             database,
             client,
@@ -103,13 +108,13 @@ def create_app(
             replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
             scan_interval_s=settings.sampler_scan_s,
             min_free_disk_bytes=settings.min_free_disk_bytes,
+            reads=reads,
         )
         prometheus = PrometheusAPI(settings, client) if settings.prometheus_url else None
         # Writes take turns in their lane (SQLite has one), those that wait together in one
         # transaction; SQLite computes one stop at a time too, PostgreSQL several at once (see
         # `store.lanes`).
         writes = WriteLanes("specdec-writes", database, settings.db_write_lanes)
-        reads = SmallReads(database)
         computations = Lane("specdec-computations", serial=takes_turns(database))
         windows = WindowService(
             database=database,
@@ -133,7 +138,7 @@ def create_app(
             ),
         )
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
-        anonymous = AnonymousAccess(open_mode, env_keys, database)
+        anonymous = AnonymousAccess(open_mode, env_keys, database, reads)
         services = Services(database, env_keys, anonymous, windows, KeyService(database), reads)
         # Asked once now: its connection opened and its query compiled before the first call
         # without a key (~2 ms of it), and a database that has a key closes it from the start.

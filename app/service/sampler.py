@@ -229,6 +229,7 @@ class Sampler:
         replica_id: str = "local",
         scan_interval_s: float = 0.25,
         min_free_disk_bytes: int = 0,
+        reads: SmallReads | None = None,
     ) -> None:
         self.database = database
         self.min_free_disk_bytes = min_free_disk_bytes
@@ -242,7 +243,9 @@ class Sampler:
         self.watched: set[int] = set()
         self._running: set[asyncio.Task[Any]] = set()
         self._scan: asyncio.Task[None] | None = None
-        self._reads = SmallReads(database)  # the lease scan's, four times a second
+        # The lease scan's, four times a second (the service's, closed by it, if given).
+        self._own_reads = reads is None
+        self._reads = reads or SmallReads(database)
         # When each lease this replica holds ends, at the latest, by what it wrote last (the
         # database's end is as late or later: it is reckoned after the write begins).
         self._lease_ends: dict[int, float] = {}
@@ -271,7 +274,8 @@ class Sampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan
             self._scan = None
-        self._reads.close()
+        if self._own_reads:
+            self._reads.close()
         if not self.scheduler.running:
             return
         self.scheduler.pause()  # no new runs; the scheduler's shutdown cancels those running

@@ -217,15 +217,16 @@ def test_serving_beyond_loopback_without_keys_is_refused(database_url: str) -> N
 
 
 def test_serving_more_connections_than_postgresql_takes_is_said(database_url: str) -> None:
-    """8 workers of 2 x 100 pooled connections each, against a PostgreSQL that takes about a
-    hundred: `specdec serve` says so before it serves (here it is then refused: no keys)."""
+    """8 workers of 2 x 100 pooled connections each and one for the small reads, against a
+    PostgreSQL that takes about a hundred: `specdec serve` says so before it serves (here it is
+    then refused: no keys)."""
     env = {**os.environ, "SPECDEC_DATABASE_URL": database_url, "SPECDEC_DB_POOL_SIZE": "100"}
     said = subprocess.run(
         [*specdec_command(), "serve", "--host", "0.0.0.0", "--port", str(free_port()),
          "--workers", "8"],
         env=env, capture_output=True, text=True, timeout=60,
     ).stderr  # fmt: skip
-    warned = "8 worker(s) may open up to 1600 PostgreSQL connections" in said
+    warned = "8 worker(s) may open up to 1608 PostgreSQL connections" in said
     assert warned == database_url.startswith("postgresql"), said
     if warned:
         assert "raise PostgreSQL's max_connections" in said

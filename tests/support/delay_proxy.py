@@ -58,27 +58,37 @@ def _wait_listening(port: int, process: "subprocess.Popen[bytes]") -> None:
 @contextmanager
 def postgres_farther(database_url: str, delay_s: float) -> Iterator[str]:
     """`database_url` (PostgreSQL) through a forwarder that delays `delay_s` each way."""
+    with postgres_forwarded(database_url, delay_s) as (far, _forwarder):
+        yield far
+
+
+@contextmanager
+def postgres_forwarded(
+    database_url: str, delay_s: float
+) -> Iterator[tuple[str, "subprocess.Popen[bytes]"]]:
+    """`database_url` (PostgreSQL) through a forwarder that delays `delay_s` each way, and the
+    forwarder's process (stopped with SIGSTOP, it holds every byte: a server that hangs)."""
     url = make_url(database_url)
     socket_folder = url.query.get("host")
     if isinstance(socket_folder, str) and socket_folder.startswith("/"):
         upstream = f"{socket_folder}/.s.PGSQL.{url.port or 5432}"
     else:
         upstream = f"{url.host or 'localhost'}:{url.port or 5432}"
-    with delayed(upstream, delay_s) as port:
+    with delayed(upstream, delay_s) as (port, forwarder):
         far = url.difference_update_query(["host"]).set(host="127.0.0.1", port=port)
-        yield far.render_as_string(hide_password=False)
+        yield far.render_as_string(hide_password=False), forwarder
 
 
 @contextmanager
-def delayed(upstream: str, delay_s: float) -> Iterator[int]:
-    """The port of a forwarder to `upstream` (a Unix socket's path, or HOST:PORT) on
-    127.0.0.1, delaying `delay_s` each way."""
+def delayed(upstream: str, delay_s: float) -> Iterator[tuple[int, "subprocess.Popen[bytes]"]]:
+    """The port and process of a forwarder to `upstream` (a Unix socket's path, or HOST:PORT)
+    on 127.0.0.1, delaying `delay_s` each way."""
     port = free_port()
     command = [sys.executable, "-m", "tests.support.delay_proxy", str(port), upstream, str(delay_s)]
     process = subprocess.Popen(command)
     try:
         _wait_listening(port, process)
-        yield port
+        yield port, process
     finally:
         process.kill()
         process.wait()
