@@ -3,7 +3,10 @@
 
 import asyncio
 import signal
+import subprocess
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +117,26 @@ def _one(where: list[bool]) -> Any:
     return read
 
 
+@asynccontextmanager
+async def _reads_through_forwarder(
+    services: SessionServices, folder: Path, delay_s: float
+) -> AsyncIterator[tuple[SmallReads, Engine, "subprocess.Popen[bytes]"]]:
+    """`SmallReads`, prepared, on a fresh PostgreSQL schema reached through a forwarder that
+    delays `delay_s` each way; the threads' engine, and the forwarder's process."""
+    with (
+        services.fresh_database("postgresql", folder) as url,
+        postgres_forwarded(url, delay_s) as (forwarded_url, forwarder),
+    ):
+        database = open_database(forwarded_url)
+        reads = SmallReads(database)
+        try:
+            await reads.prepare()
+            yield reads, database, forwarder
+        finally:
+            reads.close()
+            database.dispose()
+
+
 @pytest.mark.anyio
 async def test_a_postgresql_farther_away_is_read_in_threads(
     services: SessionServices, tmp_path: Path
@@ -121,19 +144,9 @@ async def test_a_postgresql_farther_away_is_read_in_threads(
     """A PostgreSQL 6 ms away (a forwarder in front of the suite's delays 3 ms each way) is
     found far by the probes of the loop's connection, and its reads run in threads: on the
     loop, each would hold up every other call for its round trip."""
-    with (
-        services.fresh_database("postgresql", tmp_path) as url,
-        postgres_forwarded(url, 0.003) as (far_url, _forwarder),
-    ):
-        database = open_database(far_url)
-        reads = SmallReads(database)
-        where: list[bool] = []
-        try:
-            await reads.prepare()
-            assert [await reads(_one(where)) for _ in range(3)] == [42, 42, 42]
-        finally:
-            reads.close()
-            database.dispose()
+    where: list[bool] = []
+    async with _reads_through_forwarder(services, tmp_path, 0.003) as (reads, _, _):
+        assert [await reads(_one(where)) for _ in range(3)] == [42, 42, 42]
     assert where == [False, False, False]
     assert reads.near is not None and reads.near.round_trip_s is not None
     assert reads.near.round_trip_s >= 0.006 > small_reads.NEAR_S
@@ -149,30 +162,20 @@ async def test_a_read_on_the_loop_from_a_postgresql_that_hangs_is_cut_off_and_ru
     while); the reads after it run in threads too."""
     monkeypatch.setattr(small_reads, "NEAR_S", 0.05)  # the forwarder's own hop, loaded
     monkeypatch.setattr(small_reads, "DEADLINE_S", 0.2)
-    with (
-        services.fresh_database("postgresql", tmp_path) as url,
-        postgres_forwarded(url, 0) as (forwarded_url, forwarder),
-    ):
-        database = open_database(forwarded_url)
-        reads = SmallReads(database)
-        where: list[bool] = []
+    where: list[bool] = []
+    async with _reads_through_forwarder(services, tmp_path, 0) as (reads, database, forwarder):
+        assert await reads(_one(where)) == 42 and where == [True]
+        # The threads' pool holds a connection: the read in a thread waits for the server,
+        # not for a connection to open (which has a timeout of its own).
+        with read_connection(database) as connection:
+            connection.exec_driver_sql("SELECT 1")
+        forwarder.send_signal(signal.SIGSTOP)
+        resume = threading.Timer(patience(2), forwarder.send_signal, [signal.SIGCONT])
+        resume.start()
         try:
-            await reads.prepare()
-            assert await reads(_one(where)) == 42 and where == [True]
-            # The threads' pool holds a connection: the read in a thread waits for the server,
-            # not for a connection to open (which has a timeout of its own).
-            with read_connection(database) as connection:
-                connection.exec_driver_sql("SELECT 1")
-            forwarder.send_signal(signal.SIGSTOP)
-            resume = threading.Timer(patience(2), forwarder.send_signal, [signal.SIGCONT])
-            resume.start()
-            try:
-                assert await reads(_one(where)) == 42
-            finally:
-                resume.join()
             assert await reads(_one(where)) == 42
         finally:
-            reads.close()
-            database.dispose()
+            resume.join()
+        assert await reads(_one(where)) == 42
     assert where == [True, True, False, False]
     assert reads.near is not None and reads.near.watchdog.cut_off == 1
