@@ -21,7 +21,7 @@ from weakref import WeakKeyDictionary
 import pydantic_core
 from sqlalchemy import event, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import (
     DBAPIError,
     DisconnectionError,
@@ -57,6 +57,16 @@ def _read_json(text: str | bytes) -> Any:
 AS_JSON: dict[str, Any] = {"json_serializer": compact_json, "json_deserializer": _read_json}
 
 
+def postgres_connect_args(
+    url: URL, statement_timeout_s: float, connect_timeout_s: float
+) -> dict[str, Any]:
+    """A PostgreSQL connection's arguments: its connect timeout, and its statement timeout
+    beside the options the URL carries (a search_path, say)."""
+    options = str(url.query.get("options", ""))
+    options = f"{options} -c statement_timeout={int(statement_timeout_s * 1000)}".strip()
+    return {"connect_timeout": max(1, math.ceil(connect_timeout_s)), "options": options}
+
+
 def open_database(
     database_url: str,
     *,
@@ -74,19 +84,13 @@ def open_database(
     """
     url = make_url(database_url)
     if url.get_backend_name() == "postgresql":
-        # Keep options the URL carries (a search_path, say) beside the statement timeout.
-        options = str(url.query.get("options", ""))
-        options = f"{options} -c statement_timeout={int(statement_timeout_s * 1000)}".strip()
         database = create_engine(
             url,
             **AS_JSON,
             pool_size=pool_size,
             max_overflow=pool_size,
             pool_timeout=connect_timeout_s,
-            connect_args={
-                "connect_timeout": max(1, math.ceil(connect_timeout_s)),
-                "options": options,
-            },
+            connect_args=postgres_connect_args(url, statement_timeout_s, connect_timeout_s),
         )
         _check_when_idle(database)
         return database

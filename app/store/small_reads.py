@@ -50,7 +50,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import StaticPool
 from starlette.concurrency import run_in_threadpool
 
-from specdec_collector.store.db import AS_JSON
+from specdec_collector.store.db import AS_JSON, postgres_connect_args
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -148,16 +148,12 @@ class _NearPostgres:
     on one connection of their own (see the module)."""
 
     def __init__(self, database: Engine) -> None:
-        url = database.url
-        # Keep options the URL carries (a search_path, say) beside the statement timeout.
-        options = str(url.query.get("options", ""))
-        options = f"{options} -c statement_timeout={int(DEADLINE_S * 1000)}".strip()
         self.engine = create_engine(
-            url,
+            database.url,
             **AS_JSON,
             poolclass=StaticPool,
             isolation_level="AUTOCOMMIT",
-            connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "options": options},
+            connect_args=postgres_connect_args(database.url, DEADLINE_S, CONNECT_TIMEOUT_S),
         )
         self.watchdog = _Watchdog()
         self._socket: int | None = None  # its connection's, once opened
