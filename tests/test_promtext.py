@@ -29,10 +29,10 @@ from specdec_collector.core.counters import (
     spellings,
 )
 from specdec_collector.core.exposition import (
-    _COMPANION_PATTERNS,
     ExtractionError,
     SeriesKey,
     SeriesValue,
+    _lines_read,
     any_of,
     extract_spec_decode,
 )
@@ -196,6 +196,9 @@ def test_the_same_series_twice_raises() -> None:
     twice = 'series given twice: vllm:spec_decode_num_drafts_total{engine="0"}$'
     with pytest.raises(ExtractionError, match=twice):
         extract_spec_decode(line + line)
+    quoted = '{"vllm:spec_decode_num_drafts_total", engine="0"} 1\n'
+    with pytest.raises(ExtractionError, match=twice):
+        extract_spec_decode(line + quoted)
 
 
 def test_labels_text_round_trip() -> None:
@@ -364,8 +367,8 @@ def test_counters_above_two_to_the_53_are_refused_and_a_non_finite_created_is_ig
         assert (value.value, value.created) == (5.0, None)
 
 
-def test_a_line_holding_two_markers_is_read_once() -> None:
-    """A label value may hold another schema's marker: the line is still one sample."""
+def test_a_line_naming_other_series_in_a_label_is_read_once() -> None:
+    """A label value may name another schema's series: the line is still one sample."""
     text = (
         'vllm:spec_decode_num_drafts_total{note="sglang:spec_verify_calls"} 4\n'
         'other_metric{note="spec_decode_"} 1\n'
@@ -446,24 +449,36 @@ def test_any_of_matches_where_any_word_starts(words: list[str], text: str) -> No
     assert any_of(["vllm:a", "vllm:b", "vllm_a"]) == "vllm(?::(?:a|b)|_a)"
 
 
-def test_the_companions_search_finds_their_samples_not_the_families_they_begin() -> None:
-    """A companion's samples are found in every form (`_total`, `_created`, no labels, a
-    quoted name, the escaped spelling); a family whose name merely begins with a companion's
-    is passed over, and so is a histogram's bucket."""
-    (vllm,) = (pattern for engine, pattern in _COMPANION_PATTERNS if engine == "vllm")
+def test_the_line_search_finds_the_samples_read_not_the_families_they_begin() -> None:
+    """A sample read is found in every form (`_total`, `_created`, no labels, a quoted name,
+    the escaped spelling, a histogram's `_count` and its `_created`), first line or not; a
+    family whose name merely begins with one is passed over, and so are a histogram's bucket,
+    a name in a comment or a label, and a line with leading blanks."""
     found = [
         'vllm:prompt_tokens_total{engine="0"} 5',
         "vllm:prompt_tokens_created 1.7e9",
         "vllm:generation_tokens_total\t5",
         '{"vllm:generation_tokens_total", engine="0"} 5',
+        '{"vllm:spec_decode_num_drafts_total"} 5',
         "vllm_generation_tokens_total 5",
         'vllm:e2e_request_latency_seconds_count{engine="0"} 3',
+        "vllm:e2e_request_latency_seconds_created 1.7e9",
+        "sglang_spec_verify_calls_total 4",
+        "vllm:spec_decode_draft_acceptance_rate 0.5",
     ]
     passed_over = [
         'vllm:prompt_tokens_by_source_total{source="cache"} 5',
         "vllm:prompt_tokens_cached_total 5",
         'vllm:e2e_request_latency_seconds_bucket{le="1"} 3',
         "vllm:generation_tokens_per_second 5",
+        "vllm:generation_tokens 5",
+        "# HELP vllm:generation_tokens_total Generated tokens.",
+        'other_metric{name="vllm:generation_tokens_total"} 1',
+        " vllm:generation_tokens_total 5",
     ]
-    assert [line for line in found if vllm.search(line) is None] == []
-    assert [line for line in passed_over if vllm.search(line) is not None] == []
+    for line in found:
+        assert _lines_read(f"{line}\n")[0] != [], line
+        assert [start for start, _ in _lines_read(f"x 1\n{line}\n")[0]] == [4], line
+    for line in passed_over:
+        assert _lines_read(f"{line}\n{line}\n") == ([], []), line
+    assert _lines_read("# EOF\nx 1\n# EOFx\n# EOF\n")[1] == [0, 10, 17]

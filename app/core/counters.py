@@ -2,9 +2,8 @@
 
 A schema names the sample families of one engine's `/metrics` that hold each role (drafts,
 draft tokens, accepted tokens, accepted tokens per position, ...), the label that holds the
-position, the prefix every one of its families starts with, and a marker: a substring of
-their names that one pass over the payload finds (the extraction looks only at the lines that
-hold a marker). Extraction keys each series by its engine,
+position and the prefix every one of its families starts with (the extraction looks only at
+the lines of the sample names they give, `SAMPLE_NAMES`). Extraction keys each series by its engine,
 role and labels; the arithmetic (`core.arithmetic`) works per engine on roles. What each engine
 exposes, and where that is written down, is in docs/engines.md.
 """
@@ -137,13 +136,9 @@ class CounterSchema:
     # Gauges with the position in their name (FastDeploy's `..._rate_0`, `..._rate_1`):
     # name without the position -> role; read for positions 0 to `MAX_NAMED_POSITIONS` - 1.
     named_positions: dict[str, Role] = field(default_factory=dict)
-    # A substring of the name of every family and gauge but the companions: the extraction
-    # finds their lines by searching for it, in one pass shared by the schemas that share it.
-    marker: str = "spec_decode_"
     # Families and samples read only on a server that shows another family of the schema
-    # (the witnesses: they exist without speculative decoding): found by name once one is, or
-    # once a `WITNESS_MARKERS` line is on a payload without spec-decode series. Their names
-    # may lie outside `prefix`.
+    # (the witnesses: they exist without speculative decoding), or, on a payload without
+    # spec-decode series, one that shows generated tokens. Their names may lie outside `prefix`.
     companions: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -155,10 +150,10 @@ class CounterSchema:
         ]
         if stray:
             raise ValueError(f"{self.engine}: families outside prefix {self.prefix!r}: {stray}")
-        unmarked = [n for n in names if self.marker not in n and n not in self.companions]
         named = self.families.keys() | self.gauges.keys() | self.samples.keys()
-        if unmarked or not self.companions <= named:
-            raise ValueError(f"{self.engine}: families without marker {self.marker!r}: {unmarked}")
+        if not self.companions <= named:
+            unnamed = sorted(self.companions - named)
+            raise ValueError(f"{self.engine}: companions that are not its families: {unnamed}")
 
 
 def _under(prefix: str, families: dict[str, Role]) -> dict[str, Role]:
@@ -256,8 +251,6 @@ SGLANG = CounterSchema(
     position_label="position",
     # SGLang 0.5.23: the draft tokens a verify call checks now (AutoSpec changes it).
     gauges={"sglang:spec_num_draft_tokens": Role.ACTIVE_DRAFT_TOKENS},
-    # Without the colon: OpenMetrics from prometheus_client >= 0.23 writes `sglang_spec_...`.
-    marker="spec_verify_calls",
     companions=frozenset(
         {"sglang:generation_tokens", "sglang:num_requests", "sglang:spec_num_draft_tokens"}
     ),
@@ -336,7 +329,6 @@ TGI = CounterSchema(
     prefix="tgi_request_skipped_tokens",
     families={},
     position_label="le",
-    marker="tgi_request_skipped_tokens",
     samples={
         "tgi_request_skipped_tokens_count": Role.STEPS,
         "tgi_request_skipped_tokens_sum": Role.SKIPPED_TOKENS,
@@ -366,18 +358,12 @@ VLLM_DIFFUSION = CounterSchema(
         },
     ),
     position_label="position",
-    marker="diffusion_num_",
 )
 
 #: Every engine the extraction reads.
 SCHEMAS: tuple[CounterSchema, ...] = (
     VLLM_V1, LLAMACPP, TRTLLM, SGLANG, LMDEPLOY, MAX, FASTDEPLOY, TGI, UNISERVE, VLLM_DIFFUSION,
 )  # fmt: skip
-
-#: Substrings of every witness family's name (`generation_tokens` of vLLM, SGLang, LMDeploy
-#: and FastDeploy, llama.cpp's `tokens_predicted`): on a payload without spec-decode series,
-#: the lines that hold one tell which engine's witnesses to read.
-WITNESS_MARKERS = ("generation_tokens", "tokens_predicted")
 
 #: The most positions read from gauges that carry theirs in their name.
 MAX_NAMED_POSITIONS = 16
@@ -457,3 +443,40 @@ def role_of_sample(name: str) -> tuple[tuple[ServingEngine, Role] | None, bool]:
         base = name[: -len("_created")]
         return ROLE_OF_FAMILY.get(base) or ROLE_OF_SAMPLE.get(base + "_count"), True
     return ROLE_OF_GAUGE.get(name), False
+
+
+#: Every sample name some schema reads (`role_of_sample` knows it), both spellings: counters'
+#: `_total` and `_created`, histograms' parts (a `_count`'s `_created` too), gauges.
+SAMPLE_NAMES: frozenset[str] = frozenset(
+    name
+    for name in (
+        *(family + suffix for family in ROLE_OF_FAMILY for suffix in ("_total", "_created")),
+        *ROLE_OF_SAMPLE,
+        *(
+            name[: -len("_count")] + "_created"
+            for name in ROLE_OF_SAMPLE
+            if name.endswith("_count")
+        ),
+        *ROLE_OF_GAUGE,
+    )
+    if role_of_sample(name)[0] is not None
+)
+
+
+def _forms(name: str) -> set[str]:
+    """The sample names a family, histogram part or gauge `name` may be written as."""
+    return {
+        form
+        for spelling in spellings(name)
+        for form in (spelling, spelling + "_total", spelling + "_created")
+    } | {spelling[: -len("_count")] + "_created" for spelling in spellings(name)}
+
+
+#: The sample names of the schemas' companions (`CounterSchema.companions`) -> (engine, role).
+COMPANIONS: dict[str, tuple[ServingEngine, Role]] = {
+    name: found
+    for schema in SCHEMAS
+    for family in schema.companions
+    for name in sorted(_forms(family) & SAMPLE_NAMES)
+    if (found := role_of_sample(name)[0]) is not None
+}

@@ -1,9 +1,10 @@
 """Extraction of spec-decode series from Prometheus exposition text.
 
 A vLLM `/metrics` payload is 60 KB to 700 KB, of which the spec-decode samples are a few
-dozen lines. Instead of parsing every family, `extract_spec_decode` jumps from one line that
-holds a schema's marker (``spec_decode_``; see `core.counters`) to the next with `str.find`
-and parses only those lines; a line seen before is not parsed again.
+dozen lines. Instead of parsing every family, `extract_spec_decode` finds the lines whose
+sample name a schema reads (`core.counters.SAMPLE_NAMES`) in one pass of one pattern, which
+looks only at the start of each line, and parses only those; a line seen before is not parsed
+again.
 It reads both the text format 0.0.4 and OpenMetrics 1.0: the sample names are the same,
 only the family bookkeeping (which we skip) differs.
 
@@ -18,15 +19,13 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from specdec_collector.core.counters import (
+    COMPANIONS,
     GAUGES,
     POSITION_IN_NAME,
-    SCHEMAS,
-    WITNESS_MARKERS,
-    CounterSchema,
+    SAMPLE_NAMES,
     Role,
     ServingEngine,
     role_of_sample,
-    spellings,
 )
 
 # One sample line: name, optional label set (quoted values may hold `}`, `,`, `"` escaped),
@@ -49,6 +48,13 @@ _ESCAPE = re.compile(r'\\([\\"n])')
 _NUMBER = re.compile(
     r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?)"
     r"|[Nn][Aa][Nn]",
+    re.ASCII,
+)
+#: What follows a sample's name (`_SAMPLE` from the name on), its value a number.
+_AFTER_NAME = re.compile(
+    r'(?:\{(?P<labels>(?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+)\})?'
+    rf"[ \t]+(?P<value>{_NUMBER.pattern})"
+    r"(?:[ \t]+(?P<timestamp>[^ \t#]+))?(?:[ \t]+#.*)?[ \t]*",
     re.ASCII,
 )
 # A sample line whose name is quoted inside its braces (Prometheus 3's UTF-8 names):
@@ -116,7 +122,13 @@ def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 
-_NAME_END = re.compile(r"[{ \t]")
+#: Sample name -> its (engine, role) and whether it is a `_created`, for every name read.
+_ROLES = {
+    name: (found, is_created)
+    for name in SAMPLE_NAMES
+    for found, is_created in (role_of_sample(name),)
+    if found is not None
+}
 
 
 class _Sample(NamedTuple):
@@ -136,28 +148,23 @@ _PARSED_MAX_ENTRIES = 16_384
 _PARSED_MAX_LINE = 512
 
 
-def _sample_of(line: str, limits: ExtractionLimits) -> _Sample | None:
-    """The sample of a line, None for a line of a family no schema reads; raises
+def _sample_of(line: str, name: str, limits: ExtractionLimits) -> _Sample:
+    """The sample of a line whose sample name is `name` (one of `SAMPLE_NAMES`); raises
     `ExtractionError` for a line that is not a readable counter."""
     if line.startswith('{"'):
         line = _unquoted_name(line)
-    # The name first: a line of a family no schema reads (one that merely holds a marker in a
-    # label, say) is skipped without the full match.
-    end = _NAME_END.search(line)
-    found, is_created = role_of_sample(line[: end.start()] if end else line)
-    if found is None:
-        return None
+    found, is_created = _ROLES[name]
     engine, role = found
-    match = _SAMPLE.fullmatch(line)
+    # One match from the end of the name: labels, and a value that is a number as Prometheus
+    # reads it (Go's ParseFloat; Python's float also takes `1_000` and digits of other scripts).
+    match = _AFTER_NAME.fullmatch(line, len(name))
     if match is None:
-        raise ExtractionError(f"malformed sample line: {line[:200]}")
-    name = match["name"]
-    # As Prometheus reads it (Go's ParseFloat): Python's float also takes `1_000` and digits
-    # of other scripts.
-    if _NUMBER.fullmatch(match["value"]) is None:
+        whole = _SAMPLE.fullmatch(line)
+        if whole is None:
+            raise ExtractionError(f"malformed sample line: {line[:200]}")
         raise ExtractionError(f"value is not a number in line: {line[:200]}")
-    number = float(match["value"])
-    value = checked_value(number, match["value"], name, is_created or role in GAUGES)
+    shown = match["value"]
+    value = checked_value(float(shown), shown, name, is_created or role in GAUGES)
     label_text = match["labels"] or ""
     _check_label_chars(len(label_text), name, limits)
     labels = _parse_labels(label_text)
@@ -199,18 +206,17 @@ def _check_label_chars(chars: int, name: str, limits: ExtractionLimits) -> None:
         )
 
 
-def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
+def _parse_line(line: str, name: str, series: Series, limits: ExtractionLimits) -> None:
+    """Parse a line whose sample name is `name` into `series`."""
     sample = _PARSED.get(line)
     if sample is None:
-        sample = _sample_of(line, limits)
-        if sample is None:
-            return
+        sample = _sample_of(line, name, limits)
         if len(line) <= _PARSED_MAX_LINE:
             if len(_PARSED) >= _PARSED_MAX_ENTRIES:
                 _PARSED.clear()  # a server whose lines all change: start over, stay bounded
             _PARSED[line] = sample
     elif sample.label_chars > limits.max_label_chars:  # parsed under other limits
-        _check_label_chars(sample.label_chars, line.partition("{")[0], limits)
+        _check_label_chars(sample.label_chars, name, limits)
     if sample.value is None:
         return
     key = sample.key
@@ -222,7 +228,7 @@ def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
             )
         slot = series[key] = SeriesValue()
     if (slot.created if sample.is_created else slot.value) is not None:
-        match = _SAMPLE.fullmatch(line)
+        match = _SAMPLE.fullmatch(_unquoted_name(line) if line.startswith('{"') else line)
         assert match is not None  # it parsed
         raise ExtractionError(f"series given twice: {match['name']}{{{match['labels'] or ''}}}")
     if sample.is_created:
@@ -231,31 +237,12 @@ def _parse_line(line: str, series: Series, limits: ExtractionLimits) -> None:
         slot.value = sample.value
 
 
-#: The markers searched for (see `CounterSchema.marker`), each once.
-_MARKERS = tuple(dict.fromkeys(schema.marker for schema in SCHEMAS))
-
-
-def _companion_markers(schema: CounterSchema) -> tuple[str, ...]:
-    """A schema's companions' names, which are their own markers, in both spellings; a
-    histogram's `_count` with its `_created` (its buckets, never read, are not searched)."""
-    names = [
-        name
-        for family in schema.companions
-        for name in (
-            (family, family[: -len("_count")] + "_created")
-            if family.endswith("_count")
-            else (family,)
-        )
-    ]
-    return tuple(spelling for name in names for spelling in spellings(name))
-
-
 def any_of(words: Iterable[str]) -> str:
     """A regular expression that matches where any of `words` starts, each shared prefix
-    written once (`vllm(?::(?:generation_tokens|prompt_tokens)|_(?:...))`). The engine then
-    skips to its literal prefix by a fast search and tries the rest only there; a plain
-    alternation of the words is tried word by word at each offset (on a 60 KB vLLM payload,
-    105-194 us a pass, by the order the words came in, against 64 us)."""
+    written once (`vllm(?::(?:generation_tokens|prompt_tokens)|_(?:...))`). The engine tries
+    the rest of a word only after its first characters matched; a plain alternation of the
+    words is tried word by word (on a 60 KB vLLM payload, 105-194 us a pass, by the order the
+    words came in, against 64 us)."""
     trie: dict[str, dict[str, Any]] = {}
     for word in words:
         node = trie
@@ -272,52 +259,60 @@ def any_of(words: Iterable[str]) -> str:
     return written(trie)
 
 
-#: Where a companion's sample name ends (`role_of_sample`): at once, or after a counter's
-#: `_total` or `_created`; then come its labels, its value, or the quote of a quoted name.
-#: Names that merely begin with a companion's (`vllm:prompt_tokens_by_source_total`,
-#: `vllm:prompt_tokens_cached_total`) are passed over: on an eight-engine vLLM payload, 80 of
-#: the 194 lines that the names alone find.
-_NAME_ENDS = r'(?=(?:_total|_created)?[{ \t"])'
-
-#: Each engine's companion markers (`_companion_markers`) as one pattern: a single pass over
-#: the payload finds every one of their lines (a search per name and spelling cost a pass each,
-#: most of a scrape's time on a large payload).
-_COMPANION_PATTERNS = tuple(
-    (schema.engine, re.compile(any_of(_companion_markers(schema)) + _NAME_ENDS))
-    for schema in SCHEMAS
-    if schema.companions
-)
+_NAMES = any_of(sorted(SAMPLE_NAMES))
+#: The start of a line that extraction reads: a sample name some schema reads, followed by
+#: its labels or value (`vllm:prompt_tokens_total{`), or quoted in braces (Prometheus 3's
+#: UTF-8 names: `{"vllm:prompt_tokens_total"`); or an OpenMetrics `# EOF`. Names that merely
+#: begin with one (`vllm:prompt_tokens_cached_total`, a histogram's `_bucket`) are passed over.
+_LINE_START = rf'(?:{_NAMES}(?=[{{ \t])|\{{"{_NAMES}"|# EOF)'
+#: One pass of this pattern finds every such line after the first: the engine skips from one
+#: newline to the next and tries the names, each shared prefix once, only there. A search of
+#: the payload per marker, one for the companions and one for `# EOF` cost a pass each: six
+#: passes of a 350 KB eight-engine payload took 0.7 ms, this one 0.3 ms.
+_LINE = re.compile("\n" + _LINE_START)
+_FIRST_LINE = re.compile(_LINE_START)
 
 
 def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()) -> Series:
     """Return the spec-decode series of an exposition payload, keyed by role and labels.
 
-    Only lines that hold a schema's marker are looked at (and a schema's companion families,
-    once another of its families has shown; on a payload without spec-decode series, the
-    witnesses of the engines whose `WITNESS_MARKERS` lines show); the rest of the payload is
-    skipped by substring search. A `_created` sample fills `SeriesValue.created` and is never
-    counted. A series that has only a `_created` sample is dropped. Reading stops at an
-    OpenMetrics ``# EOF`` line. Raises `ExtractionError` on a payload cut off mid-line, a
-    malformed spec-decode line, a negative, non-finite or inexact (above 2**53) counter, a
-    series given twice, or more series or longer label sets than `limits` allow. A non-finite
-    `_created` is ignored.
+    Only the lines whose sample name a schema reads are parsed; one pattern finds them
+    (`_LINE`) and skips the rest. A schema's companions (`CounterSchema.companions`) count
+    only on a server that shows another of its families; on a payload without any such
+    family, those of the engines that show generated tokens. A `_created` sample fills
+    `SeriesValue.created` and is never counted. A series that has only a `_created` sample is
+    dropped. Reading stops at an OpenMetrics ``# EOF`` line. Raises `ExtractionError` on a
+    payload cut off mid-line, a malformed line of a series it reads, a negative, non-finite
+    or inexact (above 2**53) counter, a series given twice, or more series or longer label
+    sets than `limits` allow. A non-finite `_created` is ignored.
     """
-    series: Series = {}
-    limit = _eof_offset(text)
+    lines, eofs = _lines_read(text)
+    limit = _eof_offset(text, eofs)
     if limit == len(text) and text and not text.endswith("\n"):
         # Every exposition line ends with a newline: an answer without one was cut off.
         raise ExtractionError("payload cut off mid-line (no final newline)")
-    read: set[int] = set()  # starts of the lines parsed: a line with two markers counts once
-    for marker in _MARKERS:
-        _extract_marked(text, limit, marker, series, limits, read)
+    series: Series = {}
+    companions: list[tuple[str, str, ServingEngine, Role]] = []
+    for start, name in lines:
+        end = text.find("\n", start, limit)
+        line = text[start : limit if end == -1 else end]
+        if line.endswith("\r"):
+            line = line[:-1]
+        companion = COMPANIONS.get(name)
+        if companion is None:
+            _parse_line(line, name, series, limits)
+        else:
+            companions.append((line, name, *companion))
     spec_decode = any(value.value is not None for value in series.values())
-    if not series:  # no spec decoding: the witnesses alone, found by their own markers
-        for marker in WITNESS_MARKERS:
-            _extract_marked(text, limit, marker, series, limits, read)
+    if not series:  # no spec decoding: the witnesses of the engines that generated tokens
+        for line, name, _, role in companions:
+            if role is Role.GENERATION_TOKENS:
+                _parse_line(line, name, series, limits)
+        companions = [c for c in companions if c[3] is not Role.GENERATION_TOKENS]
     engines = {key.engine for key in series}
-    for engine, pattern in _COMPANION_PATTERNS:
+    for line, name, engine, _ in companions:
         if engine in engines:
-            _extract_matched(text, limit, pattern, series, limits, read)
+            _parse_line(line, name, series, limits)
     found = {key: value for key, value in series.items() if value.value is not None}
     if not spec_decode:
         found.update(
@@ -370,49 +365,29 @@ def spec_like_families(text: str) -> list[str]:
     return sorted(names)
 
 
-def _extract_marked(
-    text: str, limit: int, marker: str, series: Series, limits: ExtractionLimits, read: set[int]
-) -> None:
-    """Parse every sample line of `text[:limit]` that holds `marker` into `series`."""
-    found = text.find(marker, 0, limit)
-    while found != -1:
-        end = _read_line_at(text, found, limit, series, limits, read)
-        found = text.find(marker, end, limit)
+def _lines_read(text: str) -> tuple[list[tuple[int, str]], list[int]]:
+    """The lines of `text` that `_LINE_START` finds: (offset, sample name) of each sample
+    line, and the offset of each `# EOF`."""
+    lines: list[tuple[int, str]] = []
+    eofs: list[int] = []
+    first = _FIRST_LINE.match(text)
+    for match, start in (
+        *(((first, 0),) if first is not None else ()),
+        *((match, match.start() + 1) for match in _LINE.finditer(text)),
+    ):
+        end = match.end()
+        if text.startswith("#", start):
+            eofs.append(start)
+        elif text.startswith("{", start):  # quoted: `{"name"`
+            lines.append((start, text[start + 2 : end - 1]))
+        else:
+            lines.append((start, text[start:end]))
+    return lines, eofs
 
 
-def _extract_matched(
-    text: str,
-    limit: int,
-    pattern: re.Pattern[str],
-    series: Series,
-    limits: ExtractionLimits,
-    read: set[int],
-) -> None:
-    """Parse every sample line of `text[:limit]` that `pattern` matches into `series`."""
-    found = pattern.search(text, 0, limit)
-    while found is not None:
-        end = _read_line_at(text, found.start(), limit, series, limits, read)
-        found = pattern.search(text, end, limit)
-
-
-def _read_line_at(
-    text: str, at: int, limit: int, series: Series, limits: ExtractionLimits, read: set[int]
-) -> int:
-    """Parse the line of `text` that holds offset `at` into `series` (a comment, or a line
-    parsed before, is skipped); the offset of its end."""
-    start = text.rfind("\n", 0, at) + 1
-    end = text.find("\n", at, limit)
-    if end == -1:
-        end = limit
-    if text[start] != "#" and start not in read:
-        read.add(start)
-        line = text[start:end]
-        _parse_line(line[:-1] if line.endswith("\r") else line, series, limits)
-    return end
-
-
-def _eof_offset(text: str) -> int:
-    """Offset of the OpenMetrics `# EOF` line that ends the payload, else the payload's length.
+def _eof_offset(text: str, eofs: list[int]) -> int:
+    """Offset of the OpenMetrics `# EOF` line that ends the payload, else the payload's length;
+    `eofs` are the offsets of the lines that begin with `# EOF`.
 
     OpenMetrics allows nothing after `# EOF`: a payload with lines after one is refused
     (`ExtractionError`), as Prometheus refuses it.
@@ -420,19 +395,13 @@ def _eof_offset(text: str) -> int:
     end = len(text)
     while end and text[end - 1] in "\r\n":
         end -= 1
-    if text.endswith("# EOF", 0, end) and (end == 5 or text[end - 6] == "\n"):
-        end = max(0, end - 6)
-        limit = end
-    else:
-        limit = len(text)
-    found = text.find("# EOF", 0, end)
-    while found != -1:
-        line_end = text.find("\n", found)
-        whole = text[found : len(text) if line_end == -1 else line_end].rstrip("\r")
-        if (found == 0 or text[found - 1] == "\n") and whole == "# EOF":
+    final = text.endswith("# EOF", 0, end) and (end == 5 or text[end - 6] == "\n")
+    for start in eofs:
+        line_end = text.find("\n", start)
+        whole = text[start : len(text) if line_end == -1 else line_end].rstrip("\r")
+        if whole == "# EOF" and not (final and start == end - 5):
             raise ExtractionError("lines after the OpenMetrics # EOF line that ends a payload")
-        found = text.find("# EOF", found + 5, end)
-    return limit
+    return max(0, end - 6) if final else len(text)
 
 
 def forget_parsed_lines() -> None:
