@@ -475,6 +475,8 @@ def test_the_line_search_finds_the_samples_read_not_the_families_they_begin() ->
         "# HELP vllm:generation_tokens_total Generated tokens.",
         'other_metric{name="vllm:generation_tokens_total"} 1',
         " vllm:generation_tokens_total 5",
+        '{"vllm:generation_tokens_total{x"} 5',
+        'vllm:generation_tokens_total"} 5',
     ]
     for line in found:
         assert _lines_read(f"{line}\n")[0] != [], line
@@ -482,3 +484,9 @@ def test_the_line_search_finds_the_samples_read_not_the_families_they_begin() ->
     for line in passed_over:
         assert _lines_read(f"{line}\n{line}\n") == ([], []), line
     assert _lines_read("# EOF\nx 1\n# EOFx\n# EOF\n")[1] == [0, 10, 17]
+    # A name the schemas read with nothing after it is found, and its parse refuses it.
+    bare = "vllm:spec_decode_num_drafts_total"
+    for text in (bare, f"{bare}\n", f"{bare}\r\n", f"x 1\n{bare}\n"):
+        assert [name for _, name in _lines_read(text)[0]] == [bare], text
+    with pytest.raises(ExtractionError, match="malformed sample line"):
+        extract_spec_decode(f"{bare}\n")

@@ -3,9 +3,9 @@
 A schema names the sample families of one engine's `/metrics` that hold each role (drafts,
 draft tokens, accepted tokens, accepted tokens per position, ...), the label that holds the
 position and the prefix every one of its families starts with (the extraction looks only at
-the lines of the sample names they give, `SAMPLE_NAMES`). Extraction keys each series by its engine,
-role and labels; the arithmetic (`core.arithmetic`) works per engine on roles. What each engine
-exposes, and where that is written down, is in docs/engines.md.
+the lines of the sample names they give, `SAMPLE_NAMES`). Extraction keys each series by its
+engine, role and labels; the arithmetic (`core.arithmetic`) works per engine on roles. What
+each engine exposes, and where that is written down, is in docs/engines.md.
 """
 
 from dataclasses import dataclass, field

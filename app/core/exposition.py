@@ -25,6 +25,7 @@ from specdec_collector.core.counters import (
     SAMPLE_NAMES,
     Role,
     ServingEngine,
+    escaped,
     role_of_sample,
 )
 
@@ -259,18 +260,27 @@ def any_of(words: Iterable[str]) -> str:
     return written(trie)
 
 
-_NAMES = any_of(sorted(SAMPLE_NAMES))
-#: The start of a line that extraction reads: a sample name some schema reads, followed by
-#: its labels or value (`vllm:prompt_tokens_total{`), or quoted in braces (Prometheus 3's
-#: UTF-8 names: `{"vllm:prompt_tokens_total"`); or an OpenMetrics `# EOF`. Names that merely
-#: begin with one (`vllm:prompt_tokens_cached_total`, a histogram's `_bucket`) are passed over.
-_LINE_START = rf'(?:{_NAMES}(?=[{{ \t])|\{{"{_NAMES}"|# EOF)'
-#: One pass of this pattern finds every such line after the first: the engine skips from one
-#: newline to the next and tries the names, each shared prefix once, only there. A search of
+def _either_spelling(names: Iterable[str]) -> str:
+    """`any_of` the sample names, a name's `:` matching `_` too: its escaped spelling
+    (`counters.escaped`) is not written again (a pattern half the size, compiled in a fifth of
+    the time, and tried faster)."""
+    names = set(names)
+    escaped_forms = {escaped(name) for name in names if ":" in name}
+    words = {name.replace(":", "\0") for name in names if ":" in name}
+    words |= {name for name in names if ":" not in name and name not in escaped_forms}
+    return any_of(sorted(words)).replace(re.escape("\0"), "[:_]")
+
+
+#: The start of a line that extraction reads: a sample name some schema reads, in either
+#: spelling, written plain (`vllm:prompt_tokens_total{`) or quoted in braces (Prometheus 3's
+#: UTF-8 names: `{"vllm:prompt_tokens_total"`), where the name ends; or an OpenMetrics
+#: `# EOF`. Names that merely begin with one (`vllm:prompt_tokens_cached_total`, a histogram's
+#: `_bucket`) are passed over. One pass of it finds every such line: the engine skips from one
+#: newline to the next and tries the names, each shared prefix once, only there. (A search of
 #: the payload per marker, one for the companions and one for `# EOF` cost a pass each: six
-#: passes of a 350 KB eight-engine payload took 0.7 ms, this one 0.3 ms.
-_LINE = re.compile("\n" + _LINE_START)
-_FIRST_LINE = re.compile(_LINE_START)
+#: passes of a 350 KB eight-engine payload took 0.7 ms, this one 0.3 ms.)
+_NAME_ENDS = r'(?=[{ \t"\r\n]|\Z)'  # where a name ends: its labels, value, quote or line
+_LINE = re.compile(r'\n(?:(?:\{")?+' + _either_spelling(SAMPLE_NAMES) + _NAME_ENDS + "|# EOF)")
 
 
 def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()) -> Series:
@@ -366,21 +376,22 @@ def spec_like_families(text: str) -> list[str]:
 
 
 def _lines_read(text: str) -> tuple[list[tuple[int, str]], list[int]]:
-    """The lines of `text` that `_LINE_START` finds: (offset, sample name) of each sample
-    line, and the offset of each `# EOF`."""
+    """The lines of `text` that `_LINE` finds: (offset, sample name) of each sample line, and
+    the offset of each `# EOF`. A name must end as its form says: a quoted one at its quote,
+    a plain one where its labels or value begin (or the line ends, which its parse refuses)."""
     lines: list[tuple[int, str]] = []
     eofs: list[int] = []
-    first = _FIRST_LINE.match(text)
-    for match, start in (
-        *(((first, 0),) if first is not None else ()),
-        *((match, match.start() + 1) for match in _LINE.finditer(text)),
-    ):
-        end = match.end()
+    first_end = text.find("\n") + 1 or len(text)
+    first = _LINE.match("\n" + text[:first_end])  # the first line, as if a newline began it
+    matches = ((first, -1),) if first is not None else ()
+    for match, shift in (*matches, *((m, 0) for m in _LINE.finditer(text, first_end - 1))):
+        start, end = match.start() + 1 + shift, match.end() + shift
         if text.startswith("#", start):
             eofs.append(start)
         elif text.startswith("{", start):  # quoted: `{"name"`
-            lines.append((start, text[start + 2 : end - 1]))
-        else:
+            if text.startswith('"', end):
+                lines.append((start, text[start + 2 : end]))
+        elif not text.startswith('"', end):
             lines.append((start, text[start:end]))
     return lines, eofs
 
