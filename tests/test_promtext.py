@@ -16,10 +16,12 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
 from specdec_collector.core.counters import (
+    COMPANIONS,
     LLAMACPP,
     POSITION_LABELS,
     ROLE_OF_FAMILY,
     ROLE_OF_SAMPLE,
+    SAMPLE_NAMES,
     SCHEMAS,
     VLLM_V1,
     WITNESSES,
@@ -490,3 +492,26 @@ def test_the_line_search_finds_the_samples_read_not_the_families_they_begin() ->
         assert [name for _, name in _lines_read(text)[0]] == [bare], text
     with pytest.raises(ExtractionError, match="malformed sample line"):
         extract_spec_decode(f"{bare}\n")
+
+
+def test_the_companions_are_known_by_every_name_their_samples_have() -> None:
+    """A companion is told by its sample's name: both spellings, `_total` and `_created`, a
+    histogram's `_count` with its `_created`, a gauge by itself; no spec-decode family."""
+    assert (
+        {
+            "vllm:generation_tokens_total",
+            "vllm_generation_tokens_created",
+            "vllm:e2e_request_latency_seconds_count",
+            "vllm:e2e_request_latency_seconds_created",
+            "llamacpp:tokens_predicted_seconds_total",
+            "sglang_spec_num_draft_tokens",
+        }
+        <= COMPANIONS.keys()
+        <= SAMPLE_NAMES
+    )
+    assert COMPANIONS["vllm_generation_tokens_total"] == (
+        ServingEngine.VLLM,
+        Role.GENERATION_TOKENS,
+    )
+    assert not [name for name in COMPANIONS if "spec_decode" in name]
+    assert "vllm:e2e_request_latency_seconds_bucket" not in SAMPLE_NAMES

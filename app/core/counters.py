@@ -137,8 +137,9 @@ class CounterSchema:
     # name without the position -> role; read for positions 0 to `MAX_NAMED_POSITIONS` - 1.
     named_positions: dict[str, Role] = field(default_factory=dict)
     # Families and samples read only on a server that shows another family of the schema
-    # (the witnesses: they exist without speculative decoding), or, on a payload without
-    # spec-decode series, one that shows generated tokens. Their names may lie outside `prefix`.
+    # (the witnesses: they exist without speculative decoding) or, on a payload without
+    # spec-decode series, one whose engine shows generated tokens. Their names may lie outside
+    # `prefix`.
     companions: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -465,11 +466,14 @@ SAMPLE_NAMES: frozenset[str] = frozenset(
 
 def _forms(name: str) -> set[str]:
     """The sample names a family, histogram part or gauge `name` may be written as."""
-    return {
+    forms = {
         form
         for spelling in spellings(name)
         for form in (spelling, spelling + "_total", spelling + "_created")
-    } | {spelling[: -len("_count")] + "_created" for spelling in spellings(name)}
+    }
+    if name.endswith("_count"):  # a histogram's count, and its `_created`
+        forms |= {spelling[: -len("_count")] + "_created" for spelling in spellings(name)}
+    return forms
 
 
 #: The sample names of the schemas' companions (`CounterSchema.companions`) -> (engine, role).
