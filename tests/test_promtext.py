@@ -443,7 +443,7 @@ def test_openmetrics_with_escaped_names_reads_as_the_classic_text() -> None:
     text=st.text(alphabet="ab:_.{\n", max_size=40),
 )
 def test_any_of_matches_where_any_word_starts(words: list[str], text: str) -> None:
-    """The companions' pattern, prefixes written once, finds exactly the offsets where one of
+    """The sample names' pattern, prefixes written once, finds exactly the offsets where one of
     its words starts (what a plain alternation finds)."""
     pattern = re.compile(any_of(words))
     starts = {at for at in range(len(text)) if any(text.startswith(w, at) for w in words)}
