@@ -515,3 +515,32 @@ def test_the_companions_are_known_by_every_name_their_samples_have() -> None:
     )
     assert not [name for name in COMPANIONS if "spec_decode" in name]
     assert "vllm:e2e_request_latency_seconds_bucket" not in SAMPLE_NAMES
+
+
+def test_a_series_read_before_is_read_from_its_value_alone_as_the_whole_parse_reads_it() -> None:
+    """A line of a known series (`name{labels} value`, a busy server's next answer) gives what
+    the whole parse gives; any other form of it is parsed whole, and refused the same way."""
+    from specdec_collector.core.exposition import _SERIES, ExtractionLimits, forget_parsed_lines
+
+    name = "vllm:spec_decode_num_drafts_total"
+    for series in (
+        f'{name}{{engine="0"}}',
+        f'{name}{{engine="a}} 5",x="\\\\"}}',
+        name,
+        f"{name}{{}}",
+    ):
+        for tail in (" 5", " 5.5e+02", " 5 1700000000000", ' 5 # {trace="x"} 1', "\t5", " 5  "):
+            forget_parsed_lines()
+            whole = extract_spec_decode(f"{series}{tail}\n")
+            assert extract_spec_decode(f"{series}{tail}\n") == whole  # the line again
+            forget_parsed_lines()
+            extract_spec_decode(f"{series} 4\n")  # the series known, not the line
+            assert len(_SERIES) == 1
+            assert extract_spec_decode(f"{series}{tail}\n") == whole, (series, tail)
+        for bad, refused in ((" 5x", "value is not a number"), (" -1", "not a finite count")):
+            with pytest.raises(ExtractionError, match=refused):
+                extract_spec_decode(f"{series}{bad}\n")
+    labelled = f'{name}{{engine="0",pod="{"p" * 60}"}}'
+    extract_spec_decode(f"{labelled} 4\n")
+    with pytest.raises(ExtractionError, match="labels of 77 characters, more than 50"):
+        extract_spec_decode(f"{labelled} 5\n", ExtractionLimits(max_label_chars=50))
