@@ -446,24 +446,6 @@ def role_of_sample(name: str) -> tuple[tuple[ServingEngine, Role] | None, bool]:
     return ROLE_OF_GAUGE.get(name), False
 
 
-#: Every sample name some schema reads (`role_of_sample` knows it), both spellings: counters'
-#: `_total` and `_created`, histograms' parts (a `_count`'s `_created` too), gauges.
-SAMPLE_NAMES: frozenset[str] = frozenset(
-    name
-    for name in (
-        *(family + suffix for family in ROLE_OF_FAMILY for suffix in ("_total", "_created")),
-        *ROLE_OF_SAMPLE,
-        *(
-            name[: -len("_count")] + "_created"
-            for name in ROLE_OF_SAMPLE
-            if name.endswith("_count")
-        ),
-        *ROLE_OF_GAUGE,
-    )
-    if role_of_sample(name)[0] is not None
-)
-
-
 def _forms(name: str) -> set[str]:
     """The sample names a family, histogram part or gauge `name` may be written as."""
     forms = {
@@ -476,11 +458,23 @@ def _forms(name: str) -> set[str]:
     return forms
 
 
+#: Every sample name some schema reads, both spellings (counters' `_total` and `_created`,
+#: histograms' parts and a `_count`'s `_created`, gauges) -> what `role_of_sample` says of it.
+READ_SAMPLES: dict[str, tuple[tuple[ServingEngine, Role], bool]] = {
+    name: (found, is_created)
+    for name in sorted(
+        {form for names in (ROLE_OF_FAMILY, ROLE_OF_SAMPLE, ROLE_OF_GAUGE) for n in names
+         for form in _forms(n)}
+    )
+    for found, is_created in (role_of_sample(name),)
+    if found is not None
+}  # fmt: skip
+SAMPLE_NAMES: frozenset[str] = frozenset(READ_SAMPLES)
+
 #: The sample names of the schemas' companions (`CounterSchema.companions`) -> (engine, role).
 COMPANIONS: dict[str, tuple[ServingEngine, Role]] = {
-    name: found
+    name: READ_SAMPLES[name][0]
     for schema in SCHEMAS
     for family in schema.companions
     for name in sorted(_forms(family) & SAMPLE_NAMES)
-    if (found := role_of_sample(name)[0]) is not None
 }

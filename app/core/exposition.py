@@ -16,51 +16,43 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from specdec_collector.core.counters import (
     COMPANIONS,
     GAUGES,
     POSITION_IN_NAME,
+    READ_SAMPLES,
     SAMPLE_NAMES,
     Role,
     ServingEngine,
     escaped,
-    role_of_sample,
 )
-
-# One sample line: name, optional label set (quoted values may hold `}`, `,`, `"` escaped),
-# value, optional timestamp, optional OpenMetrics exemplar.
-_SAMPLE = re.compile(
-    r"""
-    (?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)
-    (?:\{(?P<labels>(?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+)\})?
-    [ \t]+(?P<value>[^ \t]+)
-    (?:[ \t]+(?P<timestamp>[^ \t\#]+))?
-    (?:[ \t]+\#.*)?
-    [ \t]*
-    """,
-    re.VERBOSE,
-)
-_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]++|\\.)*+)"[ \t]*(,|$)')
-_ESCAPE = re.compile(r'\\([\\"n])')
-
 
 _NUMBER = re.compile(
     r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?)"
     r"|[Nn][Aa][Nn]",
     re.ASCII,
 )
-#: What follows a sample's name (`_SAMPLE` from the name on), its value a number.
-_AFTER_NAME = re.compile(
-    r'(?:\{(?P<labels>(?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+)\})?'
-    rf"[ \t]+(?P<value>{_NUMBER.pattern})"
-    r"(?:[ \t]+(?P<timestamp>[^ \t#]+))?(?:[ \t]+#.*)?[ \t]*",
-    re.ASCII,
+# A sample line's parts after its name: an optional label set (quoted values may hold `}`,
+# `,`, `"` escaped), then its value, then an optional timestamp and OpenMetrics exemplar.
+_LABELS = r'(?:\{(?P<labels>(?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+)\})?'
+_AFTER_VALUE = r"(?:[ \t]+(?P<timestamp>[^ \t#]+))?(?:[ \t]+#.*)?[ \t]*"
+#: One sample line, whatever its value.
+_SAMPLE = re.compile(
+    r"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)" + _LABELS + r"[ \t]+(?P<value>[^ \t]+)" + _AFTER_VALUE
 )
+#: What follows a sample's name, its value a number.
+_AFTER_NAME = re.compile(_LABELS + rf"[ \t]+(?P<value>{_NUMBER.pattern})" + _AFTER_VALUE, re.ASCII)
+_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]++|\\.)*+)"[ \t]*(,|$)')
+_ESCAPE = re.compile(r'\\([\\"n])')
 # A sample line whose name is quoted inside its braces (Prometheus 3's UTF-8 names):
 # `{"name", label="value"} 1`.
 _QUOTED_NAME = re.compile(r'\{"((?:[^"\\]|\\.)*)"\s*(?:,\s*)?')
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 class ExtractionError(ValueError):
@@ -123,15 +115,6 @@ def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 
-#: Sample name -> its (engine, role) and whether it is a `_created`, for every name read.
-_ROLES = {
-    name: (found, is_created)
-    for name in SAMPLE_NAMES
-    for found, is_created in (role_of_sample(name),)
-    if found is not None
-}
-
-
 class _Sample(NamedTuple):
     """What one sample line says, as far as it does not depend on the payload around it."""
 
@@ -182,7 +165,7 @@ def _parsed_sample(line: str, name: str, limits: ExtractionLimits) -> _Sample:
     """`_sample_of` by the whole parse of the line, its series kept in `_SERIES`."""
     if line.startswith('{"'):
         line = _unquoted_name(line)
-    found, is_created = _ROLES[name]
+    found, is_created = READ_SAMPLES[name]
     engine, role = found
     # One match from the end of the name: labels, and a value that is a number as Prometheus
     # reads it (Go's ParseFloat; Python's float also takes `1_000` and digits of other scripts).
@@ -203,10 +186,16 @@ def _parsed_sample(line: str, name: str, limits: ExtractionLimits) -> _Sample:
         labels = tuple(sorted(dict(labels, position=position).items()))
     key = SeriesKey(role, labels, engine)
     if len(line) <= _PARSED_MAX_LINE:
-        if len(_SERIES) >= _PARSED_MAX_ENTRIES:
-            _SERIES.clear()  # a server whose series all change: start over, stay bounded
-        _SERIES[name, label_text] = (key, is_created, optional)
+        _keep(_SERIES, (name, label_text), (key, is_created, optional))
     return _Sample(key, is_created, value, len(label_text))
+
+
+def _keep(cache: dict[_K, _V], key: _K, value: _V) -> None:
+    """Put `value` in `cache`, emptied first when full: a server whose lines or series all
+    change starts it over, and it stays bounded."""
+    if len(cache) >= _PARSED_MAX_ENTRIES:
+        cache.clear()
+    cache[key] = value
 
 
 def _unquoted_name(line: str) -> str:
@@ -247,9 +236,7 @@ def _parse_line(line: str, name: str, series: Series, limits: ExtractionLimits) 
     if sample is None:
         sample = _sample_of(line, name, limits)
         if len(line) <= _PARSED_MAX_LINE:
-            if len(_PARSED) >= _PARSED_MAX_ENTRIES:
-                _PARSED.clear()  # a server whose lines all change: start over, stay bounded
-            _PARSED[line] = sample
+            _keep(_PARSED, line, sample)
     elif sample.label_chars > limits.max_label_chars:  # parsed under other limits
         _check_label_chars(sample.label_chars, name, limits)
     if sample.value is None:
