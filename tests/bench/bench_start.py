@@ -20,7 +20,8 @@ from tests.bench.figures import Figure, show
 from tests.support.collector import CollectorProcess, run_collector
 
 TARGETS, DELAY_S, ROUNDS = 64, 0.2, 15
-FRESH_COLLECTORS = 5  # each one's first start; their median is the figure (one, or three, is too noisy)
+# Each one's first start; their median is the figure (one, or three, is too noisy).
+FRESH_COLLECTORS = 5
 
 
 def timed_start(
