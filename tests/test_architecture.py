@@ -4,7 +4,7 @@ source a window has, where the thread hops are; and the suite's HTTP clients."""
 import ast
 from pathlib import Path
 
-APP = Path(__file__).parents[1] / "app"
+APP = Path(__file__).parents[1] / "app" / "specdec_collector"
 
 
 def _imports(path: Path) -> set[str]:
