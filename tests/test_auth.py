@@ -2,8 +2,6 @@
 
 import asyncio
 import sqlite3
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,24 +165,25 @@ async def test_a_locked_sqlite_file_is_waited_for_in_a_thread_never_on_the_loop(
     holder.execute("BEGIN EXCLUSIVE")
     holder.execute("DELETE FROM api_key")
     holder.commit()
-    threading.Timer(0.5, holder.close).start()
-    ticks: list[float] = []
+    turns = 0
 
-    async def tick() -> None:
-        while True:
-            ticks.append(time.monotonic())
+    async def release_after_ten_turns_of_the_loop() -> None:
+        nonlocal turns
+        while turns < 10:
             await asyncio.sleep(0.02)
+            turns += 1
+        holder.close()
 
-    ticker = asyncio.ensure_future(tick())
-    began = time.monotonic()
+    releasing = asyncio.ensure_future(release_after_ten_turns_of_the_loop())
     try:
+        # The lock goes only once the loop has turned ten times while the read waits: a read
+        # that held the loop would wait out its busy timeout and fail.
         assert await access.is_open()  # no key: open, once the lock is gone
     finally:
-        ticker.cancel()
+        releasing.cancel()
         access.close()
         database.dispose()
-    assert time.monotonic() - began >= 0.4  # it waited for the lock...
-    assert len([t for t in ticks if t - began < 0.4]) >= 10  # ...and the loop ran meanwhile
+    assert turns == 10
 
 
 def test_open_mode_of_the_bind_and_the_setting() -> None:

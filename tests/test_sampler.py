@@ -12,8 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event, update
-from sqlalchemy.engine import Engine
+from sqlalchemy import update
 from sqlmodel import Session, col
 
 from specdec_collector.service.sampler import Sampler, claim_windows, purge_samples
@@ -23,7 +22,7 @@ from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.tables import Window
 from tests.bench.bench_storage import bytes_per_sample
 from tests.support import clients
-from tests.support.collector import Team, run_collector, serve_collector
+from tests.support.collector import Team, run_collector
 from tests.support.metrics_server import MetricsServer, serve_metrics
 from tests.support.payloads import InstanceCounters, fixture, vllm_payload
 from tests.support.waiting import wait_for
@@ -201,36 +200,6 @@ def test_slow_scrapes_never_pile_up_and_stop_ends_sampling(api: httpx.Client) ->
         after_stop = server.count()
         time.sleep(1.5)  # three intervals: a job left behind would have scraped by now
         assert server.count() == after_stop
-
-
-def test_a_run_on_time_with_a_short_scrape_writes_once(database_url: str) -> None:
-    """The stored sample renews the lease: a run on time whose scrape is short writes one
-    transaction, not a renewal before its scrape as well (a quarter of a sampled window's CPU).
-    The first run, which does not know the lease the start wrote, renews it apart."""
-    writes: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        text = " ".join(statement.replace('"', "").split())
-        if text.startswith("UPDATE window SET") and "sampler_lease_until" in text:
-            writes.append("sample" if "last_sampled_at" in text else "renewal")
-
-    with (
-        serve_metrics() as server,
-        serve_collector(database_url) as url,
-        clients.client(base_url=url, timeout=30) as api,
-    ):
-        server.set_text(vllm_payload([counters(1000)]))
-        event.listen(Engine, "before_cursor_execute", record)
-        try:
-            body = {"targets": [server.target], "sample_interval_s": 0.25}
-            assert api.post("/windows/once/start", json=body).status_code == 201
-            wait_for(lambda: writes.count("sample") >= 8 or None, "eight samples stored")
-        finally:
-            event.remove(Engine, "before_cursor_execute", record)
-        api.post("/windows/once/stop")
-    assert writes[0] == "renewal"
-    # A run late enough to renew apart is possible on a loaded machine, but rare.
-    assert writes.count("renewal") <= 2, writes
 
 
 @pytest.mark.slow

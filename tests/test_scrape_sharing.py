@@ -17,8 +17,8 @@ from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.sources.scrape import ScrapeConfig, new_client, scrape_target
 from specdec_collector.sources.scrape.client import ScrapeClient
 from specdec_collector.sources.scrape.sharing import (
+    PATIENCE_S,
     RATE_BURST,
-    RATE_PER_S,
     REMEMBERED,
     ScrapeSharing,
 )
@@ -93,13 +93,13 @@ async def test_scrapes_asked_meanwhile_share_one_request_sent_after_each_was_ask
 
 
 async def test_a_slow_request_in_flight_is_waited_on_for_the_patience_only() -> None:
-    async with _one_in_flight(delay_s=1.0, patience_s=0.2, per_endpoint=32) as flight:
-        began = time.monotonic()
+    async with _one_in_flight(delay_s=3.0, patience_s=0.2, per_endpoint=32) as flight:
         waited = [asyncio.ensure_future(flight.scrape()) for _ in "ab"]
         outcomes = await asyncio.gather(flight.first, *waited)
     assert [o.error for o in outcomes] == [None] * 3
+    assert flight.server.count() == 2  # both waiters shared one request...
     (_, first_answered), (shared_arrived, _) = sorted(flight.server.spans)
-    assert began + 0.2 <= shared_arrived < first_answered  # beside the slow one, both waiters
+    assert shared_arrived < first_answered  # ...sent beside the slow one, not after it
 
 
 async def test_an_endpoint_with_every_place_taken_is_waited_on_past_the_patience() -> None:
@@ -114,14 +114,11 @@ async def test_a_waiting_scrape_keeps_its_own_timeout_and_the_request_goes_on() 
     async with _one_in_flight(
         delay_s=0.4, patience_s=10.0, per_endpoint=1, timeout_s=0.5, ahead_s=0.05
     ) as flight:
-        began = time.monotonic()
-        late = await flight.scrape()  # 0.35 s waiting + 0.4 s
-        waited = time.monotonic() - began
+        late = await flight.scrape()  # 0.35 s waiting + 0.4 s: past its own timeout
         assert (await flight.first).error is None
         await asyncio.sleep(0.6)  # the shared request ends meanwhile
     url = flight.server.url
     assert late.error == f"Failed to fetch metrics from {url}: timed out after 0.5 s"
-    assert 0.5 <= waited < 1.5  # its own timeout, not the shared request's end
     assert flight.server.count() == 2
 
 
@@ -173,32 +170,30 @@ async def test_a_herd_on_one_endpoint_shares_requests_at_the_endpoints_rate() ->
                 await asyncio.sleep(0.01)
             outcomes = await asyncio.gather(*herd)
             took = time.monotonic() - began
+    # Each answered within its timeout (the last one waited one turn at the rate, not more).
     assert [reading.error for _, reading in outcomes] == [None] * 100
-    # Without the rate, each of the 100 would have had its own request (none overlaps).
+    # Without the rate, each of the 100 would have had its own request (none overlaps); the
+    # bound grows with the time the herd took, so a slow machine only loosens it.
     assert server.count() <= burst + rate_per_s * took + 1
-    assert server.count() >= rate_per_s * took / 2  # and the rate is used, not far less
     arrivals = sorted(arrived for arrived, _ in server.spans)
     for asked_at in asked:  # a request sent after it was asked answered each scrape
         assert any(arrived >= asked_at for arrived in arrivals)
-    # The last scrape waited one request's turn at the rate and its answer, not its timeout.
-    assert began + took < max(asked) + 2.0
 
 
 async def test_a_windows_own_scrapes_never_wait_for_the_rate() -> None:
     """A burst's worth of scrapes one after another (starts and stops of windows in quick
     succession): each is sent as it is asked, none waits for the rate (one at a time, they
-    would take (burst - 1) / rate)."""
-    config = ScrapeConfig(5.0, 1 << 20)
+    would wait for the rate: here one so slow that a wait would outlast the test)."""
+    config = ScrapeConfig(30.0, 1 << 20)
     count = int(RATE_BURST)
     with serve_metrics(body=PAYLOAD.encode()) as server:
-        async with new_client(5.0) as client:
+        async with new_client(30.0) as client:
+            assert isinstance(client, ScrapeClient)
+            client.sharing = ScrapeSharing(PATIENCE_S, 32, rate_per_s=1e-6, burst=RATE_BURST)
             target = parse_target(server.target)
-            began = time.monotonic()
             for _ in range(count):
                 assert (await scrape_target(client, target, config)).error is None
-            took = time.monotonic() - began
     assert server.count() == count
-    assert took < (count - 1) / RATE_PER_S / 2
 
 
 async def test_endpoints_no_longer_asked_are_forgotten_once_their_rate_is_whole_again() -> None:

@@ -1,4 +1,5 @@
-"""Windows per second with one replica and with two on the same PostgreSQL, in one run.
+"""Windows per second with one replica and with two on the same PostgreSQL, in one run; then
+how long the windows' sampling pauses when the replica that samples them is killed.
 
 Each window is a start and a stop against 4 real `/metrics` servers (one-instance payloads).
 32 concurrent clients run for 15 s against replica A alone, then spread over A and B.
@@ -10,16 +11,19 @@ import itertools
 import tempfile
 import time
 from contextlib import ExitStack
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.support.collector import run_collector
+from tests.support.collector import CollectorProcess, run_collector
 from tests.support.postgres import fresh_schema, postgres_server
 
 CLIENTS, SECONDS, TARGETS = 32, 15.0, 4
+# Takeover: this many windows sampled at this interval by replica a, which is then killed.
+TAKEOVER_WINDOWS, TAKEOVER_INTERVAL_S = 3, 0.5
 
 
 async def load(base_urls: list[str], targets: list[str], label: str) -> float:
@@ -48,6 +52,38 @@ async def load(base_urls: list[str], targets: list[str], label: str) -> float:
     return done / (time.monotonic() - began)
 
 
+def _samples(base_url: str, window_id: str) -> list[float]:
+    answer = httpx.get(f"{base_url}/windows/{window_id}/samples", timeout=30).json()
+    return [
+        datetime.fromisoformat(point["taken_at"]).timestamp()
+        for point in answer["series"][0]["points"]
+        if point["phase"] == "sample"
+    ]
+
+
+def takeover_gap(a: CollectorProcess, b: CollectorProcess, target: str) -> float:
+    """The longest pause in any window's samples across the kill of `a`, which sampled them,
+    until `b` took them over (b's lease scan and the lease's length decide it)."""
+    windows = [f"takeover-{index}" for index in range(TAKEOVER_WINDOWS)]
+    body = {"targets": [target], "sample_interval_s": TAKEOVER_INTERVAL_S}
+    for window_id in windows:
+        assert httpx.post(f"{a.base_url}/windows/{window_id}/start", json=body).status_code == 201
+    time.sleep(5 * TAKEOVER_INTERVAL_S)
+    a.kill()
+    killed_at = time.time()
+    while not all(
+        any(t > killed_at for t in _samples(b.base_url, w)) for w in windows
+    ):  # fmt: skip
+        time.sleep(TAKEOVER_INTERVAL_S)
+    gaps = []
+    for window_id in windows:
+        samples = _samples(b.base_url, window_id)
+        before = max(t for t in samples if t < killed_at)
+        gaps.append(min(t for t in samples if t > killed_at) - before)
+        httpx.post(f"{b.base_url}/windows/{window_id}/stop", timeout=30)
+    return max(gaps)
+
+
 def measure() -> list[Figure]:
     with (
         postgres_server() as server,
@@ -70,6 +106,8 @@ def measure() -> list[Figure]:
         targets = stack.enter_context(run_farm(TARGETS, "vllm_v1_dp1_k5.txt"))
         one = asyncio.run(load([a.base_url], targets, "one"))
         two = asyncio.run(load([a.base_url, b.base_url], targets, "two"))
+        gap = takeover_gap(a, b, targets[0])
+    limit = 2 * TAKEOVER_INTERVAL_S + 0.5
     return [
         Figure(
             f"windows/s (start + stop, {TARGETS} targets, {CLIENTS} clients, {SECONDS:.0f} s) "
@@ -78,7 +116,15 @@ def measure() -> list[Figure]:
             "",
             None,
             "python -m tests.bench.bench_replicas",
-        )
+        ),
+        Figure(
+            f"sampling's pause when its replica is killed ({TAKEOVER_WINDOWS} windows at "
+            f"{TAKEOVER_INTERVAL_S:g} s; the other replica takes them over)",
+            f"{gap:.2f} s",
+            f"≤ {limit:g} s (two intervals and the lease scan's step)",
+            gap <= limit,
+            "python -m tests.bench.bench_replicas",
+        ),
     ]
 
 

@@ -15,13 +15,16 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
-from tests.support.collector import run_collector
+from tests.support.collector import run_collector, serve_collector
+from tests.support.metrics_server import serve_metrics
+from tests.support.payloads import InstanceCounters, vllm_payload
 
 WINDOWS, TARGETS_PER_WINDOW, INTERVAL_S = 50, 10, 1.0
 SECONDS = float(os.environ.get("BENCH_SAMPLER_SECONDS", "60"))
@@ -94,6 +97,7 @@ def measure() -> list[Figure]:
                 assert api.post(f"/windows/s{index}/stop").status_code == 200
         share = on_time_share(database_url, begin, end, count)
     cores = cpu_used / (end - begin).total_seconds()
+    renewals, samples = renewals_apart()
     return [
         Figure(
             f"sampler: {count} targets every {INTERVAL_S:g} s for {SECONDS:.0f} s "
@@ -116,7 +120,43 @@ def measure() -> list[Figure]:
             f"{(one - idle) * ONE_INTERVAL_S * 1e3:.1f} ms a sample more than idle",
             command="python -m tests.bench.bench_sampler",
         ),
+        Figure(
+            f"lease renewals written apart from a sample: one window sampled every "
+            f"{ONE_INTERVAL_S:g} s, {samples} samples (the first run renews apart; a late one too)",
+            f"**{renewals}**",
+            "≤ 2",
+            renewals <= 2,
+            "python -m tests.bench.bench_sampler",
+        ),
     ]
+
+
+def renewals_apart() -> tuple[int, int]:
+    """A run on time whose scrape is short writes one transaction, its sample renewing the
+    lease; counted on a collector in this process: (renewals apart, samples stored)."""
+    writes: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        text = " ".join(statement.replace('"', "").split())
+        if text.startswith("UPDATE window SET") and "sampler_lease_until" in text:
+            writes.append("sample" if "last_sampled_at" in text else "renewal")
+
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        serve_metrics() as server,
+        serve_collector(f"sqlite:///{Path(folder) / 'renewals.db'}") as url,
+        httpx.Client(base_url=url, timeout=30) as api,
+    ):
+        server.set_text(vllm_payload([InstanceCounters(1000, 3000, [800, 600, 400])]))
+        event.listen(Engine, "before_cursor_execute", record)
+        try:
+            body = {"targets": [server.target], "sample_interval_s": ONE_INTERVAL_S}
+            assert api.post("/windows/once/start", json=body).status_code == 201
+            time.sleep(40 * ONE_INTERVAL_S)
+        finally:
+            event.remove(Engine, "before_cursor_execute", record)
+        api.post("/windows/once/stop")
+    return writes.count("renewal"), writes.count("sample")
 
 
 if __name__ == "__main__":

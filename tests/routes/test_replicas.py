@@ -1,7 +1,8 @@
 """Several replicas on one database, and a database that goes away and comes back."""
 
 import asyncio
-import itertools
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -137,9 +138,11 @@ def test_one_replica_samples_each_window_and_another_takes_over(
             # Three samples of each window: time enough for b to take over if it wrongly would.
             wait_for(lambda: samples_since(0, 3), "three samples of each window")
             assert owners() == ["a"]  # the starting replica holds them; b only watches the leases
+            assert "samples window" not in b.stderr_text  # nor did b ever sample them
             a.kill()
             killed_at = time.time()
-            wait_for(lambda: samples_since(killed_at, 1), "b's first sample of each window")
+            _paused(b, 1.5)  # a loaded machine: b gets no CPU for a while, then takes over
+            wait_for(lambda: samples_since(killed_at, 2), "b's samples of each window")
             assert owners() == ["b"]
             database.dispose()
             results = [
@@ -149,19 +152,11 @@ def test_one_replica_samples_each_window_and_another_takes_over(
     finally:
         a.stop()
         b.stop()
+    assert b.stderr_text.count("samples window") == len(windows)  # each taken over once
     for window_id, points in series.items():
-        samples = sorted(t.timestamp() for t, phase in points if phase == "sample")
-        # No instant sampled twice: consecutive samples are close to an interval apart, never doubled.
-        gaps = [later - earlier for earlier, later in itertools.pairwise(samples)]
-        assert min(gaps) > interval / 2, (window_id, gaps)
-        # Taken over within two intervals of the kill (plus one for the lease scan's granularity).
-        before_kill = [t for t in samples if t < killed_at]
-        after_kill = [t for t in samples if t > killed_at]
-        assert before_kill and after_kill
-        assert after_kill[0] - before_kill[-1] <= 2 * interval + 0.5, (
-            window_id,
-            after_kill[0] - before_kill[-1],
-        )
+        samples = [t.timestamp() for t, phase in points if phase == "sample"]
+        assert len(samples) == len(set(samples)), window_id  # no instant stored twice
+        assert [t for t in samples if t < killed_at] and [t for t in samples if t > killed_at]
     for result in results:
         assert result["targets"][0]["result"]["samples"]["failed"] == 0
 
@@ -191,6 +186,15 @@ def test_a_scrape_longer_than_the_lease_keeps_it(postgres_url: str, tmp_path: Pa
     samples = [t for t, phase in points if phase == "sample"]
     assert len(samples) >= 3, points
     assert stopped["targets"][0]["result"]["samples"]["failed"] == 0
+
+
+def _paused(collector: CollectorProcess, seconds: float) -> None:
+    """Hold `collector` off the CPU for `seconds`, as a machine busy with others does."""
+    for pid in collector.pids():
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(seconds)
+    for pid in collector.pids():
+        os.kill(pid, signal.SIGCONT)
 
 
 @contextmanager
