@@ -380,21 +380,40 @@ def test_a_line_naming_other_series_in_a_label_is_read_once() -> None:
 
 
 def test_lines_read_before_give_the_same_series_and_still_obey_the_limits() -> None:
-    """Parsed lines are remembered across payloads; the limits of each call still apply."""
-    from specdec_collector.core.exposition import ExtractionLimits, forget_parsed_lines
+    """Parsed lines are remembered across an endpoint's payloads; the limits of each call
+    still apply."""
+    from specdec_collector.core.exposition import ExtractionCache, ExtractionLimits
 
     line = f'vllm:spec_decode_num_drafts_total{{engine="0",pod="{"p" * 60}"}} 4\n'
-    forget_parsed_lines()
-    first = extract_spec_decode(line)
-    assert extract_spec_decode(line) == first == oracle(line)
+    cache = ExtractionCache()
+    first = extract_spec_decode(line, cache=cache)
+    assert len(cache.lines) == 1
+    assert extract_spec_decode(line, cache=cache) == first == oracle(line)
     with pytest.raises(
         ExtractionError,
         match="of vllm:spec_decode_num_drafts_total has labels of 77 characters, more than 50",
     ):
-        extract_spec_decode(line, ExtractionLimits(max_label_chars=50))
+        extract_spec_decode(line, ExtractionLimits(max_label_chars=50), cache)
     twice = 'series given twice: vllm:spec_decode_num_drafts_total{engine="0",pod="p'
     with pytest.raises(ExtractionError, match=twice):
-        extract_spec_decode(line + line)
+        extract_spec_decode(line + line, cache=cache)
+
+
+def test_an_endpoints_cache_keeps_what_its_last_payload_used_only() -> None:
+    """Flushed by iteration, as Prometheus' scrapeCache: the lines and series of a payload
+    replace those of the one before, so a server whose labels churn cannot grow its cache."""
+    from specdec_collector.core.exposition import ExtractionCache
+
+    cache = ExtractionCache()
+    for pod in range(50):
+        text = f'vllm:spec_decode_num_drafts_total{{pod="{pod}"}} 4\n'
+        assert extract_spec_decode(text, cache=cache) == oracle(text)
+        assert list(cache.lines) == [text[:-1]]
+        assert [label_text for _, label_text in cache.series] == [f'pod="{pod}"']
+    steady = 'vllm:spec_decode_num_drafts_total{pod="0"} 4\n'
+    for _ in range(3):  # an idle server's same answer: its series stay known for a busy one
+        extract_spec_decode(steady, cache=cache)
+        assert len(cache.lines) == len(cache.series) == 1
 
 
 # --- prometheus_client's format negotiation (SGLang's and LMDeploy's /metrics) -------------
@@ -520,7 +539,7 @@ def test_the_companions_are_known_by_every_name_their_samples_have() -> None:
 def test_a_series_read_before_is_read_from_its_value_alone_as_the_whole_parse_reads_it() -> None:
     """A line of a known series (`name{labels} value`, a busy server's next answer) gives what
     the whole parse gives; any other form of it is parsed whole, and refused the same way."""
-    from specdec_collector.core.exposition import _SERIES, ExtractionLimits, forget_parsed_lines
+    from specdec_collector.core.exposition import ExtractionCache, ExtractionLimits
 
     name = "vllm:spec_decode_num_drafts_total"
     for series in (
@@ -530,17 +549,18 @@ def test_a_series_read_before_is_read_from_its_value_alone_as_the_whole_parse_re
         f"{name}{{}}",
     ):
         for tail in (" 5", " 5.5e+02", " 5 1700000000000", ' 5 # {trace="x"} 1', "\t5", " 5  "):
-            forget_parsed_lines()
-            whole = extract_spec_decode(f"{series}{tail}\n")
-            assert extract_spec_decode(f"{series}{tail}\n") == whole  # the line again
-            forget_parsed_lines()
-            extract_spec_decode(f"{series} 4\n")  # the series known, not the line
-            assert len(_SERIES) == 1
-            assert extract_spec_decode(f"{series}{tail}\n") == whole, (series, tail)
+            cache = ExtractionCache()
+            whole = extract_spec_decode(f"{series}{tail}\n", cache=cache)
+            assert extract_spec_decode(f"{series}{tail}\n", cache=cache) == whole  # the line again
+            cache = ExtractionCache()
+            extract_spec_decode(f"{series} 4\n", cache=cache)  # the series known, not the line
+            assert len(cache.series) == 1
+            assert extract_spec_decode(f"{series}{tail}\n", cache=cache) == whole, (series, tail)
         for bad, refused in ((" 5x", "value is not a number"), (" -1", "not a finite count")):
             with pytest.raises(ExtractionError, match=refused):
-                extract_spec_decode(f"{series}{bad}\n")
+                extract_spec_decode(f"{series}{bad}\n", cache=cache)
     labelled = f'{name}{{engine="0",pod="{"p" * 60}"}}'
-    extract_spec_decode(f"{labelled} 4\n")
+    cache = ExtractionCache()
+    extract_spec_decode(f"{labelled} 4\n", cache=cache)
     with pytest.raises(ExtractionError, match="labels of 77 characters, more than 50"):
-        extract_spec_decode(f"{labelled} 5\n", ExtractionLimits(max_label_chars=50))
+        extract_spec_decode(f"{labelled} 5\n", ExtractionLimits(max_label_chars=50), cache)

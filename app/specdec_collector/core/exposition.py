@@ -3,8 +3,8 @@
 A vLLM `/metrics` payload is 60 KB to 700 KB, of which the spec-decode samples are a few
 dozen lines. Instead of parsing every family, `extract_spec_decode` finds the lines whose
 sample name a schema reads (`core.counters.SAMPLE_NAMES`) in one pass of one pattern, which
-looks only at the start of each line, and parses only those; a line seen before is not parsed
-again.
+looks only at the start of each line, and parses only those; a line or series the endpoint's
+previous payload held is not parsed again (`ExtractionCache`, one per endpoint).
 It reads both the text format 0.0.4 and OpenMetrics 1.0: the sample names are the same,
 only the family bookkeeping (which we skip) differs.
 
@@ -15,8 +15,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from specdec_collector.core.counters import (
     COMPANIONS,
@@ -49,10 +48,6 @@ _ESCAPE = re.compile(r'\\([\\"n])')
 # A sample line whose name is quoted inside its braces (Prometheus 3's UTF-8 names):
 # `{"name", label="value"} 1`.
 _QUOTED_NAME = re.compile(r'\{"((?:[^"\\]|\\.)*)"\s*(?:,\s*)?')
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
 
 
 class ExtractionError(ValueError):
@@ -98,9 +93,6 @@ def _unescape(value: str) -> str:
     return _ESCAPE.sub(lambda m: "\n" if m[1] == "n" else m[1], value)
 
 
-# A server repeats the same label sets on every scrape (and `_total` and `_created` share
-# them), so parsed label sets are cached; the bound keeps hostile payloads from growing it.
-@lru_cache(maxsize=8192)
 def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
     labels: dict[str, str] = {}
     pos, end = 0, len(text.rstrip(" \t"))
@@ -122,25 +114,49 @@ class _Sample(NamedTuple):
     is_created: bool
     value: float | None  # None: a `_created` or gauge without a finite value, read as absent
     label_chars: int
+    series: tuple[str, str]  # its sample name and label text
 
 
-# Lines already parsed: between two scrapes of a server most spec-decode lines repeat (every
-# `_created`, and the counters of idle engines), and a dictionary lookup costs a hundredth of a
-# parse. Only lines that parse are kept; short lines only, and at most this many.
-_PARSED: dict[str, _Sample] = {}
-_PARSED_MAX_ENTRIES = 16_384
-_PARSED_MAX_LINE = 512
+class _Known(NamedTuple):
+    """What a series' lines share: its key, whether a `_created`, and whether its value is
+    optional (see `checked_value`)."""
+
+    key: SeriesKey
+    is_created: bool
+    optional: bool
 
 
-# The series of (sample name, label text) parsed before: its key, whether a `_created`, and
-# whether its value is optional (see `checked_value`). A busy server's counters change between
-# scrapes, so most of its lines are new to `_PARSED`, but not their series: such a line is
-# read by splitting off its value (~2 us a line in all, against ~3.2 by the whole parse). At
-# most as many as `_PARSED`.
-_SERIES: dict[tuple[str, str], tuple[SeriesKey, bool, bool]] = {}
+#: Lines (and series) at most this long are kept in an `ExtractionCache`, at most this many
+#: of each per endpoint: what one payload may hold is bounded by `ExtractionLimits` already.
+CACHED_LINE_MAX_CHARS = 512
+CACHED_MAX_ENTRIES = 8192
 
 
-def _sample_of(line: str, name: str, limits: ExtractionLimits) -> _Sample:
+class ExtractionCache:
+    """What one endpoint's previous payload parsed to, for its next: Prometheus' scrapeCache,
+    for the lines the extraction reads.
+
+    Between two scrapes of a server most spec-decode lines repeat (every `_created`, and the
+    counters of an idle engine); a busy server's counters change, but not their series, whose
+    lines are then read by splitting their value off. Each extraction keeps only the entries
+    its own payload used, so a target whose labels churn flushes its own cache and no other's.
+
+    Every entry is a pure function of its key: two extractions of one endpoint at once (in
+    threads) may lose each other's entries, never read a wrong one. An extraction without a
+    cache parses every line.
+    """
+
+    __slots__ = ("lines", "series")
+
+    def __init__(self) -> None:
+        self.lines: dict[str, _Sample] = {}
+        self.series: dict[tuple[str, str], _Known] = {}
+
+    def __len__(self) -> int:
+        return len(self.lines) + len(self.series)
+
+
+def _sample_of(line: str, name: str, limits: ExtractionLimits, seen: "_Pass") -> _Sample:
     """The sample of a line whose sample name is `name` (one of `SAMPLE_NAMES`); raises
     `ExtractionError` for a line that is not a readable counter."""
     # `name{labels} value` (or `name value`) of a series read before: its value split off.
@@ -151,18 +167,17 @@ def _sample_of(line: str, name: str, limits: ExtractionLimits) -> _Sample:
         label_text = head[len(name) + 1 : -1]
     else:
         label_text = None
-    known = None if label_text is None else _SERIES.get((name, label_text))
+    known = None if label_text is None else seen.known((name, label_text))
     if known is not None and _NUMBER.fullmatch(shown) is not None:
         assert label_text is not None  # known
-        key, is_created, optional = known
         _check_label_chars(len(label_text), name, limits)
-        value = checked_value(float(shown), shown, name, optional)
-        return _Sample(key, is_created, value, len(label_text))
-    return _parsed_sample(line, name, limits)
+        value = checked_value(float(shown), shown, name, known.optional)
+        return _Sample(known.key, known.is_created, value, len(label_text), (name, label_text))
+    return _parsed_sample(line, name, limits, seen)
 
 
-def _parsed_sample(line: str, name: str, limits: ExtractionLimits) -> _Sample:
-    """`_sample_of` by the whole parse of the line, its series kept in `_SERIES`."""
+def _parsed_sample(line: str, name: str, limits: ExtractionLimits, seen: "_Pass") -> _Sample:
+    """`_sample_of` by the whole parse of the line, its series kept for the next payload."""
     if line.startswith('{"'):
         line = _unquoted_name(line)
     found, is_created = READ_SAMPLES[name]
@@ -180,22 +195,65 @@ def _parsed_sample(line: str, name: str, limits: ExtractionLimits) -> _Sample:
     value = checked_value(float(shown), shown, name, optional)
     label_text = match["labels"] or ""
     _check_label_chars(len(label_text), name, limits)
-    labels = _parse_labels(label_text)
+    labels = seen.labels.get(label_text)
+    if labels is None:
+        labels = seen.labels[label_text] = _parse_labels(label_text)
     position = POSITION_IN_NAME.get(name)
     if position is not None:  # a gauge with its position in its name: as a label
         labels = tuple(sorted(dict(labels, position=position).items()))
     key = SeriesKey(role, labels, engine)
-    if len(line) <= _PARSED_MAX_LINE:
-        _keep(_SERIES, (name, label_text), (key, is_created, optional))
-    return _Sample(key, is_created, value, len(label_text))
+    if len(line) <= CACHED_LINE_MAX_CHARS:
+        seen.keep_series((name, label_text), _Known(key, is_created, optional))
+    return _Sample(key, is_created, value, len(label_text), (name, label_text))
 
 
-def _keep(cache: dict[_K, _V], key: _K, value: _V) -> None:
-    """Put `value` in `cache`, emptied first when full: a server whose lines or series all
-    change starts it over, and it stays bounded."""
-    if len(cache) >= _PARSED_MAX_ENTRIES:
-        cache.clear()
-    cache[key] = value
+class _Pass:
+    """One extraction's reads of its endpoint's cache (`before`) and what it keeps for the
+    next payload: the entries this payload used, at most `CACHED_MAX_ENTRIES` of each."""
+
+    __slots__ = ("before", "labels", "lines", "series")
+
+    def __init__(self, before: ExtractionCache | None) -> None:
+        self.before = before
+        self.lines: dict[str, _Sample] = {}
+        self.series: dict[tuple[str, str], _Known] = {}
+        # Label sets parsed in this payload: `_total` and `_created` share them, and so do
+        # the families of one engine instance.
+        self.labels: dict[str, tuple[tuple[str, str], ...]] = {}
+
+    def sample(self, line: str) -> "_Sample | None":
+        """The sample of `line` if the endpoint's previous payload held it."""
+        before = self.before
+        if before is None:
+            return None
+        found = before.lines.get(line)
+        if found is not None and len(self.lines) < CACHED_MAX_ENTRIES:
+            self.lines[line] = found
+            known = before.series.get(found.series)
+            if known is not None:
+                self.series[found.series] = known
+        return found
+
+    def known(self, series: tuple[str, str]) -> _Known | None:
+        """What a series shares if the endpoint's previous payload held it."""
+        before = self.before
+        found = None if before is None else before.series.get(series)
+        if found is not None and len(self.series) < CACHED_MAX_ENTRIES:
+            self.series[series] = found
+        return found
+
+    def keep_line(self, line: str, sample: "_Sample") -> None:
+        if self.before is not None and len(self.lines) < CACHED_MAX_ENTRIES:
+            self.lines[line] = sample
+
+    def keep_series(self, series: tuple[str, str], known: _Known) -> None:
+        if self.before is not None and len(self.series) < CACHED_MAX_ENTRIES:
+            self.series[series] = known
+
+    def done(self) -> None:
+        """The endpoint's cache becomes what this payload used (a whole payload read)."""
+        if self.before is not None:
+            self.before.lines, self.before.series = self.lines, self.series
 
 
 def _unquoted_name(line: str) -> str:
@@ -230,13 +288,15 @@ def _check_label_chars(chars: int, name: str, limits: ExtractionLimits) -> None:
         )
 
 
-def _parse_line(line: str, name: str, series: Series, limits: ExtractionLimits) -> None:
+def _parse_line(
+    line: str, name: str, series: Series, limits: ExtractionLimits, seen: _Pass
+) -> None:
     """Parse a line whose sample name is `name` into `series`."""
-    sample = _PARSED.get(line)
+    sample = seen.sample(line)
     if sample is None:
-        sample = _sample_of(line, name, limits)
-        if len(line) <= _PARSED_MAX_LINE:
-            _keep(_PARSED, line, sample)
+        sample = _sample_of(line, name, limits, seen)
+        if len(line) <= CACHED_LINE_MAX_CHARS:
+            seen.keep_line(line, sample)
     elif sample.label_chars > limits.max_label_chars:  # parsed under other limits
         _check_label_chars(sample.label_chars, name, limits)
     if sample.value is None:
@@ -310,7 +370,11 @@ _LINE = re.compile(
 )
 
 
-def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()) -> Series:
+def extract_spec_decode(
+    text: str,
+    limits: ExtractionLimits = ExtractionLimits(),
+    cache: ExtractionCache | None = None,
+) -> Series:
     """Return the spec-decode series of an exposition payload, keyed by role and labels.
 
     Only the lines whose sample name a schema reads are parsed; one pattern finds them
@@ -321,8 +385,16 @@ def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()
     dropped. Reading stops at an OpenMetrics ``# EOF`` line. Raises `ExtractionError` on a
     payload cut off mid-line, a malformed line of a series it reads, a negative, non-finite
     or inexact (above 2**53) counter, a series given twice, or more series or longer label
-    sets than `limits` allow. A non-finite `_created` is ignored.
+    sets than `limits` allow. A non-finite `_created` is ignored. `cache` is the endpoint's
+    (see `ExtractionCache`): read, then left holding what this payload used.
     """
+    seen = _Pass(cache)
+    found = _extracted(text, limits, seen)
+    seen.done()
+    return found
+
+
+def _extracted(text: str, limits: ExtractionLimits, seen: _Pass) -> Series:
     lines, eofs = _lines_read(text)
     limit = _eof_offset(text, eofs)
     if limit == len(text) and text and not text.endswith("\n"):
@@ -333,19 +405,19 @@ def extract_spec_decode(text: str, limits: ExtractionLimits = ExtractionLimits()
     for line, name in lines:
         companion = COMPANIONS.get(name)
         if companion is None:
-            _parse_line(line, name, series, limits)
+            _parse_line(line, name, series, limits, seen)
         else:
             companions.append((line, name, *companion))
     spec_decode = any(value.value is not None for value in series.values())
     if not series:  # no spec decoding: the witnesses of the engines that generated tokens
         for line, name, _, role in companions:
             if role is Role.GENERATION_TOKENS:
-                _parse_line(line, name, series, limits)
+                _parse_line(line, name, series, limits, seen)
         companions = [c for c in companions if c[3] is not Role.GENERATION_TOKENS]
     engines = {key.engine for key in series}
     for line, name, engine, _ in companions:
         if engine in engines:
-            _parse_line(line, name, series, limits)
+            _parse_line(line, name, series, limits, seen)
     found = {key: value for key, value in series.items() if value.value is not None}
     if not spec_decode:
         found.update(
@@ -432,11 +504,3 @@ def _eof_offset(text: str, eofs: int) -> int:
     if eofs > final:
         raise ExtractionError("lines after the OpenMetrics # EOF line that ends a payload")
     return max(0, end - 6) if final else len(text)
-
-
-def forget_parsed_lines() -> None:
-    """Empty the caches of parsed lines, series and label sets (a cold start, for measuring
-    extraction)."""
-    _PARSED.clear()
-    _SERIES.clear()
-    _parse_labels.cache_clear()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from specdec_collector.config import Settings
 from specdec_collector.core.exposition import ExtractionLimits
 from specdec_collector.core.targets import TargetPolicy
+from specdec_collector.sources.scrape.caches import EndpointCaches
 from specdec_collector.sources.scrape.resolver import SystemResolver
 
 # Above this size an answer is read off the event loop (a thread hop costs ~50 µs; reading
@@ -38,6 +39,8 @@ class ScrapeConfig:
     large_answers: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(LARGE_ANSWERS_AT_ONCE)
     )
+    # Each endpoint's extraction cache, shared by the service's starts, stops and sampler.
+    caches: EndpointCaches = field(default_factory=EndpointCaches)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ScrapeConfig":

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from specdec_collector.core.exposition import ExtractionError, ExtractionLimits, extract_spec_decode
+from specdec_collector.core.exposition import ExtractionError
 from specdec_collector.core.readings import FailureKind, TargetReading
 from specdec_collector.core.targets import Target
 from specdec_collector.sources.scrape.client import ScrapeClient, parsed_url
@@ -215,8 +215,8 @@ async def _fetch_and_read(
     if len(body) > OFF_LOOP_BYTES:
         # A large answer is decoded and read in a worker thread: the event loop keeps
         # answering every other team meanwhile.
-        return await asyncio.to_thread(_extracted, target, body, config.limits)
-    return _extracted(target, body, config.limits)
+        return await asyncio.to_thread(_extracted, target, body, config)
+    return _extracted(target, body, config)
 
 
 async def _get(
@@ -244,7 +244,7 @@ def _steps_timeout(timeout_s: float) -> httpx.Timeout:
     return httpx.Timeout(timeout_s, read=None)
 
 
-def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> TargetReading:
+def _extracted(target: Target, body: bytes, config: ScrapeConfig) -> TargetReading:
     """The outcome of reading an answer's body: its spec-decode series, or why not."""
     Kind = FailureKind
     try:
@@ -254,7 +254,7 @@ def _extracted(target: Target, body: bytes, limits: ExtractionLimits) -> TargetR
     if text.lstrip()[:1] in ("[", "{"):  # never the start of a Prometheus exposition
         return failure(target, Kind.WRONG_ENDPOINT, JSON_METRICS)
     try:
-        series = extract_spec_decode(text, limits)
+        series = config.caches.extract((target.url, target.headers), text, config.limits)
     except ExtractionError as exc:
         return failure(target, Kind.INVALID_PAYLOAD, str(exc))
     if not series and (text.startswith("dynamo_frontend_") or "\ndynamo_frontend_" in text):

@@ -1,0 +1,49 @@
+"""Each endpoint's extraction cache: its own, within one bound for the process."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+from specdec_collector.core.exposition import ExtractionLimits, extract_spec_decode
+from specdec_collector.sources.scrape.caches import EndpointCaches
+from tests.support.payloads import InstanceCounters, vllm_payload
+
+LIMITS = ExtractionLimits()
+STEADY = vllm_payload([InstanceCounters(10, 30, [8, 6, 4])])
+
+
+def _churning(step: int) -> str:
+    """A payload whose every series has labels it never had before."""
+    return "".join(
+        f'vllm:spec_decode_num_drafts_total{{engine="{step}",pod="{pod}"}} 4\n' for pod in range(8)
+    )
+
+
+def test_a_target_whose_labels_churn_flushes_its_own_cache_only() -> None:
+    caches = EndpointCaches()
+    caches.extract("steady", STEADY, LIMITS)
+    held = caches.entries
+    assert held > 0
+    for step in range(200):
+        text = _churning(step)
+        assert caches.extract("churning", text, LIMITS) == extract_spec_decode(text)
+    assert caches.entries == held + 2 * 8  # the steady endpoint's, and the last churned payload
+    assert caches.extract("steady", STEADY, LIMITS) == extract_spec_decode(STEADY)
+
+
+def test_the_endpoints_scraped_least_lately_are_forgotten_beyond_the_bound() -> None:
+    caches = EndpointCaches(max_entries=5 * 2 * 8)
+    for endpoint in range(20):
+        caches.extract(endpoint, _churning(endpoint), LIMITS)
+        assert caches.entries <= 5 * 2 * 8
+    assert len(caches) == 5
+    caches.extract(19, _churning(19), LIMITS)
+    caches.extract("new", _churning(99), LIMITS)
+    assert len(caches) == 5 and caches.entries == 5 * 2 * 8
+
+
+def test_one_endpoint_read_from_many_threads_at_once_reads_right() -> None:
+    caches = EndpointCaches()
+    payloads = [vllm_payload([InstanceCounters(10 + i, 30 + 3 * i, [8, 6, 4])]) for i in range(64)]
+    with ThreadPoolExecutor(8) as pool:
+        read = list(pool.map(lambda text: caches.extract("one", text, LIMITS), payloads * 4))
+    assert read == [extract_spec_decode(text) for text in payloads * 4]
+    assert len(caches) == 1
