@@ -95,3 +95,10 @@ def test_the_suites_http_clients_share_one_tls_context() -> None:
             ):
                 made_apart.append(f"{module.name}:{node.lineno}")
     assert made_apart == []
+
+
+def test_the_core_tests_start_no_server_or_process() -> None:
+    """`pytest tests/core` is the seconds-long inner loop: pure functions only."""
+    heavy = {"subprocess", "tests.support.collector", "tests.support.metrics_server", "httpx"}
+    for module in sorted((Path(__file__).parent / "core").glob("test_*.py")):
+        assert not _imports(module) & heavy, (module.name, _imports(module) & heavy)

@@ -3,16 +3,24 @@
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
+import httpx
 import pytest
 
 from specdec_collector.cli.exits import Exit, error_text
 from specdec_collector.cli.runner import run_command
+from specdec_collector.core.comparison import NO_INTERVAL
+from specdec_collector.core.gates import (
+    GATE_FAILED_EXIT,
+)
 from tests.conftest import ADMIN_KEY
 from tests.support import clients
 from tests.support.collector import Team, serve_simulator, specdec_command
@@ -366,3 +374,154 @@ def test_shell_completion_completes_commands_and_options(
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout.split()  # fmt: skip
     assert completed == [offered]
+
+
+def test_specdec_run_exits_with_the_gates_code_and_keeps_a_failed_commands(
+    team: Team, tmp_path: Path
+) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*specdec_command(), "run", "--server", team.base_url, "--api-key", team.key, *args],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    with serve_simulator("--drafts-per-s", "0", "--seed", "8") as simulator:
+        target = simulator.removeprefix("http://")
+        load = [*specdec_command(), "load", "--url", simulator, "--requests", "20"]
+        passed = run("--target", target, "--id", "g-pass", "--require", "acceptance_rate>=1",
+                     "--junit", "out/junit.xml", "--", *load)  # fmt: skip
+        failed = run("--target", target, "--id", "g-fail", "--require", "acceptance_rate>=99.9",
+                     "--", *load)  # fmt: skip
+        both = run("--target", target, "--id", "g-both", "--require", "acceptance_rate>=99.9",
+                   "--", "sh", "-c", " ".join(load) + " && exit 1")  # fmt: skip
+        drop = run("--target", target, "--id", "g-drop", "--baseline", "g-pass",
+                   "--max-drop", "acceptance_rate=50", "--", *load)  # fmt: skip
+        usage = run("--target", target, "--max-drop", "acceptance_rate=2", "--", "true")
+        compared = subprocess.run(
+            [*specdec_command(), "compare", "--server", team.base_url, "--api-key", team.key,
+             "g-pass", "g-fail"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert passed.returncode == 0, passed.stderr
+    assert f"PASS  {target}  acceptance_rate>=1" in passed.stdout
+    assert ElementTree.parse(tmp_path / "out/junit.xml").getroot().get("failures") == "0"
+    assert failed.returncode == GATE_FAILED_EXIT, failed.stderr
+    assert f"FAIL  {target}  acceptance_rate>=99.9" in failed.stdout
+    assert both.returncode == 1  # the command's own failure wins
+    assert drop.returncode == 0 and "judged on the figures" in drop.stdout
+    assert usage.returncode not in (0, GATE_FAILED_EXIT) and "needs --baseline" in usage.stderr
+    # `specdec compare`: the two runs' differences, without verdicts (unsampled), saying why.
+    assert compared.returncode == 0, compared.stderr
+    assert "g-fail versus g-pass:" in compared.stdout and NO_INTERVAL in compared.stdout
+
+
+def _load(url: str, out: Path, requests: int) -> tuple[int, list[dict[str, object]]]:
+    """`specdec load` against `url`: the tokens it counted in the answers' usage, and the
+    per-request accounts it wrote (the simulator tells each request's steps)."""
+    run = subprocess.run(
+        [*specdec_command(), "load", "--url", url, "--requests", str(requests),
+         "--concurrency", "4", "--max-tokens", "40", "--per-request", str(out)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    counted = re.search(r"(\d+) requests \(0 failed\), (\d+) tokens", run.stdout)
+    assert counted is not None and int(counted[1]) == requests, run.stdout
+    return int(counted[2]), json.loads(out.read_text())["requests"]
+
+
+def _seconds(api: httpx.Client, window: str) -> float:
+    """The seconds between a window's first and last snapshot, as its timeline tells them."""
+    points = api.get(f"/windows/{window}/samples").json()["series"][0]["points"]
+    first, last = (datetime.fromisoformat(points[i]["taken_at"]) for i in (0, -1))
+    return (last - first).total_seconds()
+
+
+def test_a_windows_throughput_is_what_the_load_generator_received(
+    api: httpx.Client, team: Team, tmp_path: Path
+) -> None:
+    """One server on one port, served without spec decoding and then with it (a simulator
+    that takes 2 ms a step and tells each request's steps, as vLLM's
+    `--per-request-spec-decode-metrics summary`): each window's throughput against the load
+    generator's own counts; `/compare` gives their speedup."""
+    args = ("--drafts-per-s", "0", "--step-ms", "2", "--seed", "5")
+    port = free_port()
+    windows: dict[str, tuple[int, list[dict[str, object]], dict[str, Any], float]] = {}
+    for name, extra in (
+        ("tp-plain", ("--no-spec-decoding",)),
+        ("tp-drafting", ("--per-request-spec-decode-metrics", "summary")),
+    ):
+        with serve_simulator(*args, *extra, port=port) as url:
+            assert api.post(f"/windows/{name}/start", json={"targets": [url]}).is_success
+            tokens, accounts = _load(url, tmp_path / f"{name}.json", 12)
+            result = api.post(f"/windows/{name}/stop").json()["targets"][0]["result"]
+            windows[name] = (tokens, accounts, result, _seconds(api, name))
+    tokens, _, result, seconds = windows["tp-plain"]
+    assert result["status"] == "na" and "No spec decode metrics" in result["error"]
+    plain_tp = result["throughput"]
+    assert plain_tp["generated_tokens"] == tokens == 12 * 40
+    assert plain_tp["finished_requests"] == 12 and plain_tp["generated_tokens_per_step"] == 1.0
+    assert plain_tp["generated_tokens_per_second"] == tokens / seconds
+    assert plain_tp["inter_token_latency_ms"] == 2.0 * (tokens - 12) / (tokens - 12)
+
+    tokens, accounts, result, seconds = windows["tp-drafting"]
+    steps = sum(int(account["steps"]) for account in accounts)  # type: ignore[call-overload]
+    accepted = sum(int(account["accepted"]) for account in accounts)  # type: ignore[call-overload]
+    drafting_tp = result["throughput"]
+    assert result["status"] == "ok" and drafting_tp["generated_tokens"] == tokens
+    assert drafting_tp["generated_tokens_per_step"] == tokens / steps
+    assert drafting_tp["accepted_token_share"] == accepted / tokens * 100
+    # One 2 ms latency a step after each request's first, over its tokens after the first.
+    assert drafting_tp["inter_token_latency_ms"] == ((steps - 12) * 0.002 / (tokens - 12) * 1000)
+    assert drafting_tp["generated_tokens_per_second"] == tokens / seconds
+
+    compared = api.get("/compare", params={"windows": "tp-plain,tp-drafting"}).json()
+    (speedup_row,) = compared["targets"][0]["speedups"] or [None]
+    assert (speedup_row["window"], speedup_row["versus"]) == ("tp-drafting", "tp-plain")
+    assert speedup_row["generated_tokens_per_second"] == (
+        drafting_tp["generated_tokens_per_second"] / plain_tp["generated_tokens_per_second"]
+    )
+    assert speedup_row["inter_token_latency"] == (
+        plain_tp["inter_token_latency_ms"] / drafting_tp["inter_token_latency_ms"]
+    )
+    assert speedup_row["acceptance_length"] == result["data"]["acceptance_length"]
+    # `specdec compare` prints the same speedup.
+    printed = subprocess.run(
+        [*specdec_command(), "compare", "--server", team.base_url, "--api-key", team.key,
+         "tp-plain", "tp-drafting"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert (
+        f"tp-drafting versus tp-plain (without spec decoding): "
+        f"{speedup_row['generated_tokens_per_second']:.2f}x the generated tokens/s, "
+        f"{speedup_row['inter_token_latency']:.2f}x faster tokens, "
+        f"acceptance length {speedup_row['acceptance_length']:.2f}"
+    ) in printed
+    assert f"{plain_tp['generated_tokens_per_second']:.2f} generated tokens/s" in printed
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_per_request_view_beside_a_windows_counters(
+    api: httpx.Client, tmp_path: Path, stream: bool
+) -> None:
+    """`specdec load` against a simulator that tells each request's drafts as vLLM's
+    `--per-request-spec-decode-metrics summary` does: the sums are the window's counts."""
+    args = ("--drafts-per-s", "0", "--per-request-spec-decode-metrics", "summary", "--seed", "3")
+    with serve_simulator(*args) as url:
+        window = f"accounts-{stream}"
+        assert api.post(f"/windows/{window}/start", json={"targets": [url]}).is_success
+        out = tmp_path / "requests.json"
+        run = subprocess.run(
+            [*specdec_command(), "load", "--url", url, "--requests", "9", "--concurrency", "3",
+             "--max-tokens", "30", "--per-request", str(out), *(["--stream"] if stream else [])],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        result = api.post(f"/windows/{window}/stop").json()["targets"][0]["result"]
+    written = json.loads(out.read_text())
+    requests = written["requests"]
+    assert len(requests) == 9 and {r["source"] for r in requests} == {"vllm"}
+    data = result["data"]
+    assert sum(r["steps"] for r in requests) == data["num_drafts"] == written["summary"]["steps"]
+    assert sum(r["drafted"] for r in requests) == data["draft_tokens"]
+    assert sum(r["accepted"] for r in requests) == data["accepted_tokens"]
+    assert f"{data['draft_tokens']} draft tokens, {data['accepted_tokens']} accepted" in run.stdout
+    rates = sorted(r["accepted"] / r["drafted"] * 100 for r in requests)
+    assert written["summary"]["acceptance_rate"]["p50"] == rates[4]

@@ -17,9 +17,9 @@ from specdec_collector.cli.runner import generate_load
 from specdec_collector.core.counters import Role
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.simulator.server import SimulatedServer, default_acceptance
+from tests.core.test_exposition import oracle
 from tests.support import clients
 from tests.support.collector import run_simulator, specdec_command
-from tests.test_promtext import oracle
 
 
 def test_payload_is_valid_exposition_with_created_and_histograms() -> None:

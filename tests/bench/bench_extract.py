@@ -14,8 +14,8 @@ from collections.abc import Callable
 from specdec_collector.core.counters import SAMPLE_NAMES
 from specdec_collector.core.exposition import ExtractionCache, extract_spec_decode
 from tests.bench.figures import Figure, show
+from tests.core.test_exposition import oracle
 from tests.support.payloads import fixture
-from tests.test_promtext import oracle
 
 
 def full_parse(text: str) -> object:

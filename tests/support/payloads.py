@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, Counter
+
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -155,3 +157,21 @@ def vllm_rust_payload(
             ],
         )
     return "\n".join([*lines, "# EOF"]) + "\n"
+
+
+def prometheus_client_registry() -> CollectorRegistry:
+    """The spec-decode counters SGLang and LMDeploy register with prometheus_client (their
+    names and labels from `sglang/srt/metrics/collector.py` and `lmdeploy/metrics/loggers.py`)."""
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    for name in ("sglang:spec_verify_calls", "sglang:generation_tokens", "sglang:num_requests"):
+        Counter(name, name, labels, registry=registry).labels("m", "0").inc(40)
+    for role in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        name = f"lmdeploy:spec_decode_{role}"
+        Counter(name, name, labels, registry=registry).labels("m", "0").inc(12)
+    per_pos = Counter(
+        "lmdeploy:spec_decode_num_accepted_tokens_per_pos", "x", [*labels, "position"],
+        registry=registry,
+    )  # fmt: skip
+    per_pos.labels("m", "0", "0").inc(9)
+    return registry

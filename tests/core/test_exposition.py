@@ -7,8 +7,7 @@ from unittest.mock import ANY
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.exposition import choose_encoder
+from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
@@ -38,9 +37,7 @@ from specdec_collector.core.exposition import (
     any_of,
     extract_spec_decode,
 )
-from specdec_collector.sources.scrape import ACCEPT
-from specdec_collector.windows.catalogue import labels_from_text, labels_to_text
-from tests.support.payloads import fixture
+from tests.support.payloads import fixture, prometheus_client_registry
 
 
 def oracle(text: str, openmetrics: bool = False) -> dict[SeriesKey, SeriesValue]:
@@ -201,12 +198,6 @@ def test_the_same_series_twice_raises() -> None:
     quoted = '{"vllm:spec_decode_num_drafts_total", engine="0"} 1\n'
     with pytest.raises(ExtractionError, match=twice):
         extract_spec_decode(line + quoted)
-
-
-def test_labels_text_round_trip() -> None:
-    labels = (("engine", "0"), ("model_name", 'a "b",\n{c}'), ("x", "中"))
-    assert labels_from_text(labels_to_text(labels)) == labels
-    assert labels_to_text(labels) == '[["engine","0"],["model_name","a \\"b\\",\\n{c}"],["x","中"]]'
 
 
 # --- differential test against prometheus_client on generated payloads ---------------------
@@ -419,35 +410,8 @@ def test_an_endpoints_cache_keeps_what_its_last_payload_used_only() -> None:
 # --- prometheus_client's format negotiation (SGLang's and LMDeploy's /metrics) -------------
 
 
-def _prometheus_client_registry() -> CollectorRegistry:
-    """The spec-decode counters SGLang and LMDeploy register with prometheus_client (their
-    names and labels from `sglang/srt/metrics/collector.py` and `lmdeploy/metrics/loggers.py`)."""
-    registry = CollectorRegistry()
-    labels = ["model_name", "engine"]
-    for name in ("sglang:spec_verify_calls", "sglang:generation_tokens", "sglang:num_requests"):
-        Counter(name, name, labels, registry=registry).labels("m", "0").inc(40)
-    for role in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-        name = f"lmdeploy:spec_decode_{role}"
-        Counter(name, name, labels, registry=registry).labels("m", "0").inc(12)
-    per_pos = Counter(
-        "lmdeploy:spec_decode_num_accepted_tokens_per_pos", "x", [*labels, "position"],
-        registry=registry,
-    )  # fmt: skip
-    per_pos.labels("m", "0", "0").inc(9)
-    return registry
-
-
-def test_the_collectors_accept_gets_the_classic_text_from_prometheus_client() -> None:
-    """prometheus_client answers OpenMetrics to any Accept that names it, whatever its q-value,
-    with `sglang_...` sample names from 0.23 on: the collector must not name it."""
-    encoder, content_type = choose_encoder(ACCEPT)
-    text = encoder(_prometheus_client_registry()).decode()
-    assert content_type.startswith("text/plain"), content_type
-    assert "sglang:spec_verify_calls_total" in text
-
-
 def test_openmetrics_with_escaped_names_reads_as_the_classic_text() -> None:
-    registry = _prometheus_client_registry()
+    registry = prometheus_client_registry()
     classic = extract_spec_decode(generate_latest(registry).decode())
     escaped = openmetrics_latest(registry, escaping="underscores").decode()  # type: ignore[no-untyped-call]
     assert "sglang_spec_verify_calls_total" in escaped  # what 0.23 and later write

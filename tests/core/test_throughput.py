@@ -2,20 +2,9 @@
 test computes itself from the counters it wrote, and end to end against what the load
 generator (`specdec load`) counted of the answers it received."""
 
-import json
-import re
-import subprocess
-from datetime import datetime
-from pathlib import Path
-from typing import Any
-
-import httpx
-
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.figures import build_result
 from specdec_collector.core.throughput import speedup
-from tests.support.collector import Team, serve_simulator, specdec_command
-from tests.support.metrics_server import free_port
 
 URL = "http://engine:8000/metrics"
 LABELS = 'engine="0",model_name="m"'
@@ -130,86 +119,3 @@ def test_the_speedup_is_the_ratio_of_the_two_windows_figures() -> None:
     assert ratios["generated_tokens_per_second"] == (3000 / 10) / (3000 / 25)
     assert ratios["inter_token_latency"] == (8.97 / 2990) / (3.0 / 2990)
     assert speedup(fast, None) is None
-
-
-def _load(url: str, out: Path, requests: int) -> tuple[int, list[dict[str, object]]]:
-    """`specdec load` against `url`: the tokens it counted in the answers' usage, and the
-    per-request accounts it wrote (the simulator tells each request's steps)."""
-    run = subprocess.run(
-        [*specdec_command(), "load", "--url", url, "--requests", str(requests),
-         "--concurrency", "4", "--max-tokens", "40", "--per-request", str(out)],
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    counted = re.search(r"(\d+) requests \(0 failed\), (\d+) tokens", run.stdout)
-    assert counted is not None and int(counted[1]) == requests, run.stdout
-    return int(counted[2]), json.loads(out.read_text())["requests"]
-
-
-def _seconds(api: httpx.Client, window: str) -> float:
-    """The seconds between a window's first and last snapshot, as its timeline tells them."""
-    points = api.get(f"/windows/{window}/samples").json()["series"][0]["points"]
-    first, last = (datetime.fromisoformat(points[i]["taken_at"]) for i in (0, -1))
-    return (last - first).total_seconds()
-
-
-def test_a_windows_throughput_is_what_the_load_generator_received(
-    api: httpx.Client, team: Team, tmp_path: Path
-) -> None:
-    """One server on one port, served without spec decoding and then with it (a simulator
-    that takes 2 ms a step and tells each request's steps, as vLLM's
-    `--per-request-spec-decode-metrics summary`): each window's throughput against the load
-    generator's own counts; `/compare` gives their speedup."""
-    args = ("--drafts-per-s", "0", "--step-ms", "2", "--seed", "5")
-    port = free_port()
-    windows: dict[str, tuple[int, list[dict[str, object]], dict[str, Any], float]] = {}
-    for name, extra in (
-        ("tp-plain", ("--no-spec-decoding",)),
-        ("tp-drafting", ("--per-request-spec-decode-metrics", "summary")),
-    ):
-        with serve_simulator(*args, *extra, port=port) as url:
-            assert api.post(f"/windows/{name}/start", json={"targets": [url]}).is_success
-            tokens, accounts = _load(url, tmp_path / f"{name}.json", 12)
-            result = api.post(f"/windows/{name}/stop").json()["targets"][0]["result"]
-            windows[name] = (tokens, accounts, result, _seconds(api, name))
-    tokens, _, result, seconds = windows["tp-plain"]
-    assert result["status"] == "na" and "No spec decode metrics" in result["error"]
-    plain_tp = result["throughput"]
-    assert plain_tp["generated_tokens"] == tokens == 12 * 40
-    assert plain_tp["finished_requests"] == 12 and plain_tp["generated_tokens_per_step"] == 1.0
-    assert plain_tp["generated_tokens_per_second"] == tokens / seconds
-    assert plain_tp["inter_token_latency_ms"] == 2.0 * (tokens - 12) / (tokens - 12)
-
-    tokens, accounts, result, seconds = windows["tp-drafting"]
-    steps = sum(int(account["steps"]) for account in accounts)  # type: ignore[call-overload]
-    accepted = sum(int(account["accepted"]) for account in accounts)  # type: ignore[call-overload]
-    drafting_tp = result["throughput"]
-    assert result["status"] == "ok" and drafting_tp["generated_tokens"] == tokens
-    assert drafting_tp["generated_tokens_per_step"] == tokens / steps
-    assert drafting_tp["accepted_token_share"] == accepted / tokens * 100
-    # One 2 ms latency a step after each request's first, over its tokens after the first.
-    assert drafting_tp["inter_token_latency_ms"] == ((steps - 12) * 0.002 / (tokens - 12) * 1000)
-    assert drafting_tp["generated_tokens_per_second"] == tokens / seconds
-
-    compared = api.get("/compare", params={"windows": "tp-plain,tp-drafting"}).json()
-    (speedup_row,) = compared["targets"][0]["speedups"] or [None]
-    assert (speedup_row["window"], speedup_row["versus"]) == ("tp-drafting", "tp-plain")
-    assert speedup_row["generated_tokens_per_second"] == (
-        drafting_tp["generated_tokens_per_second"] / plain_tp["generated_tokens_per_second"]
-    )
-    assert speedup_row["inter_token_latency"] == (
-        plain_tp["inter_token_latency_ms"] / drafting_tp["inter_token_latency_ms"]
-    )
-    assert speedup_row["acceptance_length"] == result["data"]["acceptance_length"]
-    # `specdec compare` prints the same speedup.
-    printed = subprocess.run(
-        [*specdec_command(), "compare", "--server", team.base_url, "--api-key", team.key,
-         "tp-plain", "tp-drafting"],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout  # fmt: skip
-    assert (
-        f"tp-drafting versus tp-plain (without spec decoding): "
-        f"{speedup_row['generated_tokens_per_second']:.2f}x the generated tokens/s, "
-        f"{speedup_row['inter_token_latency']:.2f}x faster tokens, "
-        f"acceptance length {speedup_row['acceptance_length']:.2f}"
-    ) in printed
-    assert f"{plain_tp['generated_tokens_per_second']:.2f} generated tokens/s" in printed

@@ -1,12 +1,8 @@
 """Each answer's own account of its request's drafts: read from every shape a server writes,
 summed and spread, and held against a window's counters over the same load."""
 
-import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from specdec_collector.core.request_accounts import (
@@ -17,7 +13,6 @@ from specdec_collector.core.request_accounts import (
     render,
     summarise,
 )
-from tests.support.collector import serve_simulator, specdec_command
 
 
 @pytest.mark.parametrize(
@@ -82,32 +77,3 @@ def test_the_view_spreads_acceptance_over_requests() -> None:
     text = render(view)
     assert "11 answers with accounts, vllm" in text and DIFFERENCES["vllm"] in text
     assert summarise([]) is None
-
-
-@pytest.mark.parametrize("stream", [False, True])
-def test_the_per_request_view_beside_a_windows_counters(
-    api: httpx.Client, tmp_path: Path, stream: bool
-) -> None:
-    """`specdec load` against a simulator that tells each request's drafts as vLLM's
-    `--per-request-spec-decode-metrics summary` does: the sums are the window's counts."""
-    args = ("--drafts-per-s", "0", "--per-request-spec-decode-metrics", "summary", "--seed", "3")
-    with serve_simulator(*args) as url:
-        window = f"accounts-{stream}"
-        assert api.post(f"/windows/{window}/start", json={"targets": [url]}).is_success
-        out = tmp_path / "requests.json"
-        run = subprocess.run(
-            [*specdec_command(), "load", "--url", url, "--requests", "9", "--concurrency", "3",
-             "--max-tokens", "30", "--per-request", str(out), *(["--stream"] if stream else [])],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
-        result = api.post(f"/windows/{window}/stop").json()["targets"][0]["result"]
-    written = json.loads(out.read_text())
-    requests = written["requests"]
-    assert len(requests) == 9 and {r["source"] for r in requests} == {"vllm"}
-    data = result["data"]
-    assert sum(r["steps"] for r in requests) == data["num_drafts"] == written["summary"]["steps"]
-    assert sum(r["drafted"] for r in requests) == data["draft_tokens"]
-    assert sum(r["accepted"] for r in requests) == data["accepted_tokens"]
-    assert f"{data['draft_tokens']} draft tokens, {data['accepted_tokens']} accepted" in run.stdout
-    rates = sorted(r["accepted"] / r["drafted"] * 100 for r in requests)
-    assert written["summary"]["acceptance_rate"]["p50"] == rates[4]
