@@ -12,12 +12,8 @@ import pytest
 
 from specdec_collector.core.arithmetic import NO_ACTIVITY, NO_METRICS
 from specdec_collector.core.exposition import extract_spec_decode
-from specdec_collector.core.figures import (
-    RESTARTED,
-    UNSEEN_RESTART,
-    VARIABLE_DRAFT_LENGTH,
-    build_result,
-)
+from specdec_collector.core.figures import build_result
+from specdec_collector.core.notes import RESTARTED, UNSEEN_RESTART, VARIABLE_DRAFT_LENGTH
 from tests.real_engines.accounting import (
     counters,
     expected_data,

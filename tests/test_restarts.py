@@ -6,12 +6,12 @@ request has completed since the server started.
 """
 
 from specdec_collector.core.exposition import Series, extract_spec_decode
-from specdec_collector.core.figures import (
+from specdec_collector.core.figures import build_result
+from specdec_collector.core.notes import (
     RESTARTED,
     RESTARTED_SAMPLED,
     UNSEEN_RESTART,
     VARIABLE_DRAFT_LENGTH,
-    build_result,
 )
 from specdec_collector.core.report import render_block
 from tests.support.payloads import (

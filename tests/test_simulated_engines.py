@@ -7,13 +7,14 @@ from typing import Any, Protocol
 import httpx
 import pytest
 
-from specdec_collector.core.engine_figures import (
+from specdec_collector.core.notes import (
     MAX_NOTES,
     SGLANG_ACTIVE,
     SGLANG_NOTES,
     TRTLLM_NOTE,
+    UNSEEN_RESTART,
+    V0_REASON,
 )
-from specdec_collector.core.figures import UNSEEN_RESTART, V0_REASON
 from specdec_collector.simulator.server import SimulatedServer
 from tests.support.collector import serve_simulator
 from tests.support.streaming import streamed_requests

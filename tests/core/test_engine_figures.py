@@ -7,15 +7,16 @@ every expected figure is computed by hand in the test.
 from fractions import Fraction
 
 from specdec_collector.core.counters import Role
-from specdec_collector.core.engine_figures import SGLANG_NOTES, TRTLLM_NOTE
 from specdec_collector.core.exposition import Series, extract_spec_decode
-from specdec_collector.core.figures import (
+from specdec_collector.core.figures import build_result
+from specdec_collector.core.notes import (
     EARLY_V1_NOTE,
     LLAMACPP_COMPLETION_NOTE,
     MINDIE_REASON,
+    SGLANG_NOTES,
+    TRTLLM_NOTE,
     UNSEEN_RESTART,
     V0_REASON,
-    build_result,
 )
 from specdec_collector.core.report import render_block
 from specdec_collector.core.targets import EngineHints

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from specdec_collector.core.arithmetic import NO_ACTIVITY, NO_METRICS
-from specdec_collector.core.figures import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART
+from specdec_collector.core.notes import RESTARTED, RESTARTED_SAMPLED, UNSEEN_RESTART
 from tests.real_engines import servers
 from tests.real_engines.accounting import (
     LLAMACPP_WITNESSES,

@@ -16,122 +16,30 @@ from specdec_collector.core.arithmetic import (
 )
 from specdec_collector.core.counters import Role, ServingEngine
 from specdec_collector.core.exposition import SPEC_LIKE_MAX_NAMES, Series
+from specdec_collector.core.notes import (
+    DIFFUSION_IDLE,
+    DIFFUSION_REASON,
+    FASTDEPLOY_CONFIGURED,
+    FASTDEPLOY_NGRAM_NOTE,
+    FASTDEPLOY_NOTE,
+    INCONSISTENT,
+    MAX_NOTES,
+    MORE_ACCEPTED,
+    OLD_SGLANG_REASON,
+    SGLANG_ACTIVE,
+    SGLANG_ACTIVE_VARIED,
+    SGLANG_NOTES,
+    TGI_NO_BUCKETS,
+    TGI_NO_SPECULATE,
+    TGI_NOTES,
+    TGI_SPECULATE,
+    TRTLLM_NOTE,
+    UNRECOGNISED_REASON,
+)
 from specdec_collector.core.results import (
     DiffusionFigures,
     EngineResult,
     ResultData,
-)
-
-TRTLLM_NOTE = (
-    "TensorRT-LLM: the acceptance rate is exact (iteration counters); drafts, the acceptance "
-    "length and per-position rates count finished requests only"
-)
-
-
-SGLANG_NOTES = [
-    "SGLang counts a request when it completes: one running across an end of the window "
-    "counts where it finishes",
-    "accepted tokens are derived as generated tokens - requests - verify calls (each finished "
-    "request gave 1 + the sum over its verify calls of accepted + 1 tokens)",
-    "draft tokens and the acceptance rate need the server's draft tokens per step, which its "
-    "metrics do not give",
-]
-
-
-INCONSISTENT = "Inconsistent counters: fewer generated tokens than requests and verify calls"
-
-
-MORE_ACCEPTED = (
-    "Inconsistent counters: more tokens accepted ({accepted}) than drafted ({drafted}) in the "
-    "window"
-)
-
-
-MAX_NOTES = [
-    "Modular MAX exports per-batch histograms only: the acceptance length is the mean of its "
-    "batches' mean lengths and each position's rate the mean of its batches' rates "
-    "(change of the sum / change of the count), every batch weighing the same whatever its "
-    "tokens: approximate",
-    "the acceptance rate is the mean of the positions' rates; MAX counts no drafts or tokens",
-]
-
-
-FASTDEPLOY_NOTE = (
-    "FastDeploy counts no drafts: they are its decoding steps, derived exactly as emitted - "
-    "accepted tokens (each step emits its accepted tokens and one more); its per-head rates "
-    "are lifetime gauges (under `lifetime`), so per-position rates are not given"
-)
-
-
-FASTDEPLOY_NGRAM_NOTE = (
-    "FastDeploy counts draft tokens only for MTP: the acceptance rate needs the draft tokens "
-    "per step (draft_tokens_per_step)"
-)
-
-
-FASTDEPLOY_CONFIGURED = (
-    "draft tokens from the configured {k} per step (draft_tokens_per_step); n-gram drafts can "
-    "be shorter, so the acceptance rate is a lower bound"
-)
-
-
-TGI_NOTES = [
-    "TGI counts tokens per generation step (its tgi_request_skipped_tokens histogram): the "
-    "accepted tokens are exact, but every step is a draft here, the one that gives a request "
-    "its first token too, so the acceptance length and per-position rates are low by about "
-    "one step per request",
-]
-
-
-TGI_SPECULATE = "draft tokens are steps x speculate = {k} ({source})"
-
-
-TGI_NO_SPECULATE = (
-    "draft tokens and the acceptance rate need TGI's speculate: its histogram has no buckets "
-    "(an older TGI) and the start body gave no draft_tokens_per_step"
-)
-
-
-TGI_NO_BUCKETS = "per-position rates need the histogram's buckets, which this TGI does not write"
-
-
-SGLANG_ACTIVE = (
-    "draft tokens from sglang:spec_num_draft_tokens - 1 per verify call (the root of each "
-    "verified block is not a draft)"
-)
-
-
-SGLANG_ACTIVE_VARIED = (
-    "the server's draft tokens per verify call changed inside the window (AutoSpec: "
-    "sglang:spec_num_draft_tokens went from {low} to {high}): each interval's calls counted "
-    "with the value at its end, so the draft tokens are approximate; sample the window "
-    "(sample_interval_s) to follow it closer"
-)
-
-
-DIFFUSION_REASON = (
-    "a diffusion LLM (vLLM's diffusion_* counters): it drafts nothing, so there is no "
-    "acceptance; it committed {tokens} tokens per denoising step in the window (under "
-    "`diffusion`)"
-)
-
-
-DIFFUSION_IDLE = (
-    "a diffusion LLM (vLLM's diffusion_* counters) that ran no denoising step in the window"
-)
-
-
-UNRECOGNISED_REASON = (
-    "No spec decode metrics the collector reads: the server shows families that look like "
-    "speculative decoding ({names}), of an engine it does not know; see docs/engines.md for "
-    "the engines it reads"
-)
-
-
-OLD_SGLANG_REASON = (
-    "SGLang before May 2026 (PR #25689) shows spec decoding only as interval gauges ({names}), "
-    "which cannot give a window: serve with an SGLang that has sglang:spec_verify_calls_total "
-    "(it appears after the first speculative request)"
 )
 
 

@@ -29,7 +29,6 @@ from specdec_collector.core.arithmetic import (
 )
 from specdec_collector.core.counters import GAUGES, LIFETIME, WITNESSES, Role, ServingEngine
 from specdec_collector.core.engine_figures import (
-    MORE_ACCEPTED,
     active_draft_tokens,
     diffusion_result,
     fastdeploy_result,
@@ -40,6 +39,26 @@ from specdec_collector.core.engine_figures import (
     unrecognised_result,
 )
 from specdec_collector.core.exposition import MAX_COUNTER, Series
+from specdec_collector.core.notes import (
+    BEYOND_EXACT,
+    DRAFTING_OFF,
+    DSPARK_NOTE,
+    EARLY_V1_NOTE,
+    LLAMACPP_COMPLETION_NOTE,
+    MINDIE_REASON,
+    MIXED_NOTE,
+    MORE_ACCEPTED,
+    MORE_ACCEPTED_AT,
+    NO_DISTRIBUTION,
+    RESTARTED,
+    RESTARTED_SAMPLED,
+    SUM_NOTE,
+    UNSEEN_RESTART,
+    V0_REASON,
+    VARIABLE_DRAFT_LENGTH,
+    VERIFICATION_NOTES,
+    VLLM_COMPATIBLE_NOTE,
+)
 from specdec_collector.core.readings import Failure, Reading
 from specdec_collector.core.results import (
     Bounds,
@@ -56,88 +75,12 @@ from specdec_collector.core.targets import EngineHints
 from specdec_collector.core.throughput import throughput_of
 from specdec_collector.core.trust import confidence_of, flags_of
 
-V0_REASON = (
-    "vLLM V0 (the legacy engine) adds running totals to its spec-decode counters every few "
-    "seconds, so their change over a window is not the window's tokens: no window can be "
-    "measured (its lifetime ratios are under `lifetime`). Serve with vLLM's V1 engine "
-    "(0.8.5 or later) to measure windows."
-)
-EARLY_V1_NOTE = (
-    "early vLLM V1 (before 0.8.5) has no drafts counter: acceptance length and per-position "
-    "rates cannot be derived"
-)
-LLAMACPP_COMPLETION_NOTE = (
-    "llama.cpp counts a request when it completes: one running across an end of the window "
-    "counts where it finishes"
-)
-MINDIE_REASON = (
-    "MindIE Service documents no spec-decode counters on its metrics endpoint: no window can be "
-    "measured. Measure on the client side (AISBench's own records) until it exports them."
-)
-DRAFTING_OFF = (
-    ": the server generated {tokens} tokens in the window and drafted none (speculative "
-    "decoding is off); {how}"
-)
 TURN_DRAFTING_ON = {
     ServingEngine.LLAMACPP: "start llama-server with a draft model (-md) or --spec-type "
     "(ngram-simple, for one)",
     ServingEngine.VLLM: "start vLLM with --speculative-config",
     ServingEngine.LMDEPLOY: "start LMDeploy with --speculative-algorithm",
 }
-VARIABLE_DRAFT_LENGTH = (
-    "drafts of variable length: {mean} draft tokens a draft on average, {positions} positions "
-    "counted; a position's rate is over every draft, those too short to reach it included "
-    "(accepted at N / drafts), so the rates fall faster than the acceptance of long drafts"
-)
-RESTARTED = (
-    "the engine restarted inside the window ({n}x) and no sample was taken in between: what it "
-    "counted before the restart is lost, the figures count from the restart on; sample the "
-    "window (sample_interval_s) to keep it"
-)
-RESTARTED_SAMPLED = (
-    "the engine restarted inside the window ({n}x): what it counted between the last sample "
-    "before a restart and the restart is lost (a shorter sample_interval_s loses less)"
-)
-UNSEEN_RESTART = (
-    "{engine} shows no start time (_created) for its counters and no sample was taken: a "
-    "restart inside the window that left every counter higher at the end than at the start "
-    "cannot be seen; sample the window (sample_interval_s) to see restarts"
-)
-MORE_ACCEPTED_AT = (
-    "Inconsistent counters: more tokens accepted at position {position} ({accepted}) than "
-    "drafts ({drafts}) in the window"
-)
-BEYOND_EXACT = (
-    "a count of the window passed 2^53 ({count}): floats hold it to within a few units, so "
-    "the figures are not exact"
-)
-NO_DISTRIBUTION = (
-    "the distribution of accepted tokens per draft needs drafts of one length: not given"
-)
-DSPARK_NOTE = (
-    "drafts counted by length (DSpark): per_drafted_position_acceptance_rates is each "
-    "position's rate over the drafts that reached it, exact"
-)
-VLLM_COMPATIBLE_NOTE = (
-    "vLLM-compatible: the payload has vLLM's spec-decode names but none of vLLM's own token "
-    "counters (vllm:generation_tokens), as servers that speak vLLM's names do (pegainfer, "
-    "tokenspeed); the figures take the counters in vLLM's meaning"
-)
-#: What each verification mode a start body names does to the acceptance (vLLM's
-#: `rejection_sample_method`; the counters cannot tell them apart).
-VERIFICATION_NOTES = {
-    "standard": None,
-    "block": "block verification (as the start body says) accepts at least as many draft tokens "
-    "as standard verification of the same drafts: compare it with windows of block "
-    "verification only",
-    "fly": "fly verification (as the start body says) is lossy: it accepts drafts the target "
-    "model would not have sampled, so its acceptance is not comparable with a lossless one's",
-    "synthetic": "synthetic verification (as the start body says) accepts at the configured "
-    "synthetic_acceptance_rates whatever the drafts: the figures measure the test stand, "
-    "not a drafter",
-}
-MIXED_NOTE = "the engines' figures do not mean the same: these are {first}'s; see `engines`"
-SUM_NOTE = "the sum over the engines {names}; each one's figures are under `engines`"
 # llama.cpp prints its counters with %g: six significant digits.
 ROUNDED_FROM = 1_000_000
 
