@@ -141,6 +141,21 @@ class CounterSchema:
     # spec-decode series, one whose engine shows generated tokens. Their names may lie outside
     # `prefix`.
     companions: frozenset[str] = frozenset()
+    # The function of `core.engine_figures` that computes the engine's result from its
+    # increases over a window (`counted_result`: vLLM's four counters, in vLLM's meaning).
+    result: str = "counted_result"
+    # The function of `core.trust` that gives the 95 % intervals of its figures over a
+    # sampled window (`counted_intervals`: AISBench's ratios of its counters); None where its
+    # figures are not ratios of two sums over the intervals.
+    intervals: str | None = "counted_intervals"
+    # What to tell a server that generated tokens but drafted none.
+    turn_on: str = "turn speculative decoding on"
+    # Whether its spec-decode series appear only once first used: a server that had none at
+    # the start counts from 0, as a series absent earlier does.
+    appears_late: bool = False
+    # Whether its counters mean what vLLM's do (drafts, draft tokens, accepted, per
+    # position), so that its figures may be summed with another such engine's.
+    summable: bool = False
 
     def __post_init__(self) -> None:
         names = [*self.families, *self.gauges, *self.samples, *self.named_positions]
@@ -216,6 +231,9 @@ VLLM_V1 = CounterSchema(
         "vllm:spec_decode_draft_acceptance_rate": Role.LIFETIME_ACCEPTANCE_RATE,
         "vllm:spec_decode_efficiency": Role.LIFETIME_EFFICIENCY,
     },
+    result="vllm_result",
+    turn_on="start vLLM with --speculative-config",
+    summable=True,
 )
 
 LLAMACPP = CounterSchema(
@@ -224,6 +242,9 @@ LLAMACPP = CounterSchema(
     families={**_under("llamacpp:spec_decode_", _VLLM_NAMES), **_LLAMACPP_WITNESSES},
     position_label="position",
     companions=frozenset(_LLAMACPP_WITNESSES),
+    result="llamacpp_result",
+    turn_on="start llama-server with a draft model (-md) or --spec-type (ngram-simple, for one)",
+    summable=True,
 )
 
 TRTLLM = CounterSchema(
@@ -239,6 +260,9 @@ TRTLLM = CounterSchema(
         },
     ),
     position_label="token_position",
+    result="trtllm_result",
+    intervals=None,  # its figures mix iteration and request counts
+    appears_late=True,  # after its first speculative iteration
 )
 
 SGLANG = CounterSchema(
@@ -255,6 +279,9 @@ SGLANG = CounterSchema(
     companions=frozenset(
         {"sglang:generation_tokens", "sglang:num_requests", "sglang:spec_num_draft_tokens"}
     ),
+    result="sglang_result",
+    intervals="sglang_intervals",
+    appears_late=True,  # spec_verify_calls, after the first speculative request
 )
 
 # LMDeploy >= 0.18 (`lmdeploy/metrics/loggers.py`, `PrometheusStatLogger`): vLLM's four
@@ -275,6 +302,7 @@ LMDEPLOY = CounterSchema(
         "lmdeploy:spec_decode_mean_accept_length": Role.LIFETIME_ACCEPTANCE_LENGTH,
         "lmdeploy:spec_decode_per_position_accept_rate": Role.LIFETIME_POSITION_RATE,
     },
+    turn_on="start LMDeploy with --speculative-algorithm",
 )
 
 # Modular MAX Serve (`max/python/max/serve/telemetry/metrics.py`, OpenTelemetry histograms
@@ -295,6 +323,9 @@ MAX = CounterSchema(
         f"{_MAX_RATE}_percent_sum": Role.BATCH_RATE_SUM,
         f"{_MAX_RATE}_percent_count": Role.BATCH_RATE_COUNT,
     },
+    result="max_result",
+    intervals="max_intervals",
+    appears_late=True,  # a histogram, at its first observation
 )
 
 # FastDeploy (`fastdeploy/metrics/metrics.py`, `_init_speculative_metrics`; counted in
@@ -319,6 +350,8 @@ FASTDEPLOY = CounterSchema(
     named_positions={
         "fastdeploy:spec_decode_draft_single_head_acceptance_rate": Role.LIFETIME_POSITION_RATE,
     },
+    result="fastdeploy_result",
+    appears_late=True,  # its spec-decode metrics, made at the first step counted
 )
 
 # TGI (`router/src/infer/mod.rs`, `send_responses`: one observation per generation of a
@@ -335,6 +368,8 @@ TGI = CounterSchema(
         "tgi_request_skipped_tokens_sum": Role.SKIPPED_TOKENS,
         "tgi_request_skipped_tokens_bucket": Role.STEPS_AT_MOST,
     },
+    result="tgi_result",
+    appears_late=True,
 )
 
 # Engines that write vLLM's names under a prefix of their own (`uniserve:`, a Rust server).
@@ -343,6 +378,7 @@ UNISERVE = CounterSchema(
     prefix="uniserve:spec_decode_",
     families=_under("uniserve:spec_decode_", _VLLM_NAMES),
     position_label="position",
+    summable=True,
 )
 
 # vLLM serving a diffusion LLM (`vllm/v1/spec_decode/metrics.py`, `is_diffusion`): the same
@@ -359,12 +395,18 @@ VLLM_DIFFUSION = CounterSchema(
         },
     ),
     position_label="position",
+    result="diffusion_result",
+    intervals=None,
 )
 
 #: Every engine the extraction reads.
 SCHEMAS: tuple[CounterSchema, ...] = (
     VLLM_V1, LLAMACPP, TRTLLM, SGLANG, LMDEPLOY, MAX, FASTDEPLOY, TGI, UNISERVE, VLLM_DIFFUSION,
 )  # fmt: skip
+
+#: Each engine's schema; vLLM's V0 is read by V1's (`core.engine_figures.vllm_result` tells
+#: them apart), a payload no schema reads has none.
+SCHEMA_OF: dict[ServingEngine, CounterSchema] = {schema.engine: schema for schema in SCHEMAS}
 
 #: The most positions read from gauges that carry theirs in their name.
 MAX_NAMED_POSITIONS = 16

@@ -5,26 +5,36 @@ Each turns one engine's increases over a window into its `EngineResult`, under t
 of `core.figures`. Pure functions.
 """
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from specdec_collector.core.arithmetic import (
     INVALID_COUNTERS,
     NO_ACTIVITY,
     Totals,
+    absolute_totals,
     as_number,
+    derived,
 )
-from specdec_collector.core.counters import Role, ServingEngine
-from specdec_collector.core.exposition import SPEC_LIKE_MAX_NAMES, Series
+from specdec_collector.core.counters import GAUGES, SCHEMA_OF, SCHEMAS, Role, ServingEngine
+from specdec_collector.core.exposition import MAX_COUNTER, SPEC_LIKE_MAX_NAMES, Series
 from specdec_collector.core.notes import (
+    BEYOND_EXACT,
     DIFFUSION_IDLE,
     DIFFUSION_REASON,
+    DRAFTING_OFF,
+    DSPARK_NOTE,
+    EARLY_V1_NOTE,
     FASTDEPLOY_CONFIGURED,
     FASTDEPLOY_NGRAM_NOTE,
     FASTDEPLOY_NOTE,
     INCONSISTENT,
+    LLAMACPP_COMPLETION_NOTE,
     MAX_NOTES,
     MORE_ACCEPTED,
+    MORE_ACCEPTED_AT,
+    NO_DISTRIBUTION,
     OLD_SGLANG_REASON,
     SGLANG_ACTIVE,
     SGLANG_ACTIVE_VARIED,
@@ -35,17 +45,37 @@ from specdec_collector.core.notes import (
     TGI_SPECULATE,
     TRTLLM_NOTE,
     UNRECOGNISED_REASON,
+    V0_REASON,
+    VARIABLE_DRAFT_LENGTH,
+    VLLM_COMPATIBLE_NOTE,
 )
 from specdec_collector.core.results import (
     DiffusionFigures,
     EngineResult,
     ResultData,
 )
+from specdec_collector.core.targets import EngineHints
 
 
-def trtllm_result(totals: Totals) -> EngineResult:
+@dataclass(frozen=True, slots=True)
+class EngineIncreases:
+    """What one engine's result over a window is computed from: its increases (`totals`),
+    whether it counts drafts at all, each interval's increases (`steps`) and its series at
+    each snapshot (`chain`, the two ends at least; both empty for a sum over engines), and
+    what the start body told (`hints`)."""
+
+    engine: ServingEngine
+    totals: Totals
+    has_drafts: bool
+    steps: Sequence[Totals] = ()
+    chain: Sequence[Series] = ()
+    hints: EngineHints = field(default_factory=EngineHints)
+
+
+def trtllm_result(window: EngineIncreases) -> EngineResult:
     """TensorRT-LLM: rate from iteration counters; drafts, length, positions from finished
     requests (drafted at position 0 = drafts; vLLM-style rate at i = accepted_i / drafts)."""
+    totals = window.totals
     engine = ServingEngine.TRTLLM
     if totals.num_draft_tokens <= 0:
         return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
@@ -95,12 +125,12 @@ def active_draft_tokens(
     return ActiveDraftTokens(drafted, min(values), max(values))
 
 
-def sglang_result(
-    totals: Totals, per_step: int | None, active: ActiveDraftTokens | None = None
-) -> EngineResult:
+def sglang_result(window: EngineIncreases) -> EngineResult:
     """SGLang: drafts are verify calls V; accepted = G - R - V; length = (G - R) / V; draft
     tokens and the rate from its active-draft-tokens gauge (0.5.23) or the draft tokens per
     step the start body gave."""
+    totals, per_step = window.totals, window.hints.draft_tokens_per_step
+    active = active_draft_tokens(window.chain, window.steps) if window.steps else None
     engine = ServingEngine.SGLANG
     calls, generated, requests = totals.verify_calls, totals.generation_tokens, totals.requests
     if calls <= 0:
@@ -131,10 +161,10 @@ def sglang_result(
     return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=notes)
 
 
-def max_result(totals: Totals) -> EngineResult:
+def max_result(window: EngineIncreases) -> EngineResult:
     """Modular MAX: the mean of per-batch figures over the window (their histograms'
     change of sum over change of count), batch-weighted."""
-    engine = ServingEngine.MAX
+    engine, totals = ServingEngine.MAX, window.totals
     rates = {
         str(position): totals.batch_rate_sum.get(position, 0.0) / count / 100
         for position, count in sorted(totals.batch_rate_count.items())
@@ -167,10 +197,11 @@ def _more_accepted(
     return EngineResult(engine=engine, status="na", error=error, exact=False)
 
 
-def fastdeploy_result(totals: Totals, per_step: int | None) -> EngineResult:
+def fastdeploy_result(window: EngineIncreases) -> EngineResult:
     """FastDeploy: drafts are its steps (emitted - accepted tokens, added so in `Totals`);
     draft tokens counted with MTP, else from the start body's draft tokens per step."""
-    engine = ServingEngine.FASTDEPLOY
+    engine, totals = ServingEngine.FASTDEPLOY, window.totals
+    per_step = window.hints.draft_tokens_per_step
     drafts, accepted = totals.num_drafts, totals.num_accepted_tokens
     if drafts <= 0:
         return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
@@ -195,10 +226,11 @@ def fastdeploy_result(totals: Totals, per_step: int | None) -> EngineResult:
     return EngineResult(engine=engine, status="ok", data=data, exact=exact, notes=notes)
 
 
-def tgi_result(totals: Totals, per_step: int | None) -> EngineResult:
+def tgi_result(window: EngineIncreases) -> EngineResult:
     """TGI: steps are drafts, the tokens they gave beyond the first accepted tokens; its
     buckets (0..speculate) give speculate, the per-position rates and the distribution."""
-    engine = ServingEngine.TGI
+    engine, totals = ServingEngine.TGI, window.totals
+    per_step = window.hints.draft_tokens_per_step
     steps, accepted = totals.num_drafts, totals.num_accepted_tokens
     if steps <= 0:
         return EngineResult(engine=engine, status="na", error=NO_ACTIVITY, exact=False)
@@ -241,9 +273,9 @@ def tgi_result(totals: Totals, per_step: int | None) -> EngineResult:
     )  # fmt: skip
 
 
-def diffusion_result(totals: Totals) -> EngineResult:
+def diffusion_result(window: EngineIncreases) -> EngineResult:
     """vLLM serving a diffusion LLM: committed tokens per denoising step, not acceptance."""
-    engine = ServingEngine.VLLM_DIFFUSION
+    engine, totals = ServingEngine.VLLM_DIFFUSION, window.totals
     steps = totals.denoising_steps
     if steps <= 0:
         return EngineResult(engine=engine, status="na", error=DIFFUSION_IDLE, exact=False)
@@ -271,3 +303,208 @@ def unrecognised_result(after: Series) -> EngineResult:
     else:
         error = UNRECOGNISED_REASON.format(names=shown)
     return EngineResult(engine=ServingEngine.UNRECOGNISED, status="na", error=error, exact=False)
+
+
+# llama.cpp prints its counters with %g: six significant digits.
+ROUNDED_FROM = 1_000_000
+
+
+def _rounding(value: float) -> float:
+    """The largest error of a value printed with six significant digits."""
+    if value < ROUNDED_FROM:
+        return 0.0
+    return 0.5 * 10.0 ** (math.floor(math.log10(value)) - 5)
+
+
+def _llamacpp_rounding(before: Totals, after: Totals) -> str | None:
+    """The note on llama.cpp's six significant digits, with its bound, once a counter reached
+    10^6; None while all are below (then they are exact)."""
+    bounds = {
+        "drafts": _rounding(before.num_drafts) + _rounding(after.num_drafts),
+        "draft tokens": _rounding(before.num_draft_tokens) + _rounding(after.num_draft_tokens),
+        "accepted tokens": (
+            _rounding(before.num_accepted_tokens) + _rounding(after.num_accepted_tokens)
+        ),
+    }
+    if not any(bounds.values()):
+        return None
+    told = ", ".join(f"±{as_number(bound)} {name}" for name, bound in bounds.items() if bound)
+    return (
+        "llama.cpp prints its counters with 6 significant digits and some reached 10^6: each "
+        f"count is known within half a unit of its 6th digit at each end ({told})"
+    )
+
+
+def _variable_draft_length(totals: Totals) -> str | None:
+    """The note on drafts shorter than the positions counted (n-gram drafts, capped drafts,
+    vLLM's dynamic speculative decoding), with the mean draft length; None when every draft of
+    the window had a token at every position."""
+    positions = len(totals.accepted_per_pos)
+    if not positions or totals.num_draft_tokens == positions * totals.num_drafts:
+        return None
+    mean = totals.num_draft_tokens / totals.num_drafts
+    return VARIABLE_DRAFT_LENGTH.format(mean=f"{mean:.2f}", positions=positions)
+
+
+def accepted_distribution(totals: Totals) -> dict[str, int | float] | None:
+    """Drafts that had exactly n tokens accepted, n = 0..k, from cumulative per-position
+    counts (a draft accepted at position i was accepted at every earlier one, so exactly n
+    accepted is accepted at n - 1 and not at n); None unless every draft was k long (then
+    a short draft's missing positions would count as rejections) and the counts are so
+    shaped."""
+    k = len(totals.accepted_per_pos)
+    at = totals.accepted_per_pos
+    if not k or totals.num_drafts <= 0 or set(at) != set(range(k)):
+        return None
+    if totals.num_draft_tokens != k * totals.num_drafts:
+        return None
+    reached = [totals.num_drafts, *(at[i] for i in range(k)), 0.0]
+    exactly = [reached[n] - reached[n + 1] for n in range(k + 1)]
+    if any(count < 0 for count in exactly):
+        return None
+    return {str(n): as_number(count) for n, count in enumerate(exactly)}
+
+
+def _per_drafted_position(totals: Totals) -> dict[str, float] | None:
+    """DSpark: accepted at position i / drafts of length > i, where drafts are counted by
+    length; None without that family (or where no draft reached a position counted)."""
+    if not totals.drafts_by_length:
+        return None
+    rates = {}
+    for position, accepted in sorted(totals.accepted_per_pos.items()):
+        reached = sum(n for length, n in totals.drafts_by_length.items() if length > position)
+        if reached <= 0:
+            return None
+        rates[str(position)] = accepted / reached
+    return rates
+
+
+def _inconsistency(totals: Totals, has_drafts: bool) -> str | None:
+    """Why the window's counts cannot be (a position, or all, accepted more than was
+    drafted: a buggy or hostile server), or None."""
+    if totals.num_accepted_tokens > totals.num_draft_tokens:
+        return MORE_ACCEPTED.format(
+            accepted=as_number(totals.num_accepted_tokens),
+            drafted=as_number(totals.num_draft_tokens),
+        )
+    if has_drafts:
+        for position, accepted in sorted(totals.accepted_per_pos.items()):
+            if accepted > totals.num_drafts:
+                return MORE_ACCEPTED_AT.format(
+                    position=position, accepted=as_number(accepted),
+                    drafts=as_number(totals.num_drafts),
+                )  # fmt: skip
+    return None
+
+
+def _roles(series: Series) -> set[Role]:
+    return {key.role for key in series}
+
+
+def counted_result(window: EngineIncreases) -> EngineResult:
+    """vLLM's four counters, in vLLM's meaning (its own, LMDeploy's, and those that write
+    vLLM's names under their own prefix)."""
+    return _counted(window, [], exact=True)
+
+
+def vllm_result(window: EngineIncreases) -> EngineResult:
+    """vLLM's V1 engine; its V0 engine, whose counters have the same names but another
+    meaning, is `na`; a server with vLLM's names but none of vLLM's token counters is told."""
+    after = window.chain[-1] if window.chain else {}
+    if _roles(after) & {Role.EMITTED, *GAUGES}:
+        return EngineResult(engine=ServingEngine.VLLM_V0, status="na", error=V0_REASON, exact=False)
+    result = counted_result(window)
+    if window.chain and Role.GENERATION_TOKENS not in _roles(after):
+        result = result.model_copy(update={"notes": [*result.notes, VLLM_COMPATIBLE_NOTE]})
+    return result
+
+
+def llamacpp_result(window: EngineIncreases) -> EngineResult:
+    """llama.cpp: vLLM's counters, counted at each request's completion and printed with six
+    significant digits."""
+    notes, exact = [LLAMACPP_COMPLETION_NOTE], True
+    if window.chain:
+        ends = absolute_totals(window.chain[0]), absolute_totals(window.chain[-1])
+        rounding = _llamacpp_rounding(*ends)
+        if rounding is not None:
+            notes.append(rounding)
+            exact = False
+    return _counted(window, notes, exact)
+
+
+def _counted(window: EngineIncreases, notes: list[str], exact: bool) -> EngineResult:
+    """The result of vLLM's four counters, beside `notes` and as `exact` as the engine's own
+    counting allows."""
+    engine, totals, has_drafts = window.engine, window.totals, window.has_drafts
+    if totals.num_draft_tokens <= 0 or (has_drafts and totals.num_drafts <= 0):
+        return _no_activity(engine, totals, notes)
+    inconsistent = _inconsistency(totals, has_drafts)
+    if inconsistent is not None:
+        return EngineResult(engine=engine, status="na", error=inconsistent, exact=False)
+    beyond = max(totals.num_drafts, totals.num_draft_tokens, totals.num_accepted_tokens)
+    if beyond > MAX_COUNTER:
+        notes = [*notes, BEYOND_EXACT.format(count=as_number(beyond))]
+        exact = False
+    distribution = per_drafted = None
+    if has_drafts:
+        data = derived(totals)
+        variable = _variable_draft_length(totals)
+        if variable is not None:
+            notes = [*notes, variable, NO_DISTRIBUTION]
+        distribution = accepted_distribution(totals)
+        per_drafted = _per_drafted_position(totals)
+        if per_drafted is not None:
+            notes = [*notes, DSPARK_NOTE]
+    else:
+        notes = [*notes, EARLY_V1_NOTE]
+        data = _without_drafts(totals)
+    if not data.is_finite():
+        # Counters are read only up to 2**53, so this is a backstop: nothing stored may hold
+        # a figure that JSON, PostgreSQL or a later read cannot.
+        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=exact)
+    return EngineResult(
+        engine=engine,
+        status="ok",
+        data=data,
+        exact=exact,
+        notes=notes,
+        accepted_distribution=distribution,
+        per_drafted_position_acceptance_rates=per_drafted,
+    )
+
+
+def _no_activity(engine: ServingEngine, totals: Totals, notes: list[str]) -> EngineResult:
+    """No draft in the window; where tokens were generated, drafting is off: how to turn it on."""
+    error = NO_ACTIVITY
+    if totals.num_draft_tokens <= 0 and totals.generation_tokens > 0:
+        schema = SCHEMA_OF.get(engine)
+        error += DRAFTING_OFF.format(
+            tokens=as_number(totals.generation_tokens),
+            how=schema.turn_on if schema else "turn speculative decoding on",
+        )
+    return EngineResult(engine=engine, status="na", error=error, exact=False, notes=notes)
+
+
+def _without_drafts(totals: Totals) -> ResultData:
+    """Early vLLM V1's figures: no drafts counter, so only the rate."""
+    return ResultData(
+        num_drafts=None,
+        draft_tokens=as_number(totals.num_draft_tokens),
+        accepted_tokens=as_number(totals.num_accepted_tokens),
+        acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
+        acceptance_length=None,
+        per_position_acceptance_rates=None,
+    )
+
+
+ResultFunction = Callable[[EngineIncreases], EngineResult]
+
+
+def _result_functions() -> dict[ServingEngine, ResultFunction]:
+    """Each engine's result function: the one of this module its schema row names."""
+    here = globals()
+    return {schema.engine: here[schema.result] for schema in SCHEMAS}
+
+
+#: Each engine's result function (`CounterSchema.result`).
+RESULT_OF: dict[ServingEngine, ResultFunction] = _result_functions()

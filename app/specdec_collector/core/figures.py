@@ -10,54 +10,40 @@ result per engine under `engines`; its own figures are their sum when they mean 
 the first engine's (and a note says so). Pure functions.
 """
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from specdec_collector.core.arithmetic import (
-    INVALID_COUNTERS,
-    NO_ACTIVITY,
     NO_METRICS,
     Totals,
     absolute_totals,
-    as_number,
-    derived,
     has_spec_decoding,
     interval_increases,
     reading_error,
 )
-from specdec_collector.core.counters import GAUGES, LIFETIME, WITNESSES, Role, ServingEngine
+from specdec_collector.core.counters import (
+    LIFETIME,
+    SCHEMA_OF,
+    WITNESSES,
+    Role,
+    ServingEngine,
+)
 from specdec_collector.core.engine_figures import (
-    active_draft_tokens,
-    diffusion_result,
-    fastdeploy_result,
-    max_result,
-    sglang_result,
-    tgi_result,
-    trtllm_result,
+    RESULT_OF,
+    EngineIncreases,
+    counted_result,
     unrecognised_result,
 )
-from specdec_collector.core.exposition import MAX_COUNTER, Series
+from specdec_collector.core.exposition import Series
 from specdec_collector.core.notes import (
-    BEYOND_EXACT,
-    DRAFTING_OFF,
-    DSPARK_NOTE,
-    EARLY_V1_NOTE,
-    LLAMACPP_COMPLETION_NOTE,
     MINDIE_REASON,
     MIXED_NOTE,
-    MORE_ACCEPTED,
-    MORE_ACCEPTED_AT,
-    NO_DISTRIBUTION,
     RESTARTED,
     RESTARTED_SAMPLED,
     SUM_NOTE,
     UNSEEN_RESTART,
-    V0_REASON,
-    VARIABLE_DRAFT_LENGTH,
     VERIFICATION_NOTES,
-    VLLM_COMPATIBLE_NOTE,
 )
 from specdec_collector.core.readings import Failure, Reading
 from specdec_collector.core.results import (
@@ -66,7 +52,6 @@ from specdec_collector.core.results import (
     EngineResult,
     LifetimeRatios,
     Raw,
-    ResultData,
     SampleCount,
     TargetResult,
     Throughput,
@@ -75,30 +60,15 @@ from specdec_collector.core.targets import EngineHints
 from specdec_collector.core.throughput import throughput_of
 from specdec_collector.core.trust import confidence_of, flags_of
 
-TURN_DRAFTING_ON = {
-    ServingEngine.LLAMACPP: "start llama-server with a draft model (-md) or --spec-type "
-    "(ngram-simple, for one)",
-    ServingEngine.VLLM: "start vLLM with --speculative-config",
-    ServingEngine.LMDEPLOY: "start LMDeploy with --speculative-algorithm",
-}
-# llama.cpp prints its counters with %g: six significant digits.
-ROUNDED_FROM = 1_000_000
 
-# Engines whose counters mean the same (drafts, draft tokens, accepted, per position): their
-# figures may be summed.
-_SUMMABLE = frozenset({ServingEngine.VLLM, ServingEngine.LLAMACPP, ServingEngine.UNISERVE})
+def _summable(engine: ServingEngine) -> bool:
+    schema = SCHEMA_OF.get(engine)
+    return schema is not None and schema.summable
 
-#: Engines whose spec-decode series appear only once they are first used: a server that had
-#: none at the start counts from 0, as a series absent earlier does.
-APPEAR_LATE = frozenset(
-    {
-        ServingEngine.TRTLLM,  # after its first speculative iteration
-        ServingEngine.SGLANG,  # spec_verify_calls, after the first speculative request
-        ServingEngine.MAX,  # a histogram, at its first observation
-        ServingEngine.TGI,
-        ServingEngine.FASTDEPLOY,  # its spec-decode metrics, made at the first step counted
-    }
-)
+
+def _appears_late(engine: ServingEngine) -> bool:
+    schema = SCHEMA_OF.get(engine)
+    return schema is not None and schema.appears_late
 
 
 def _split_by_engine(series: Series) -> dict[ServingEngine, Series]:
@@ -110,176 +80,6 @@ def _split_by_engine(series: Series) -> dict[ServingEngine, Series]:
 
 def _roles(series: Series) -> set[Role]:
     return {key.role for key in series}
-
-
-def recognised(engine: ServingEngine, after: Series) -> ServingEngine:
-    """The engine `after`'s series of `engine` are: vLLM's V0 shows counters V1 has not."""
-    if engine is ServingEngine.VLLM and _roles(after) & {Role.EMITTED, *GAUGES}:
-        return ServingEngine.VLLM_V0
-    return engine
-
-
-def _rounding(value: float) -> float:
-    """The largest error of a value printed with six significant digits."""
-    if value < ROUNDED_FROM:
-        return 0.0
-    return 0.5 * 10.0 ** (math.floor(math.log10(value)) - 5)
-
-
-def _llamacpp_rounding(before: Totals, after: Totals) -> str | None:
-    """The note on llama.cpp's six significant digits, with its bound, once a counter reached
-    10^6; None while all are below (then they are exact)."""
-    bounds = {
-        "drafts": _rounding(before.num_drafts) + _rounding(after.num_drafts),
-        "draft tokens": _rounding(before.num_draft_tokens) + _rounding(after.num_draft_tokens),
-        "accepted tokens": (
-            _rounding(before.num_accepted_tokens) + _rounding(after.num_accepted_tokens)
-        ),
-    }
-    if not any(bounds.values()):
-        return None
-    told = ", ".join(f"±{as_number(bound)} {name}" for name, bound in bounds.items() if bound)
-    return (
-        "llama.cpp prints its counters with 6 significant digits and some reached 10^6: each "
-        f"count is known within half a unit of its 6th digit at each end ({told})"
-    )
-
-
-def _variable_draft_length(totals: Totals) -> str | None:
-    """The note on drafts shorter than the positions counted (n-gram drafts, capped drafts,
-    vLLM's dynamic speculative decoding), with the mean draft length; None when every draft of
-    the window had a token at every position."""
-    positions = len(totals.accepted_per_pos)
-    if not positions or totals.num_draft_tokens == positions * totals.num_drafts:
-        return None
-    mean = totals.num_draft_tokens / totals.num_drafts
-    return VARIABLE_DRAFT_LENGTH.format(mean=f"{mean:.2f}", positions=positions)
-
-
-def accepted_distribution(totals: Totals) -> dict[str, int | float] | None:
-    """Drafts that had exactly n tokens accepted, n = 0..k, from cumulative per-position
-    counts (a draft accepted at position i was accepted at every earlier one, so exactly n
-    accepted is accepted at n - 1 and not at n); None unless every draft was k long (then
-    a short draft's missing positions would count as rejections) and the counts are so
-    shaped."""
-    k = len(totals.accepted_per_pos)
-    at = totals.accepted_per_pos
-    if not k or totals.num_drafts <= 0 or set(at) != set(range(k)):
-        return None
-    if totals.num_draft_tokens != k * totals.num_drafts:
-        return None
-    reached = [totals.num_drafts, *(at[i] for i in range(k)), 0.0]
-    exactly = [reached[n] - reached[n + 1] for n in range(k + 1)]
-    if any(count < 0 for count in exactly):
-        return None
-    return {str(n): as_number(count) for n, count in enumerate(exactly)}
-
-
-def _per_drafted_position(totals: Totals) -> dict[str, float] | None:
-    """DSpark: accepted at position i / drafts of length > i, where drafts are counted by
-    length; None without that family (or where no draft reached a position counted)."""
-    if not totals.drafts_by_length:
-        return None
-    rates = {}
-    for position, accepted in sorted(totals.accepted_per_pos.items()):
-        reached = sum(n for length, n in totals.drafts_by_length.items() if length > position)
-        if reached <= 0:
-            return None
-        rates[str(position)] = accepted / reached
-    return rates
-
-
-def _inconsistency(totals: Totals, has_drafts: bool) -> str | None:
-    """Why the window's counts cannot be (a position, or all, accepted more than was
-    drafted: a buggy or hostile server), or None."""
-    if totals.num_accepted_tokens > totals.num_draft_tokens:
-        return MORE_ACCEPTED.format(
-            accepted=as_number(totals.num_accepted_tokens),
-            drafted=as_number(totals.num_draft_tokens),
-        )
-    if has_drafts:
-        for position, accepted in sorted(totals.accepted_per_pos.items()):
-            if accepted > totals.num_drafts:
-                return MORE_ACCEPTED_AT.format(
-                    position=position, accepted=as_number(accepted),
-                    drafts=as_number(totals.num_drafts),
-                )  # fmt: skip
-    return None
-
-
-def _figures(
-    engine: ServingEngine,
-    totals: Totals,
-    has_drafts: bool,
-    ends: tuple[Series, Series] | None = None,
-    hints: EngineHints = EngineHints(),
-) -> EngineResult:
-    """One engine's result from its increases; `has_drafts` whether it counts drafts at all;
-    `ends` its series at the two ends of the window (for llama.cpp's rounding); `hints` what
-    the start body told (SGLang's draft tokens per step)."""
-    if engine is ServingEngine.TRTLLM:
-        return trtllm_result(totals)
-    if engine is ServingEngine.SGLANG:
-        return sglang_result(totals, hints.draft_tokens_per_step)
-    if engine is ServingEngine.MAX:
-        return max_result(totals)
-    if engine is ServingEngine.FASTDEPLOY:
-        return fastdeploy_result(totals, hints.draft_tokens_per_step)
-    if engine is ServingEngine.TGI:
-        return tgi_result(totals, hints.draft_tokens_per_step)
-    if engine is ServingEngine.VLLM_DIFFUSION:
-        return diffusion_result(totals)
-    notes: list[str] = []
-    exact = True
-    if engine is ServingEngine.LLAMACPP:
-        notes.append(LLAMACPP_COMPLETION_NOTE)
-        if ends is not None:
-            rounding = _llamacpp_rounding(absolute_totals(ends[0]), absolute_totals(ends[1]))
-            if rounding is not None:
-                notes.append(rounding)
-                exact = False
-    if totals.num_draft_tokens <= 0 or (has_drafts and totals.num_drafts <= 0):
-        error = NO_ACTIVITY
-        if totals.num_draft_tokens <= 0 and totals.generation_tokens > 0:
-            error += DRAFTING_OFF.format(
-                tokens=as_number(totals.generation_tokens),
-                how=TURN_DRAFTING_ON.get(engine, "turn speculative decoding on"),
-            )
-        return EngineResult(engine=engine, status="na", error=error, exact=False, notes=notes)
-    inconsistent = _inconsistency(totals, has_drafts)
-    if inconsistent is not None:
-        return EngineResult(engine=engine, status="na", error=inconsistent, exact=False)
-    beyond = max(totals.num_drafts, totals.num_draft_tokens, totals.num_accepted_tokens)
-    if beyond > MAX_COUNTER:
-        notes.append(BEYOND_EXACT.format(count=as_number(beyond)))
-        exact = False
-    distribution = per_drafted = None
-    if has_drafts:
-        data = derived(totals)
-        variable = _variable_draft_length(totals)
-        if variable is not None:
-            notes.append(variable)
-            notes.append(NO_DISTRIBUTION)
-        distribution = accepted_distribution(totals)
-        per_drafted = _per_drafted_position(totals)
-        if per_drafted is not None:
-            notes.append(DSPARK_NOTE)
-    else:
-        notes.append(EARLY_V1_NOTE)
-        data = ResultData(
-            num_drafts=None, draft_tokens=as_number(totals.num_draft_tokens),
-            accepted_tokens=as_number(totals.num_accepted_tokens),
-            acceptance_rate=totals.num_accepted_tokens / totals.num_draft_tokens * 100,
-            acceptance_length=None, per_position_acceptance_rates=None,
-        )  # fmt: skip
-    if not data.is_finite():
-        # Counters are read only up to 2**53, so this is a backstop: nothing stored may hold
-        # a figure that JSON, PostgreSQL or a later read cannot.
-        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=exact)
-    return EngineResult(
-        engine=engine, status="ok", data=data, exact=exact, notes=notes,
-        accepted_distribution=distribution, per_drafted_position_acceptance_rates=per_drafted,
-    )  # fmt: skip
 
 
 def _lifetime(after: Series) -> list[LifetimeRatios]:
@@ -361,17 +161,10 @@ def _engine_windows(chain: Sequence[Series], hints: EngineHints, seconds: float 
                 # Nothing else at the end but witnesses: say what was there.
                 found.windows.append(_EngineWindow(engine, totals, unrecognised_result(own[-1])))
             continue
-        kind = recognised(engine, own[-1])
-        if kind is ServingEngine.VLLM_V0:
-            result = EngineResult(engine=kind, status="na", error=V0_REASON, exact=False)
-        elif kind is ServingEngine.SGLANG:
-            active = active_draft_tokens(own, steps)
-            result = sglang_result(totals, hints.draft_tokens_per_step, active)
-        else:
-            has_drafts = Role.DRAFTS in _roles(own[-1])
-            result = _figures(kind, totals, has_drafts, (own[0], own[-1]), hints)
-            if kind is ServingEngine.VLLM and not _roles(own[-1]) & {Role.GENERATION_TOKENS}:
-                result = result.model_copy(update={"notes": [*result.notes, VLLM_COMPATIBLE_NOTE]})
+        has_drafts = Role.DRAFTS in roles
+        increases = EngineIncreases(engine, totals, has_drafts, steps, own, hints)
+        result = RESULT_OF[engine](increases)
+        kind = ServingEngine(result.engine)  # vLLM's V0 is told from V1 by its counters
         result = _restart_notes(result, totals.restarts, own)
         confidence = confidence_of(kind, steps, result)
         flags = flags_of(steps, result)
@@ -404,7 +197,7 @@ def _appear_late(after: Reading) -> bool:
     return (
         not isinstance(after, Failure)
         and has_spec_decoding(after)
-        and all(key.engine in APPEAR_LATE for key in after)
+        and all(_appears_late(key.engine) for key in after)
     )
 
 
@@ -475,8 +268,9 @@ def _result(
         return TargetResult(status="na", url=url, error=MINDIE_REASON, engine="mindie", exact=False)
     errors = {name: reading_error(phase) for name, phase in (("before", before), ("after", after))}
     if errors["before"] == NO_METRICS and _appear_late(after):
-        # Some engines show their series only after their first use (`APPEAR_LATE`): a server
-        # that had none at the start counts from 0, as a series absent earlier does.
+        # Some engines show their series only after their first use (`appears_late` of their
+        # schema): a server that had none at the start counts from 0, as a series absent
+        # earlier does.
         errors["before"] = None
     raw = Raw(before=_counts(before), after=_counts(after))
     taken = SampleCount(taken=len(samples), failed=sum(isinstance(s, Failure) for s in samples))
@@ -537,12 +331,12 @@ def _combined(
             status="na", error=error, engine=names, exact=False, notes=[], engines=results,
             lifetime=lifetime, **common,
         )  # fmt: skip
-    if all(window.engine in _SUMMABLE for window in windows):
+    if all(_summable(window.engine) for window in windows):
         total = Totals()
         for window in windows:
             total.absorb(window.totals)
         has_drafts = all(w.result.data and w.result.data.num_drafts is not None for w in ok)
-        summed = _figures(ServingEngine.VLLM, total, has_drafts)
+        summed = counted_result(EngineIncreases(ServingEngine.VLLM, total, has_drafts))
         notes = [SUM_NOTE.format(names=", ".join(w.engine.value for w in windows))]
         notes += [note for r in results for note in r.notes if note not in notes]
         # Witnesses every engine shows (the others' would count some requests only), but the

@@ -3,16 +3,18 @@ figures (`core.uncertainty`'s estimator over each engine's ratios) and flags on 
 look wrong, each with its reason. Pure functions over a window's interval increases."""
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from specdec_collector.core.arithmetic import Totals
-from specdec_collector.core.counters import ServingEngine
+from specdec_collector.core.counters import SCHEMAS, ServingEngine
 from specdec_collector.core.results import (
     Confidence,
     EngineResult,
     FigureInterval,
     Flag,
     FlagKind,
+    ResultData,
 )
 from specdec_collector.core.uncertainty import (
     METHOD,
@@ -23,21 +25,79 @@ from specdec_collector.core.uncertainty import (
     ratio_interval,
 )
 
-#: Engines whose figures are AISBench's ratios of drafts, draft tokens and accepted tokens.
-_COUNTED = frozenset(
-    {
-        ServingEngine.VLLM,
-        ServingEngine.LLAMACPP,
-        ServingEngine.LMDEPLOY,
-        ServingEngine.UNISERVE,
-        ServingEngine.FASTDEPLOY,
-        ServingEngine.TGI,
-    }
-)
-
 
 def _shown(interval: Interval | None) -> FigureInterval | None:
     return None if interval is None else FigureInterval(low=interval.low, high=interval.high)
+
+
+@dataclass(frozen=True, slots=True)
+class _Intervals:
+    rate: Interval | None = None
+    length: Interval | None = None
+    positions: dict[str, FigureInterval] = field(default_factory=dict)
+
+
+def _positions(
+    keys: Iterable[str], interval_of: Callable[[int], Interval | None]
+) -> dict[str, FigureInterval]:
+    found = {key: interval_of(int(key)) for key in keys}
+    return {key: FigureInterval(low=i.low, high=i.high) for key, i in found.items() if i}
+
+
+def counted_intervals(steps: Sequence[Totals], data: ResultData) -> _Intervals:
+    """AISBench's ratios of drafts, draft tokens and accepted tokens."""
+    accepted = [s.num_accepted_tokens for s in steps]
+    drafts = [s.num_drafts for s in steps]
+    rate = length = None
+    counted = [s.num_draft_tokens for s in steps]
+    # TGI's draft tokens are not counted (steps x speculate): no interval for its rate.
+    if data.acceptance_rate is not None and data.draft_tokens and sum(counted) > 0:
+        rate = ratio_interval(accepted, counted, scale=100.0)
+    if data.acceptance_length is not None:
+        length = ratio_interval(accepted, drafts, offset=1.0)
+    positions = _positions(
+        data.per_position_acceptance_rates or {},
+        lambda at: ratio_interval([s.accepted_per_pos.get(at, 0.0) for s in steps], drafts),
+    )
+    return _Intervals(rate, length, positions)
+
+
+def sglang_intervals(steps: Sequence[Totals], data: ResultData) -> _Intervals:
+    """SGLang's length: generated tokens less requests, over verify calls."""
+    if data.acceptance_length is None:
+        return _Intervals()
+    emitted = [s.generation_tokens - s.requests for s in steps]
+    return _Intervals(length=ratio_interval(emitted, [s.verify_calls for s in steps]))
+
+
+def max_intervals(steps: Sequence[Totals], data: ResultData) -> _Intervals:
+    """MAX's batch histograms: each figure's change of sum over change of count."""
+    length = None
+    if data.acceptance_length is not None:
+        sums, counts = [s.batch_length_sum for s in steps], [s.batch_length_count for s in steps]
+        length = ratio_interval(sums, counts)
+    positions = _positions(
+        data.per_position_acceptance_rates or {},
+        lambda at: ratio_interval(
+            [s.batch_rate_sum.get(at, 0.0) for s in steps],
+            [s.batch_rate_count.get(at, 0.0) for s in steps],
+            scale=0.01,
+        ),
+    )
+    return _Intervals(length=length, positions=positions)
+
+
+IntervalsFunction = Callable[[Sequence[Totals], ResultData], _Intervals]
+
+
+def _intervals_functions() -> dict[ServingEngine, IntervalsFunction]:
+    """Each engine's intervals: the function of this module its schema row names."""
+    here = globals()
+    return {s.engine: here[s.intervals] for s in SCHEMAS if s.intervals is not None}
+
+
+#: Each engine's intervals (`CounterSchema.intervals`); an engine without is given none.
+INTERVALS_OF: dict[ServingEngine, IntervalsFunction] = _intervals_functions()
 
 
 def confidence_of(
@@ -47,52 +107,22 @@ def confidence_of(
     sample intervals (`steps`: the increase of each, `arithmetic.interval_increases`,
     `core.uncertainty`); None for an unsampled window, a result without figures, or an engine
     whose figures are not such ratios (TensorRT-LLM mixes iteration and request counts)."""
-    if len(steps) < 2 or result.status != "ok" or result.data is None:
+    intervals_of = INTERVALS_OF.get(engine)
+    if len(steps) < 2 or result.status != "ok" or result.data is None or intervals_of is None:
         return None
     count = batches(len(steps))
     if not count:
         reason = TOO_FEW.format(n=len(steps), need=MIN_INTERVALS)
         return Confidence(method=METHOD, intervals=len(steps), batches=0, reason=reason)
-    data = result.data
-    rate = length = None
-    positions: dict[str, FigureInterval] = {}
-    if engine in _COUNTED:
-        accepted = [s.num_accepted_tokens for s in steps]
-        drafts = [s.num_drafts for s in steps]
-        if data.acceptance_rate is not None and data.draft_tokens:
-            counted = [s.num_draft_tokens for s in steps]
-            if sum(counted) > 0:  # TGI's draft tokens are not counted: steps x speculate
-                rate = ratio_interval(accepted, counted, scale=100.0)
-        if data.acceptance_length is not None:
-            length = ratio_interval(accepted, drafts, offset=1.0)
-        for key in data.per_position_acceptance_rates or {}:
-            at = [s.accepted_per_pos.get(int(key), 0.0) for s in steps]
-            found = ratio_interval(at, drafts)
-            if found is not None:
-                positions[key] = FigureInterval(low=found.low, high=found.high)
-    elif engine is ServingEngine.SGLANG and data.acceptance_length is not None:
-        length = ratio_interval(
-            [s.generation_tokens - s.requests for s in steps], [s.verify_calls for s in steps]
-        )
-    elif engine is ServingEngine.MAX:
-        if data.acceptance_length is not None:
-            length = ratio_interval(
-                [s.batch_length_sum for s in steps], [s.batch_length_count for s in steps]
-            )
-        for key in data.per_position_acceptance_rates or {}:
-            found = ratio_interval(
-                [s.batch_rate_sum.get(int(key), 0.0) for s in steps],
-                [s.batch_rate_count.get(int(key), 0.0) for s in steps],
-                scale=0.01,
-            )
-            if found is not None:
-                positions[key] = FigureInterval(low=found.low, high=found.high)
-    else:
-        return None
+    found = intervals_of(steps, result.data)
     return Confidence(
-        method=METHOD, intervals=len(steps), batches=count, acceptance_rate=_shown(rate),
-        acceptance_length=_shown(length), per_position_acceptance_rates=positions or None,
-    )  # fmt: skip
+        method=METHOD,
+        intervals=len(steps),
+        batches=count,
+        acceptance_rate=_shown(found.rate),
+        acceptance_length=_shown(found.length),
+        per_position_acceptance_rates=found.positions or None,
+    )
 
 
 #: Below this share of draft tokens accepted, over at least `NEAR_ZERO_DRAFT_TOKENS`, a
