@@ -5,14 +5,14 @@ functions."""
 from collections.abc import Sequence
 from typing import Any
 
-from specdec_collector.core.results import ResultData, TargetResult
+from specdec_collector.core.results import TargetResult
 from specdec_collector.core.throughput import speedup
 from specdec_collector.core.uncertainty import Difference, difference, standard_error
 
+Windows = Sequence[tuple[str, dict[str, TargetResult | None]]]
 
-def compare_results(
-    windows: Sequence[tuple[str, dict[str, TargetResult | None]]],
-) -> list[dict[str, Any]]:
+
+def compare_results(windows: Windows) -> list[dict[str, Any]]:
     """Windows side by side per target (same `host:port`), with differences from the first.
 
     `windows` is (window id, {target: result or None while open}) in the order to compare.
@@ -24,82 +24,99 @@ def compare_results(
     targets: list[str] = []
     for _, results in windows:
         targets += [target for target in results if target not in targets]
-    rows = []
-    for target in targets:
-        entries: list[dict[str, Any] | None] = []
-        good: list[tuple[str, ResultData]] = []
-        for window_id, results in windows:
-            if target not in results:
-                entries.append(None)
-                continue
-            result = results[target]
-            data = None if result is None else result.data
-            entries.append(
-                {
-                    "window": window_id,
-                    "status": "open" if result is None else result.status,
-                    "error": None if result is None else result.error,
-                    "engine": None if result is None else result.engine,
-                    "exact": None if result is None else result.exact,
-                    "restarts": None if result is None else result.restarts,
-                    "notes": None if result is None else result.notes,
-                    "acceptance_rate": None if data is None else data.acceptance_rate,
-                    "acceptance_length": None if data is None else data.acceptance_length,
-                    "num_drafts": None if data is None else data.num_drafts,
-                    "per_position_acceptance_rates": (
-                        None if data is None else data.per_position_acceptance_rates
-                    ),
-                    "throughput": None if result is None else result.throughput,
-                }
-            )
-            if result is not None and result.ok and data is not None:
-                good.append((window_id, data))
-        differences = []
-        if good:
-            base_id, base = good[0]
-            base_result = dict(windows)[base_id][target]
-            for window_id, data in good[1:]:
-                rates = data.per_position_acceptance_rates or {}
-                base_rates = base.per_position_acceptance_rates or {}
-                result = dict(windows)[window_id][target]
-                assert result is not None and base_result is not None
-                shared = sorted(set(rates) & set(base_rates), key=int)
-                differences.append(
-                    {
-                        "window": window_id,
-                        "versus": base_id,
-                        "acceptance_rate": _difference(data.acceptance_rate, base.acceptance_rate),
-                        "acceptance_length": _difference(
-                            data.acceptance_length, base.acceptance_length
-                        ),
-                        "per_position_acceptance_rates": {
-                            pos: rates[pos] - base_rates[pos] for pos in shared
-                        },
-                        "verdicts": {
-                            figure: _verdict(result, base_result, figure)
-                            for figure in ("acceptance_rate", "acceptance_length")
-                        },
-                        "per_position_verdicts": {
-                            pos: _verdict(result, base_result, "per_position", pos)
-                            for pos in shared
-                        },
-                        "mismatches": _mismatches(result, base_result),
-                    }
-                )
-        rows.append(
-            {
-                "target": target,
-                "results": entries,
-                "differences": differences,
-                "speedups": _speedups(target, windows),
-            }
-        )
-    return rows
+    return [
+        {
+            "target": target,
+            "results": [_entry(window_id, results, target) for window_id, results in windows],
+            "differences": _differences(target, windows),
+            "speedups": _speedups(target, windows),
+        }
+        for target in targets
+    ]
 
 
-def _speedups(
-    target: str, windows: Sequence[tuple[str, dict[str, TargetResult | None]]]
-) -> list[dict[str, Any]]:
+#: An entry's fields besides its window and status: all null while the window is open.
+_ENTRY_FIELDS = (
+    "error",
+    "engine",
+    "exact",
+    "restarts",
+    "notes",
+    "acceptance_rate",
+    "acceptance_length",
+    "num_drafts",
+    "per_position_acceptance_rates",
+    "throughput",
+)
+
+
+def _entry(
+    window_id: str, results: dict[str, TargetResult | None], target: str
+) -> dict[str, Any] | None:
+    """One window's figures of `target`; None where the window lacks the target."""
+    if target not in results:
+        return None
+    result = results[target]
+    if result is None:
+        return {"window": window_id, "status": "open", **dict.fromkeys(_ENTRY_FIELDS)}
+    data = result.data
+    return {
+        "window": window_id,
+        "status": result.status,
+        "error": result.error,
+        "engine": result.engine,
+        "exact": result.exact,
+        "restarts": result.restarts,
+        "notes": result.notes,
+        "acceptance_rate": None if data is None else data.acceptance_rate,
+        "acceptance_length": None if data is None else data.acceptance_length,
+        "num_drafts": None if data is None else data.num_drafts,
+        "per_position_acceptance_rates": (
+            None if data is None else data.per_position_acceptance_rates
+        ),
+        "throughput": result.throughput,
+    }
+
+
+def _differences(target: str, windows: Windows) -> list[dict[str, Any]]:
+    """Every later window with an `ok` result of `target` against the first that has one."""
+    good = [
+        (window_id, result)
+        for window_id, results in windows
+        if (result := results.get(target)) is not None and result.ok and result.data is not None
+    ]
+    if not good:
+        return []
+    base_id, base = good[0]
+    return [_difference_from(window_id, result, base_id, base) for window_id, result in good[1:]]
+
+
+def _difference_from(
+    window_id: str, result: TargetResult, base_id: str, base: TargetResult
+) -> dict[str, Any]:
+    data, base_data = result.data, base.data
+    assert data is not None and base_data is not None  # ok results
+    rates = data.per_position_acceptance_rates or {}
+    base_rates = base_data.per_position_acceptance_rates or {}
+    shared = sorted(set(rates) & set(base_rates), key=int)
+    return {
+        "window": window_id,
+        "versus": base_id,
+        "acceptance_rate": _difference(data.acceptance_rate, base_data.acceptance_rate),
+        "acceptance_length": _difference(data.acceptance_length, base_data.acceptance_length),
+        "per_position_acceptance_rates": {pos: rates[pos] - base_rates[pos] for pos in shared},
+        "verdicts": {
+            figure: _verdict(result, base, figure)
+            for figure in ("acceptance_rate", "acceptance_length")
+        },
+        "per_position_verdicts": {
+            pos: _verdict(result, base, "per_position", pos) for pos in shared
+        },
+        "mismatches": _mismatches(result, base),
+    }
+
+
+def _speedups(target: str, windows: Windows) -> list[dict[str, Any]]:
     """Each window of `target` with spec decoding against the first without (its server
     showed no spec-decode series but its throughput): the measured speedup, beside the
     acceptance length that should explain it."""

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from specdec_collector.core.arithmetic import TIMELINE_FIELDS
-from specdec_collector.core.results import DatasetResult, ResultData, TargetResult
+from specdec_collector.core.results import DatasetResult, ResultData, TargetResult, Throughput
 
 
 def _row(label: str, value: object) -> str:
@@ -314,44 +314,85 @@ def _results_table(
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     header = [
-            *context, "target", "status", "error", "engine", "exact", "restarts", "num_drafts",
-            "draft_tokens", "accepted_tokens", "acceptance_rate", "acceptance_rate_low",
-            "acceptance_rate_high", "acceptance_length", "acceptance_length_low",
-            "acceptance_length_high", *(f"position_{p}" for p in positions), "seconds",
-            "generated_tokens", "generated_tokens_per_second", "inter_token_latency_ms",
-            "generated_tokens_per_step", "accepted_token_share", "flags",
-    ]  # fmt: skip
+        *context,
+        *_RESULT_COLUMNS,
+        *(f"position_{p}" for p in positions),
+        *_THROUGHPUT_COLUMNS,
+        "flags",
+    ]
     writer.writerow(header)
     for values, target, result in triples:
-        if result is None:
-            known = [*(csv_cell(value) for value in values), csv_cell(target)]
-            writer.writerow([*known, *[""] * (len(header) - len(known))])
-            continue
-        data, confidence, throughput = result.data, result.confidence, result.throughput
-        rates = (data.per_position_acceptance_rates or {}) if data else {}
-        rate = confidence.acceptance_rate if confidence else None
-        length = confidence.acceptance_length if confidence else None
-        writer.writerow(
-            csv_cell(value)
-            for value in (
-                *values, target, result.status, result.error, result.engine, result.exact,
-                result.restarts, *(
-                    (None,) * 3 if data is None
-                    else (data.num_drafts, data.draft_tokens, data.accepted_tokens)
-                ),
-                data.acceptance_rate if data else None, rate.low if rate else None,
-                rate.high if rate else None, data.acceptance_length if data else None,
-                length.low if length else None, length.high if length else None,
-                *(rates.get(str(p)) for p in positions),
-                *(
-                    (None,) * 6 if throughput is None
-                    else (
-                        throughput.seconds, throughput.generated_tokens,
-                        throughput.generated_tokens_per_second, throughput.inter_token_latency_ms,
-                        throughput.generated_tokens_per_step, throughput.accepted_token_share,
-                    )
-                ),
-                ";".join(flag.kind.value for flag in result.flags or []) or None,
-            )
-        )  # fmt: skip
+        known = [*values, target]
+        cells = known if result is None else [*known, *_result_cells(result, positions)]
+        row = [csv_cell(cell) for cell in cells]
+        writer.writerow([*row, *[""] * (len(header) - len(row))])
     return out.getvalue()
+
+
+_RESULT_COLUMNS = (
+    "target",
+    "status",
+    "error",
+    "engine",
+    "exact",
+    "restarts",
+    "num_drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "acceptance_rate",
+    "acceptance_rate_low",
+    "acceptance_rate_high",
+    "acceptance_length",
+    "acceptance_length_low",
+    "acceptance_length_high",
+)
+_THROUGHPUT_COLUMNS = (
+    "seconds",
+    "generated_tokens",
+    "generated_tokens_per_second",
+    "inter_token_latency_ms",
+    "generated_tokens_per_step",
+    "accepted_token_share",
+)
+
+
+def _result_cells(result: TargetResult, positions: Sequence[int]) -> list[object]:
+    """A result's cells after its target: `_RESULT_COLUMNS`, the positions', the throughput's
+    and the flags."""
+    data, confidence, throughput = result.data, result.confidence, result.throughput
+    rate = confidence.acceptance_rate if confidence else None
+    length = confidence.acceptance_length if confidence else None
+    counts = (
+        (None,) * 3 if data is None else (data.num_drafts, data.draft_tokens, data.accepted_tokens)
+    )
+    rates = (data.per_position_acceptance_rates or {}) if data else {}
+    return [
+        result.status,
+        result.error,
+        result.engine,
+        result.exact,
+        result.restarts,
+        *counts,
+        data.acceptance_rate if data else None,
+        rate.low if rate else None,
+        rate.high if rate else None,
+        data.acceptance_length if data else None,
+        length.low if length else None,
+        length.high if length else None,
+        *(rates.get(str(p)) for p in positions),
+        *_throughput_cells(throughput),
+        ";".join(flag.kind.value for flag in result.flags or []) or None,
+    ]
+
+
+def _throughput_cells(throughput: Throughput | None) -> tuple[object, ...]:
+    if throughput is None:
+        return (None,) * len(_THROUGHPUT_COLUMNS)
+    return (
+        throughput.seconds,
+        throughput.generated_tokens,
+        throughput.generated_tokens_per_second,
+        throughput.inter_token_latency_ms,
+        throughput.generated_tokens_per_step,
+        throughput.accepted_token_share,
+    )
