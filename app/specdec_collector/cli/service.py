@@ -32,6 +32,9 @@ EVENT_LOOP = "asyncio"
 
 
 def serve(args: argparse.Namespace) -> int:
+    from specdec_collector.service.allocator import start_with_tuned_allocator
+
+    start_with_tuned_allocator()  # large answers reuse heap blocks: see `service.allocator`
     from specdec_collector.config import get_settings
     from specdec_collector.service.auth import active_db_keys, is_loopback, parse_env_keys
     from specdec_collector.service.main import ANONYMOUS_ALLOWED_ENV, configure_logging, create_app

@@ -1,45 +1,54 @@
-"""The C allocator's thresholds, set once per process (glibc only).
+"""The C allocator's thresholds for `specdec serve` and its workers, set in their environment
+(glibc only).
 
 A scrape of a large server reads hundreds of KB: the answer's pieces joined, then decoded to
 text, each a block of its size. glibc serves a block above 128 KB (its mmap threshold) with
-fresh pages mapped for it and unmapped when it is freed, so every large answer paid a page
-fault per 4 KB page of each copy (~300 us to copy 350 KB, 23 us from reused heap). With the
-thresholds raised, such blocks come from the heap and are reused: CPU per window of four
-eight-instance targets 26.9 -> 23.3 ms (alternating runs). Blocks of `MMAP_THRESHOLD` and more
-(a 16 MB answer) are still mapped apart, and the heap gives memory back to the system above
-`TRIM_THRESHOLD` of free space at its top.
+fresh pages mapped for it and unmapped when it is freed, so every large answer paid a page fault
+per page of each copy. With the thresholds raised, such blocks come from the heap and are
+reused. Blocks past the new mmap threshold (a 16 MB answer) are still mapped apart, and the
+heap gives memory back to the system above the trim threshold of free space at its top.
+
+glibc reads these settings (`GLIBC_TUNABLES`) only when a process starts, so `specdec serve`
+starts itself again, in place, once with them in its environment; its workers inherit it. An
+environment that names the allocator's settings already (the image does, and an operator may)
+is left as it is.
 """
 
-import ctypes
-import logging
 import os
-
-logger = logging.getLogger(__name__)
-
-# mallopt(3) parameters.
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
+import sys
+from collections.abc import Mapping
 
 MMAP_THRESHOLD = 4 * 1024 * 1024
 TRIM_THRESHOLD = 32 * 1024 * 1024
+TUNABLES = (
+    f"glibc.malloc.mmap_threshold={MMAP_THRESHOLD}:glibc.malloc.trim_threshold={TRIM_THRESHOLD}"
+)
+_OWN_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
-def tune_allocator() -> bool:
-    """Raise glibc's mmap and trim thresholds; False where the C library is not glibc (musl,
-    macOS), or where the environment sets them already (its `MALLOC_*_` or `GLIBC_TUNABLES`
-    settings win)."""
-    if any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
-        return False
-    if "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
-        return False
+def _glibc() -> bool:
     try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError):  # not a GNU C library (musl, macOS)
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    )
-    if not done:
-        logger.warning("could not raise the C allocator's thresholds (mallopt refused)")
-    return done
+
+
+def allocator_environment(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """`environ` with the allocator's settings added; None where it needs none: it names the
+    allocator's settings already, or the C library is not glibc."""
+    tunables = environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc" in tunables or any(name in environ for name in _OWN_SETTINGS):
+        return None
+    if not _glibc():
+        return None
+    return {**environ, "GLIBC_TUNABLES": f"{tunables}:{TUNABLES}" if tunables else TUNABLES}
+
+
+def start_with_tuned_allocator() -> None:
+    """Start this process again, in place (the same process id), with the allocator's
+    settings in its environment, unless it needs none (`allocator_environment`)."""
+    environ = allocator_environment(os.environ)
+    if environ is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environ)

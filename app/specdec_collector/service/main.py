@@ -20,7 +20,6 @@ from specdec_collector import __version__
 from specdec_collector.config import Settings, get_settings
 from specdec_collector.gcpause import tune_collections
 from specdec_collector.schemas import Source
-from specdec_collector.service.allocator import tune_allocator
 from specdec_collector.service.auth import AnonymousAccess, OpenMode, parse_env_keys
 from specdec_collector.service.exception_handlers import add_exception_handlers
 from specdec_collector.service.keys import KeyService
@@ -79,7 +78,6 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
-        tune_allocator()  # each worker process: large answers reuse heap blocks
         # Migrations run before the first request is accepted.
         await run_in_threadpool(upgrade_database, settings.database_url)
         database = open_database(
