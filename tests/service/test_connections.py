@@ -161,3 +161,23 @@ def test_connections_that_wait_together_are_all_accepted_at_the_next_turn() -> N
     turns_waited = after_block[:last_new].count("busy")
     assert after_block.count("new") == 60
     assert turns_waited <= 4, f"the last new connection waited {turns_waited} busy turns"
+
+
+def test_the_internals_of_uvicorn_the_guard_relies_on_are_there() -> None:
+    """The guard subclasses uvicorn's httptools protocol (uvicorn has no header timeout nor a
+    connection limit per client): it overrides three of its callbacks and reads its `cycle`,
+    `transport` and `loop`. A uvicorn that changes them fails here, not in production."""
+    import inspect
+
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from specdec_collector.service.connections import GuardedHttpToolsProtocol
+
+    for name in ("connection_made", "on_response_complete", "connection_lost"):
+        base = inspect.signature(getattr(HttpToolsProtocol, name)).parameters
+        guard = inspect.signature(getattr(GuardedHttpToolsProtocol, name)).parameters
+        assert list(guard) == list(base), name
+    source = inspect.getsource(HttpToolsProtocol)
+    for attribute in ("self.cycle", "self.transport", "self.loop"):
+        assert f"{attribute} =" in source or f"{attribute}: " in source, attribute
+    assert "self.cycle = RequestResponseCycle(" in source  # a new cycle per request
