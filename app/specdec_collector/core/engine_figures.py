@@ -1,8 +1,9 @@
-"""The figures of the engines whose counters are not vLLM's shape: TensorRT-LLM (iteration
-counters), SGLang (verify calls, and its draft tokens per step), MAX (batch histograms),
-FastDeploy, TGI (a skipped-tokens histogram), diffusion LLMs, and a payload no schema reads.
-Each turns one engine's increases over a window into its `EngineResult`, under the contract
-of `core.figures`. Pure functions.
+"""Each engine's result over a window: the function its schema row names
+(`CounterSchema.result`) turns its increases (`EngineIncreases`) into its `EngineResult`, under
+the contract of `core.figures`. vLLM's four counters (`counted_result`, and vLLM's and
+llama.cpp's own), TensorRT-LLM (iteration counters), SGLang (verify calls, and its draft tokens
+per step), MAX (batch histograms), FastDeploy, TGI (a skipped-tokens histogram), diffusion LLMs,
+and a payload no schema reads. Pure functions.
 """
 
 import math

@@ -1,7 +1,7 @@
 """A target's result over a window, engine by engine: figures, exactness and notes.
 
 `core.arithmetic` computes per-series increases; here each engine's increases become its result
-(those of engines whose counters are not vLLM's shape in `core.engine_figures`). The contract
+through the function its schema row names (`core.engine_figures`). The contract
 (docs/engines.md): every result says its `engine`; `exact` is true only when every figure
 follows from counters with the seed formulas; `notes` says in a sentence why not; a figure the
 counters cannot give is null, never guessed; an engine whose metrics cannot give a window at
