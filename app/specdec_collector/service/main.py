@@ -4,15 +4,17 @@ import gc
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, MutableMapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, MutableMapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
@@ -20,7 +22,7 @@ from specdec_collector import __version__
 from specdec_collector.config import Settings, get_settings
 from specdec_collector.gcpause import tune_collections
 from specdec_collector.schemas import Source
-from specdec_collector.service.auth import AnonymousAccess, OpenMode, parse_env_keys
+from specdec_collector.service.auth import AnonymousAccess, EnvKey, OpenMode, parse_env_keys
 from specdec_collector.service.exception_handlers import add_exception_handlers
 from specdec_collector.service.keys import KeyService
 from specdec_collector.service.middleware import BodySizeLimit, LoopbackHostOnly
@@ -76,95 +78,7 @@ def create_app(
     if resolve is not None:
         scrape = replace(scrape, resolve=resolve)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[State]:
-        # Migrations run before the first request is accepted.
-        await run_in_threadpool(upgrade_database, settings.database_url)
-        database = open_database(
-            settings.database_url,
-            pool_size=settings.db_pool_size,
-            statement_timeout_s=settings.db_statement_timeout_s,
-            connect_timeout_s=settings.db_connect_timeout_s,
-        )
-        # Before the first request: its start would otherwise compile every statement it runs.
-        try:
-            await run_in_threadpool(rehearse_window, database)
-        except Exception:  # only the first start's speed depends on it
-            logger.exception("the rehearsal of a window failed; the first start compiles it")
-        set_series_budget(database, 2 * settings.max_series_per_target)
-        client = new_client(settings.scrape_timeout_s)
-        # The process's small reads (the windows', the keys', the sampler's lease scan): on a
-        # PostgreSQL near enough, on the event loop, its connection opened and the server
-        # probed now (`store.small_reads`).
-        reads = SmallReads(database)
-        await reads.prepare()
-        sampler = Sampler(
-            database,
-            client,
-            scrape,
-            settings.sample_retention_days,
-            replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
-            scan_interval_s=settings.sampler_scan_s,
-            min_free_disk_bytes=settings.min_free_disk_bytes,
-            reads=reads,
-        )
-        prometheus = PrometheusAPI(settings, client) if settings.prometheus_url else None
-        # Writes take turns in their lane (SQLite has one), those that wait together in one
-        # transaction; SQLite computes one stop at a time too, PostgreSQL several at once (see
-        # `store.lanes`).
-        writes = WriteLanes("specdec-writes", database, settings.db_write_lanes)
-        computations = Lane("specdec-computations", serial=takes_turns(database))
-        windows = WindowService(
-            database=database,
-            sources={
-                Source.SCRAPE: ScrapeSource(client, scrape),
-                Source.PROMETHEUS: PrometheusSource(prometheus),
-            },
-            sampler=sampler,
-            settings=settings,
-            kept_results=ResultsCache(settings.results_cache_windows),
-            writes=writes,
-            computations=computations,
-            open_views=OpenViews(settings.open_views_cache_windows, MAX_KEPT_VIEW_BYTES),
-            reads=reads,
-            read_budget=ReadBudget(
-                settings.max_target_reads_per_second_per_team,
-                max(
-                    settings.max_target_reads_per_second_per_team,
-                    2 * settings.max_targets_per_window,
-                ),
-            ),
-        )
-        open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
-        anonymous = AnonymousAccess(open_mode, env_keys, database, reads)
-        services = Services(database, env_keys, anonymous, windows, KeyService(database), reads)
-        # Asked once now: its connection opened and its query compiled before the first call
-        # without a key (~2 ms of it), and a database that has a key closes it from the start.
-        await anonymous.is_open()
-        database_metrics = DatabaseMetrics(database)
-        REGISTRY.register(database_metrics)
-        await sampler.start()
-        await _build_routes(app)
-        # Everything made so far lives as long as the process: out of the collector's sight,
-        # a full collection no longer walks it (one took ~60 ms in the first stop after
-        # start-up, counted against that call). Then collections come less often (`gcpause`).
-        gc.collect()
-        gc.freeze()
-        tune_collections()
-        try:
-            yield {"services": services}
-        finally:
-            REGISTRY.unregister(database_metrics)
-            await sampler.stop()
-            await run_in_threadpool(computations.close)
-            await run_in_threadpool(writes.close)
-            await client.aclose()
-            anonymous.close()
-            reads.close()
-            if isinstance(scrape.resolve, SystemResolver):
-                scrape.resolve.close()
-            database.dispose()
-
+    lifespan = _lifespan(settings, scrape, env_keys, anonymous_allowed)
     app = FastAPI(
         title="specdec-collector",
         version=__version__,
@@ -188,6 +102,136 @@ def create_app(
     # The dashboard: static files shipped in the package, no external assets.
     app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "ui", html=True), name="ui")
     return app
+
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[State]]
+
+
+def _lifespan(
+    settings: Settings, scrape: ScrapeConfig, env_keys: list[EnvKey], anonymous_allowed: bool
+) -> Lifespan:
+    """The service's parts, made before the first request is accepted and closed after the
+    last."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[State]:
+        database = await _opened_database(settings)
+        client = new_client(settings.scrape_timeout_s)
+        # The process's small reads (the windows', the keys', the sampler's lease scan): on a
+        # PostgreSQL near enough, on the event loop, its connection opened and the server
+        # probed now (`store.small_reads`).
+        reads = SmallReads(database)
+        await reads.prepare()
+        sampler = _sampler(settings, database, client, scrape, reads)
+        # Writes take turns in their lane (SQLite has one), those that wait together in one
+        # transaction; SQLite computes one stop at a time too, PostgreSQL several at once (see
+        # `store.lanes`).
+        writes = WriteLanes("specdec-writes", database, settings.db_write_lanes)
+        computations = Lane("specdec-computations", serial=takes_turns(database))
+        windows = _window_service(
+            settings, database, client, scrape, sampler, reads, writes, computations
+        )
+        open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
+        anonymous = AnonymousAccess(open_mode, env_keys, database, reads)
+        services = Services(database, env_keys, anonymous, windows, KeyService(database), reads)
+        # Asked once now: its connection opened and its query compiled before the first call
+        # without a key, and a database that has a key closes it from the start.
+        await anonymous.is_open()
+        database_metrics = DatabaseMetrics(database)
+        REGISTRY.register(database_metrics)
+        await sampler.start()
+        await _build_routes(app)
+        _set_aside_what_lives_on()
+        try:
+            yield {"services": services}
+        finally:
+            REGISTRY.unregister(database_metrics)
+            await sampler.stop()
+            await run_in_threadpool(computations.close)
+            await run_in_threadpool(writes.close)
+            await client.aclose()
+            anonymous.close()
+            reads.close()
+            if isinstance(scrape.resolve, SystemResolver):
+                scrape.resolve.close()
+            database.dispose()
+
+    return lifespan
+
+
+async def _opened_database(settings: Settings) -> Engine:
+    """The database, migrated first, with a window's statements compiled."""
+    await run_in_threadpool(upgrade_database, settings.database_url)
+    database = open_database(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        statement_timeout_s=settings.db_statement_timeout_s,
+        connect_timeout_s=settings.db_connect_timeout_s,
+    )
+    # Before the first request: its start would otherwise compile every statement it runs.
+    try:
+        await run_in_threadpool(rehearse_window, database)
+    except Exception:  # only the first start's speed depends on it
+        logger.exception("the rehearsal of a window failed; the first start compiles it")
+    set_series_budget(database, 2 * settings.max_series_per_target)
+    return database
+
+
+def _sampler(
+    settings: Settings,
+    database: Engine,
+    client: httpx.AsyncClient,
+    scrape: ScrapeConfig,
+    reads: SmallReads,
+) -> Sampler:
+    return Sampler(
+        database,
+        client,
+        scrape,
+        settings.sample_retention_days,
+        replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
+        scan_interval_s=settings.sampler_scan_s,
+        min_free_disk_bytes=settings.min_free_disk_bytes,
+        reads=reads,
+    )
+
+
+def _window_service(
+    settings: Settings,
+    database: Engine,
+    client: httpx.AsyncClient,
+    scrape: ScrapeConfig,
+    sampler: Sampler,
+    reads: SmallReads,
+    writes: WriteLanes,
+    computations: Lane,
+) -> WindowService:
+    prometheus = PrometheusAPI(settings, client) if settings.prometheus_url else None
+    per_team = settings.max_target_reads_per_second_per_team
+    return WindowService(
+        database=database,
+        sources={
+            Source.SCRAPE: ScrapeSource(client, scrape),
+            Source.PROMETHEUS: PrometheusSource(prometheus),
+        },
+        sampler=sampler,
+        settings=settings,
+        kept_results=ResultsCache(settings.results_cache_windows),
+        writes=writes,
+        computations=computations,
+        open_views=OpenViews(settings.open_views_cache_windows, MAX_KEPT_VIEW_BYTES),
+        reads=reads,
+        read_budget=ReadBudget(per_team, max(per_team, 2 * settings.max_targets_per_window)),
+    )
+
+
+def _set_aside_what_lives_on() -> None:
+    """Everything made so far lives as long as the process: out of the collector's sight, a
+    full collection no longer walks it (the first stop after start-up would pay for it). Then
+    collections come less often (`gcpause`)."""
+    gc.collect()
+    gc.freeze()
+    tune_collections()
 
 
 # A path under every router that no route has: its request builds them all and answers 404.
