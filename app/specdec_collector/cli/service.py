@@ -225,9 +225,13 @@ def _key_json(row: "ApiKey") -> dict[str, object]:
 
     revoked = None if row.revoked_at is None else as_utc(row.revoked_at).isoformat()
     return {
-        "id": row.id, "team": row.team, "role": row.role, "prefix": row.prefix,
-        "created_at": as_utc(row.created_at).isoformat(), "revoked_at": revoked,
-    }  # fmt: skip
+        "id": row.id,
+        "team": row.team,
+        "role": row.role,
+        "prefix": row.prefix,
+        "created_at": as_utc(row.created_at).isoformat(),
+        "revoked_at": revoked,
+    }
 
 
 def keys_list(args: argparse.Namespace) -> int:

@@ -125,11 +125,13 @@ def _speedups(target: str, windows: Windows) -> list[dict[str, Any]]:
         (
             (window_id, result)
             for window_id, result in results
-            if result is not None and result.data is None and result.throughput is not None
+            if result is not None
+            and result.data is None
+            and result.throughput is not None
             and result.engine is None
         ),
         None,
-    )  # fmt: skip
+    )
     if plain is None:
         return []
     found = []
@@ -177,9 +179,13 @@ def figure_interval(
 
 
 def judged_difference(
-    value: float, result: TargetResult, before: float, base: TargetResult, figure: str,
+    value: float,
+    result: TargetResult,
+    before: float,
+    base: TargetResult,
+    figure: str,
     position: str | None = None,
-) -> Difference | None:  # fmt: skip
+) -> Difference | None:
     """`value - before` of two windows' figures with its interval, None where either window
     has no interval of the figure."""
     ours, theirs = (

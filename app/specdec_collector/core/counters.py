@@ -505,12 +505,16 @@ def _forms(name: str) -> set[str]:
 READ_SAMPLES: dict[str, tuple[tuple[ServingEngine, Role], bool]] = {
     name: (found, is_created)
     for name in sorted(
-        {form for names in (ROLE_OF_FAMILY, ROLE_OF_SAMPLE, ROLE_OF_GAUGE) for n in names
-         for form in _forms(n)}
+        {
+            form
+            for names in (ROLE_OF_FAMILY, ROLE_OF_SAMPLE, ROLE_OF_GAUGE)
+            for n in names
+            for form in _forms(n)
+        }
     )
     for found, is_created in (role_of_sample(name),)
     if found is not None
-}  # fmt: skip
+}
 SAMPLE_NAMES: frozenset[str] = frozenset(READ_SAMPLES)
 
 #: The sample names of the schemas' companions (`CounterSchema.companions`) -> (engine, role).

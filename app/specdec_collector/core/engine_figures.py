@@ -90,9 +90,10 @@ def trtllm_result(window: EngineIncreases) -> EngineResult:
         acceptance_length=1 + accepted_finished / drafts if drafts > 0 else None,
         per_position_acceptance_rates=(
             {str(p): n / drafts for p, n in sorted(totals.accepted_per_pos.items())}
-            if drafts > 0 else None
+            if drafts > 0
+            else None
         ),
-    )  # fmt: skip
+    )
     return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=[TRTLLM_NOTE])
 
 
@@ -149,16 +150,20 @@ def sglang_result(window: EngineIncreases) -> EngineResult:
             notes.append(SGLANG_ACTIVE_VARIED.format(low=low, high=high))
     elif per_step:
         draft_tokens = calls * per_step
-        notes = [*notes, f"draft tokens from the configured {per_step} per step "
-                 "(draft_tokens_per_step)"]  # fmt: skip
+        notes = [
+            *notes,
+            f"draft tokens from the configured {per_step} per step (draft_tokens_per_step)",
+        ]
     else:
         notes = [*notes, *SGLANG_NOTES[2:]]
     data = ResultData(
-        num_drafts=as_number(calls), accepted_tokens=as_number(accepted),
+        num_drafts=as_number(calls),
+        accepted_tokens=as_number(accepted),
         draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
         acceptance_rate=None if not draft_tokens else accepted / draft_tokens * 100,
-        acceptance_length=(generated - requests) / calls, per_position_acceptance_rates=None,
-    )  # fmt: skip
+        acceptance_length=(generated - requests) / calls,
+        per_position_acceptance_rates=None,
+    )
     return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=notes)
 
 
@@ -179,10 +184,13 @@ def max_result(window: EngineIncreases) -> EngineResult:
         else None
     )
     data = ResultData(
-        num_drafts=None, draft_tokens=None, accepted_tokens=None,
+        num_drafts=None,
+        draft_tokens=None,
+        accepted_tokens=None,
         acceptance_rate=sum(rates.values()) / len(rates) * 100 if rates else None,
-        acceptance_length=length, per_position_acceptance_rates=rates or None,
-    )  # fmt: skip
+        acceptance_length=length,
+        per_position_acceptance_rates=rates or None,
+    )
     if not data.is_finite():
         return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=False)
     return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=MAX_NOTES)
@@ -219,11 +227,13 @@ def fastdeploy_result(window: EngineIncreases) -> EngineResult:
     if refused is not None:
         return refused
     data = ResultData(
-        num_drafts=as_number(drafts), accepted_tokens=as_number(accepted),
+        num_drafts=as_number(drafts),
+        accepted_tokens=as_number(accepted),
         draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
         acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
-        acceptance_length=1 + accepted / drafts, per_position_acceptance_rates=None,
-    )  # fmt: skip
+        acceptance_length=1 + accepted / drafts,
+        per_position_acceptance_rates=None,
+    )
     return EngineResult(engine=engine, status="ok", data=data, exact=exact, notes=notes)
 
 
@@ -261,17 +271,23 @@ def tgi_result(window: EngineIncreases) -> EngineResult:
     else:
         notes.append(TGI_NO_BUCKETS)
     data = ResultData(
-        num_drafts=as_number(steps), accepted_tokens=as_number(accepted),
+        num_drafts=as_number(steps),
+        accepted_tokens=as_number(accepted),
         draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
         acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
-        acceptance_length=1 + accepted / steps, per_position_acceptance_rates=rates,
-    )  # fmt: skip
+        acceptance_length=1 + accepted / steps,
+        per_position_acceptance_rates=rates,
+    )
     if not data.is_finite():
         return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=False)
     return EngineResult(
-        engine=engine, status="ok", data=data, exact=False, notes=notes,
+        engine=engine,
+        status="ok",
+        data=data,
+        exact=False,
+        notes=notes,
         accepted_distribution=distribution,
-    )  # fmt: skip
+    )
 
 
 def diffusion_result(window: EngineIncreases) -> EngineResult:
@@ -392,9 +408,10 @@ def _inconsistency(totals: Totals, has_drafts: bool) -> str | None:
         for position, accepted in sorted(totals.accepted_per_pos.items()):
             if accepted > totals.num_drafts:
                 return MORE_ACCEPTED_AT.format(
-                    position=position, accepted=as_number(accepted),
+                    position=position,
+                    accepted=as_number(accepted),
                     drafts=as_number(totals.num_drafts),
-                )  # fmt: skip
+                )
     return None
 
 

@@ -281,17 +281,24 @@ def _result(
         if not isinstance(before, Failure) and not isinstance(after, Failure):
             throughput = _plain_throughput([before, *good, after], seconds)
         return TargetResult(
-            status="na", url=url, error="; ".join(failed), raw=raw, samples=taken,
+            status="na",
+            url=url,
+            error="; ".join(failed),
+            raw=raw,
+            samples=taken,
             throughput=throughput,
-        )  # fmt: skip
+        )
     assert not isinstance(before, Failure) and not isinstance(after, Failure)
     chain = [before, *good, after]
     found = _engine_windows(chain, hints, seconds)
     windows, everything = found.windows, found.everything
     common = {
-        "url": url, "raw": raw, "samples": taken, "restarts": everything.restarts,
+        "url": url,
+        "raw": raw,
+        "samples": taken,
+        "restarts": everything.restarts,
         "series_resets": everything.series_resets,
-    }  # fmt: skip
+    }
     if not windows:
         # A server without spec decoding: its throughput, the other side of a speedup.
         plain = found.plain[0] if len(found.plain) == 1 else None
@@ -303,15 +310,21 @@ def _result(
         if throughput is None and len(found.plain) == 1:  # spec-like names beside witnesses
             throughput = found.plain[0]
         return TargetResult(
-            status=only.result.status, error=only.result.error, data=only.result.data,
-            engine=only.engine, exact=only.result.exact, notes=only.result.notes,
-            lifetime=lifetime, diffusion=only.result.diffusion,
-            confidence=only.result.confidence, flags=only.result.flags,
+            status=only.result.status,
+            error=only.result.error,
+            data=only.result.data,
+            engine=only.engine,
+            exact=only.result.exact,
+            notes=only.result.notes,
+            lifetime=lifetime,
+            diffusion=only.result.diffusion,
+            confidence=only.result.confidence,
+            flags=only.result.flags,
             throughput=throughput,
             accepted_distribution=only.result.accepted_distribution,
             per_drafted_position_acceptance_rates=only.result.per_drafted_position_acceptance_rates,
             **common,
-        )  # fmt: skip
+        )
     return _combined(windows, lifetime, common, seconds)
 
 
@@ -328,9 +341,15 @@ def _combined(
     if not ok:
         error = "; ".join(f"[{r.engine}] {r.error}" for r in results)
         return TargetResult(
-            status="na", error=error, engine=names, exact=False, notes=[], engines=results,
-            lifetime=lifetime, **common,
-        )  # fmt: skip
+            status="na",
+            error=error,
+            engine=names,
+            exact=False,
+            notes=[],
+            engines=results,
+            lifetime=lifetime,
+            **common,
+        )
     if all(_summable(window.engine) for window in windows):
         total = Totals()
         for window in windows:
@@ -345,16 +364,28 @@ def _combined(
         roles -= {Role.DECODE_SECONDS, Role.FIRST_TOKENS}
         throughput = throughput_of(ServingEngine.VLLM, total, set(roles), seconds, summed.data)
         return TargetResult(
-            status=summed.status, error=summed.error, data=summed.data, engine=names,
-            exact=all(r.exact for r in results), notes=notes, engines=results, lifetime=lifetime,
-            throughput=throughput, **common,
-        )  # fmt: skip
+            status=summed.status,
+            error=summed.error,
+            data=summed.data,
+            engine=names,
+            exact=all(r.exact for r in results),
+            notes=notes,
+            engines=results,
+            lifetime=lifetime,
+            throughput=throughput,
+            **common,
+        )
     first = ok[0].result
     return TargetResult(
-        status="ok", data=first.data, engine=names, exact=False,
-        notes=[MIXED_NOTE.format(first=first.engine), *first.notes], engines=results,
-        lifetime=lifetime, **common,
-    )  # fmt: skip
+        status="ok",
+        data=first.data,
+        engine=names,
+        exact=False,
+        notes=[MIXED_NOTE.format(first=first.engine), *first.notes],
+        engines=results,
+        lifetime=lifetime,
+        **common,
+    )
 
 
 def bounded_result(
@@ -384,7 +415,11 @@ def bounded_result(
     seconds = (chosen[-1][0] - chosen[0][0]).total_seconds()
     result = build_result(url, chosen[0][2], chosen[-1][2], middle, hints, seconds)
     bounds = Bounds(
-        requested_start=start, requested_end=end,
-        start=chosen[0][0], start_phase=chosen[0][1], end=chosen[-1][0], end_phase=chosen[-1][1],
-    )  # fmt: skip
+        requested_start=start,
+        requested_end=end,
+        start=chosen[0][0],
+        start_phase=chosen[0][1],
+        end=chosen[-1][0],
+        end_phase=chosen[-1][1],
+    )
     return result.model_copy(update={"bounds": bounds})

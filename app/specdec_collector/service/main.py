@@ -247,11 +247,20 @@ async def _build_routes(app: FastAPI) -> None:
     path no route has goes through both, runs no route, and answers 404.
     """
     scope: dict[str, Any] = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-        "scheme": "http", "path": _NO_ROUTE, "raw_path": _NO_ROUTE.encode(), "root_path": "",
-        "query_string": b"", "headers": [(b"host", b"127.0.0.1")], "state": {},
-        "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 0),
-    }  # fmt: skip
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": _NO_ROUTE,
+        "raw_path": _NO_ROUTE.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1")],
+        "state": {},
+        "client": ("127.0.0.1", 0),
+        "server": ("127.0.0.1", 0),
+    }
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
