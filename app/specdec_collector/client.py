@@ -234,9 +234,14 @@ class CollectorClient(BaseClient):
         except httpx.TransportError as exc:
             raise self._unavailable(exc) from exc
 
-    def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
-              sample_interval_s: float | None = None,
-              source: StartFrom = StartFrom()) -> WindowView:  # fmt: skip
+    def start(
+        self,
+        window_id: str,
+        targets: Sequence[Target],
+        labels: Labels = None,
+        sample_interval_s: float | None = None,
+        source: StartFrom = StartFrom(),
+    ) -> WindowView:
         """Open a window (a retry of the same start is harmless)."""
         return self.window_of(
             self._send(self.starting(window_id, targets, labels, sample_interval_s, source))
@@ -246,8 +251,14 @@ class CollectorClient(BaseClient):
         """Close a window (one read from Prometheus may close `at` a past time)."""
         return self.window_of(self._send(self.stopping(window_id, at)))
 
-    def measure_past(self, window_id: str, targets: Sequence[Target], start: datetime,
-                     end: datetime, labels: Labels = None) -> WindowView:  # fmt: skip
+    def measure_past(
+        self,
+        window_id: str,
+        targets: Sequence[Target],
+        start: datetime,
+        end: datetime,
+        labels: Labels = None,
+    ) -> WindowView:
         """A window over a run that is over, read from the collector's Prometheus: one call."""
         self.start(window_id, targets, labels, None, StartFrom(Source.PROMETHEUS, at=start))
         return self.stop(window_id, end)
@@ -334,9 +345,14 @@ class AsyncCollectorClient(BaseClient):
         except httpx.TransportError as exc:
             raise self._unavailable(exc) from exc
 
-    async def start(self, window_id: str, targets: Sequence[Target], labels: Labels = None,
-                    sample_interval_s: float | None = None,
-                    source: StartFrom = StartFrom()) -> WindowView:  # fmt: skip
+    async def start(
+        self,
+        window_id: str,
+        targets: Sequence[Target],
+        labels: Labels = None,
+        sample_interval_s: float | None = None,
+        source: StartFrom = StartFrom(),
+    ) -> WindowView:
         """Open a window (a retry of the same start is harmless)."""
         call = self.starting(window_id, targets, labels, sample_interval_s, source)
         return self.window_of(await self._send(call))
@@ -345,8 +361,14 @@ class AsyncCollectorClient(BaseClient):
         """Close a window (one read from Prometheus may close `at` a past time)."""
         return self.window_of(await self._send(self.stopping(window_id, at)))
 
-    async def measure_past(self, window_id: str, targets: Sequence[Target], start: datetime,
-                           end: datetime, labels: Labels = None) -> WindowView:  # fmt: skip
+    async def measure_past(
+        self,
+        window_id: str,
+        targets: Sequence[Target],
+        start: datetime,
+        end: datetime,
+        labels: Labels = None,
+    ) -> WindowView:
         """A window over a run that is over, read from the collector's Prometheus: one call."""
         await self.start(window_id, targets, labels, None, StartFrom(Source.PROMETHEUS, at=start))
         return await self.stop(window_id, end)

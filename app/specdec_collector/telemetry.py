@@ -151,7 +151,12 @@ def window_results_text(database: Engine, latest: int, team: str | None) -> byte
 
 
 __all__ = [
-    "MULTIPROCESS_DIR_ENV", "REGISTRY", "SCRAPE_ERRORS", "SCRAPE_REQUESTS", "SCRAPE_SECONDS",
+    "MULTIPROCESS_DIR_ENV",
+    "REGISTRY",
+    "SCRAPE_ERRORS",
+    "SCRAPE_REQUESTS",
+    "SCRAPE_SECONDS",
     "DatabaseMetrics",
-    "aggregates_text", "window_results_text",
-]  # fmt: skip
+    "aggregates_text",
+    "window_results_text",
+]

@@ -77,8 +77,11 @@ def _evaluated(path: Path, timeout_s: float) -> list[dict[str, Any]]:
         run = subprocess.run(
             # -I: the config's folder never shadows a module (an `app/` beside it, say).
             [sys.executable, "-I", "-m", EVALUATE, str(path.resolve())],
-            capture_output=True, text=True, timeout=timeout_s, cwd=path.parent,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=path.parent,
+        )
     except subprocess.TimeoutExpired:
         raise ConfigError(f"evaluating it took over {timeout_s:g} s") from None
     if run.returncode != 0:

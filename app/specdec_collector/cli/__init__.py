@@ -64,7 +64,7 @@ class _Parser(argparse.ArgumentParser):
 def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     """The command `name` of `specdec_collector.cli.<module>`, imported when it runs: each
     command imports what it uses (a client's none of the server, `simulate` no database),
-    where importing them all cost every `specdec` call ~0.2 s of CPU more."""
+    so that no `specdec` call pays for importing the modules of the others."""
 
     def run(args: argparse.Namespace) -> int:
         command = getattr(importlib.import_module(f"specdec_collector.cli.{module}"), name)
@@ -99,9 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--host", default="127.0.0.1", help="address to bind")
     simulate.add_argument("--port", type=int, default=9000, help="port to serve on")
     simulate.add_argument(
-        "--instances", "--engines", dest="instances", type=_positive_int, default=1,
+        "--instances",
+        "--engines",
+        dest="instances",
+        type=_positive_int,
+        default=1,
         help="data-parallel instances (vLLM's `engine` label)",
-    )  # fmt: skip
+    )
     simulate.add_argument("--k", type=_positive_int, default=5, help="speculative tokens per draft")
     simulate.add_argument(
         "--drafts-per-s", type=float, default=50.0, help="drafts a second per instance (0: off)"
@@ -129,13 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="as vLLM's flag: each answer tells its drafts under metrics.speculative_decoding",
     )
     simulate.add_argument(
-        "--step-ms", type=float, default=0.0,
+        "--step-ms",
+        type=float,
+        default=0.0,
         help="milliseconds each step of a request takes (its inter-token latency; default 0)",
-    )  # fmt: skip
+    )
     simulate.add_argument(
-        "--no-spec-decoding", dest="spec_decoding", action="store_false",
+        "--no-spec-decoding",
+        dest="spec_decoding",
+        action="store_false",
         help="a vLLM without spec decoding: one token a step, no spec-decode metrics",
-    )  # fmt: skip
+    )
     simulate.set_defaults(handler=_command("service", "simulate"))
 
     def client_command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -165,9 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--models NAME`, found from the command line as AISBench finds them)",
         )
         command.add_argument(
-            "--label", action="append", default=[], metavar="KEY=VALUE",
+            "--label",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
             help="a label of the window (repeatable)",
-        )  # fmt: skip
+        )
         command.add_argument(
             "--sample-interval", type=float, metavar="S", help="sample every S seconds"
         )
@@ -208,9 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--limit", type=_positive_int, default=50, help="at most this many (1-500)")
     ls.add_argument("--state", choices=["open", "closed"], help="only open or closed windows")
     ls.add_argument(
-        "--label", action="append", default=[], metavar="KEY=VALUE",
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="only windows with this label (repeatable: all must match)",
-    )  # fmt: skip
+    )
     ls.add_argument("--target", metavar="HOST:PORT", help="only windows on this target")
     ls.add_argument("--json", action="store_true", help="the windows as JSON")
     ls.set_defaults(handler=_command("remote", "ls"))
@@ -219,17 +233,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--state", choices=["open", "closed"], help="only open or closed windows")
     export.add_argument(
-        "--label", action="append", default=[], metavar="KEY=VALUE",
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="only windows with this label (repeatable: all must match)",
-    )  # fmt: skip
+    )
     export.add_argument("--target", metavar="HOST:PORT", help="only windows on this target")
     export.add_argument(
         "--since", metavar="TIME", help="only windows started after TIME (RFC 3339)"
     )
     export.add_argument(
-        "--format", choices=["jsonl", "csv"], default="jsonl",
+        "--format",
+        choices=["jsonl", "csv"],
+        default="jsonl",
         help="jsonl: a window per line, as GET /windows/ID; csv: a row per window and target",
-    )  # fmt: skip
+    )
     export.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
     export.add_argument("--quiet", action="store_true", help="no progress on stderr")
     export.set_defaults(handler=_command("remote", "export"))
@@ -321,18 +340,21 @@ def build_parser() -> argparse.ArgumentParser:
     create = key_commands.add_parser("create", help="create a key; it is printed once")
     create.add_argument("--team", required=True, help="the team the key acts for")
     create.add_argument(
-        "--role", required=True, choices=[role.value for role in KeyRole],
+        "--role",
+        required=True,
+        choices=[role.value for role in KeyRole],
         help="read (GET only), write (start, stop, read), admin (any team) or metrics (/metrics "
         "only, every team's results: for Prometheus)",
-    )  # fmt: skip
+    )
     create.add_argument(
         "--json", action="store_true", help="the new key (and its id, team, role) as JSON"
     )
     create.add_argument(
-        "--init", action="store_true",
+        "--init",
+        action="store_true",
         help="make SPECDEC_DATABASE_URL the collector's database if it is not yet (a first key "
         "before the first serve)",
-    )  # fmt: skip
+    )
     create.set_defaults(handler=_command("service", "keys_create"))
     listing = key_commands.add_parser("list", help="list keys (never the keys themselves)")
     listing.add_argument("--json", action="store_true", help="the keys as JSON")

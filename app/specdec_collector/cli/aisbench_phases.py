@@ -134,9 +134,13 @@ def _with_datasets(
             continue
         for target, part in bounded:
             by_dataset.setdefault(target, {})[name] = DatasetResult(
-                requests=span.requests, status=part.status, error=part.error, data=part.data,
-                bounds=part.bounds, throughput=part.throughput,
-            )  # fmt: skip
+                requests=span.requests,
+                status=part.status,
+                error=part.error,
+                data=part.data,
+                bounds=part.bounds,
+                throughput=part.throughput,
+            )
     say(f"specdec: AISBench's run held {len(spans)} datasets: {', '.join(spans)}")
     return [
         (key, result.model_copy(update={"datasets": by_dataset.get(key) or None}))

@@ -122,9 +122,12 @@ def run_wrapped(
         return run_command(options.command, say)
     try:
         window = client.start(
-            options.window_id, options.targets, options.labels, options.sample_interval_s,
+            options.window_id,
+            options.targets,
+            options.labels,
+            options.sample_interval_s,
             StartFrom(Source.PROMETHEUS if options.from_prometheus else Source.SCRAPE),
-        )  # fmt: skip
+        )
         started = True
         say(f"specdec: window {options.window_id} started on {len(window.targets)} target(s)")
     except (CollectorError, CollectorUnavailable) as exc:
@@ -315,9 +318,11 @@ async def generate_load(
         nonlocal failed, tokens, uncounted, first_failure, answered
         for index in queue:
             body: dict[str, Any] = {
-                "max_tokens": max_tokens, "stream": stream, "model": model,
+                "max_tokens": max_tokens,
+                "stream": stream,
+                "model": model,
                 "temperature": temperature,
-            }  # fmt: skip
+            }
             if stream:
                 body["stream_options"] = {"include_usage": True}
             text = prompt.replace("{index}", str(index))

@@ -368,10 +368,19 @@ def reading_error(phase: Reading) -> str | None:
 
 
 TIMELINE_FIELDS = (
-    "taken_at", "phase", "status", "error", "num_drafts", "draft_tokens", "accepted_tokens",
-    "acceptance_rate", "acceptance_length", "per_position_acceptance_rates", "restarts",
+    "taken_at",
+    "phase",
+    "status",
+    "error",
+    "num_drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "acceptance_rate",
+    "acceptance_length",
+    "per_position_acceptance_rates",
+    "restarts",
     "series_resets",
-)  # fmt: skip
+)
 
 
 def timeline(points: Sequence[tuple[Any, str, Reading]]) -> list[dict[str, Any]]:

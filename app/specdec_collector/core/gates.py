@@ -30,8 +30,11 @@ class GateFigure(StrEnum):
 
 
 _COMPARISONS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
-}  # fmt: skip
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+}
 _REQUIREMENT = re.compile(r"\s*([a-z_]+)\s*(>=|<=|>|<)\s*([0-9]+(?:\.[0-9]*)?)\s*")
 _DROP = re.compile(r"\s*([a-z_]+)\s*=\s*([0-9]+(?:\.[0-9]*)?)\s*")
 _FIGURES = ", ".join(figure.value for figure in GateFigure)
@@ -123,18 +126,22 @@ def _drop(
     if change is None:
         passed = drop <= gate.value
         return Verdict(
-            target, str(gate), passed,
+            target,
+            str(gate),
+            passed,
             f"{drop:+.4g} below the baseline ({before:.4g} to {value:.4g}); judged on the figures: "
             "a window without a confidence interval (sample both windows to judge on it)",
-        )  # fmt: skip
+        )
     low, high = change.low, change.high
     passed = low <= gate.value
     said = "beyond" if not passed else ("within" if high <= gate.value else "not surely beyond")
     return Verdict(
-        target, str(gate), passed,
+        target,
+        str(gate),
+        passed,
         f"{drop:+.4g} below the baseline ({before:.4g} to {value:.4g}), 95 % interval of the "
         f"drop {low:+.4g} to {high:+.4g}: {said} the {gate.value:g} allowed",
-    )  # fmt: skip
+    )
 
 
 def judge(
@@ -169,9 +176,14 @@ def junit_xml(verdicts: Sequence[Verdict], suite: str) -> str:
         "testsuites", name="specdec", tests=str(len(verdicts)), failures=str(failures)
     )
     node = ElementTree.SubElement(
-        root, "testsuite", name=suite, tests=str(len(verdicts)), failures=str(failures),
-        errors="0", skipped="0",
-    )  # fmt: skip
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(len(verdicts)),
+        failures=str(failures),
+        errors="0",
+        skipped="0",
+    )
     for verdict in verdicts:
         case = ElementTree.SubElement(
             node, "testcase", classname=f"specdec.{verdict.target}", name=verdict.gate

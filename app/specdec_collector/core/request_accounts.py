@@ -147,12 +147,15 @@ class PerRequestView:
             return None if value is None else {"p10": value.p10, "p50": value.p50, "p90": value.p90}
 
         return {
-            "requests": self.accounted, "sources": list(self.sources), "drafted": self.drafted,
-            "accepted": self.accepted, "steps": self.steps,
+            "requests": self.accounted,
+            "sources": list(self.sources),
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "steps": self.steps,
             "acceptance_rate": spread(self.acceptance_rate),
             "acceptance_length": spread(self.acceptance_length),
             "differences": [DIFFERENCES[source] for source in self.sources],
-        }  # fmt: skip
+        }
 
 
 def summarise(accounts: Sequence[RequestAccount]) -> PerRequestView | None:

@@ -64,9 +64,13 @@ class ResultData(BaseModel):
     def is_finite(self) -> bool:
         """Whether every figure is a finite number (JSON and the stores hold no others)."""
         figures = [
-            self.num_drafts, self.draft_tokens, self.accepted_tokens, self.acceptance_rate,
-            self.acceptance_length, *(self.per_position_acceptance_rates or {}).values(),
-        ]  # fmt: skip
+            self.num_drafts,
+            self.draft_tokens,
+            self.accepted_tokens,
+            self.acceptance_rate,
+            self.acceptance_length,
+            *(self.per_position_acceptance_rates or {}).values(),
+        ]
         return all(math.isfinite(figure) for figure in figures if figure is not None)
 
 
@@ -196,8 +200,8 @@ class SampleCount(BaseModel):
     failed: int = 0
 
 
-# A typed dict, not a model: a stop beside 400 windows of its team builds one for each, and a
-# model's validation of each was a twentieth of a loaded collector's CPU.
+# A typed dict, not a model: a stop beside hundreds of windows of its team builds one for
+# each, and a model would validate each one.
 class OverlappingWindow(TypedDict):
     """A window of the same team open on the same target at the same time."""
 
@@ -214,9 +218,9 @@ class CountedWindows(BaseModel):
 
 
 #: The most windows of the caller's team an overlap names per target; any more are counted
-#: in `more_windows`. A stop beside 200 windows of its team on the same servers named each on
-#: each target: thousands of entries per stop, a quarter of a loaded collector's CPU to store,
-#: send and read back, and a list nobody reads.
+#: in `more_windows`. A stop beside hundreds of windows of its team on the same servers would
+#: otherwise name each on each target: thousands of entries per stop, costly to store, send
+#: and read back, and a list nobody reads.
 MAX_NAMED_OVERLAPS = 16
 
 
@@ -361,5 +365,5 @@ class TargetResult(BaseModel):
 
     def as_stored(self) -> str:
         """The JSON text as stored: without its defaults and its URL (the row holds it),
-        which `from_stored` puts back; a third of a stopped window's bytes."""
+        which `from_stored` puts back, so a stopped window's rows do not carry them."""
         return self.model_dump_json(exclude_defaults=True, exclude={"url"})

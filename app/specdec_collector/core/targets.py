@@ -27,9 +27,18 @@ _HOSTNAME = re.compile(
 #: Engines a target may be named as in a start body (those recognised from payloads, and
 #: MindIE, whose metrics cannot give a window).
 NAMED_ENGINES = (
-    "vllm", "vllm-v0", "llamacpp", "trtllm", "sglang", "lmdeploy", "max", "fastdeploy", "tgi",
-    "uniserve", "mindie",
-)  # fmt: skip
+    "vllm",
+    "vllm-v0",
+    "llamacpp",
+    "trtllm",
+    "sglang",
+    "lmdeploy",
+    "max",
+    "fastdeploy",
+    "tgi",
+    "uniserve",
+    "mindie",
+)
 
 #: How a server verifies drafts (vLLM's `rejection_sample_method`), as a start body may tell
 #: it: the counters cannot.
@@ -258,8 +267,9 @@ def parse_target(value: str | Mapping[str, Any]) -> Target:
             raise ValueError("host_ip must be a string")
         return replace(
             _from_host_port(value["host_ip"].strip(), value["host_port"]),
-            headers=headers, hints=hints,
-        )  # fmt: skip
+            headers=headers,
+            hints=hints,
+        )
     if not isinstance(value, str):
         raise ValueError("a target is a string or an object with host_ip and host_port")
     return _parse_text(value)
@@ -392,7 +402,8 @@ class TargetPolicy:
 
 
 # Pure and asked for every scrape of every target: parsing the address and testing it against
-# each network was a tenth of a scrape's CPU. The policy is immutable, so it is part of the key.
+# each network every time would be a large part of a scrape's work. The policy is immutable,
+# so it is part of the key.
 @functools.lru_cache(maxsize=8192)
 def _refusal(policy: TargetPolicy, host: str, address: str) -> str | None:
     named = policy.metadata_refusal(host) or _denied(policy, address)

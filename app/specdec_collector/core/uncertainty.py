@@ -102,9 +102,11 @@ def _batched(values: Sequence[float], count: int) -> list[float]:
 
 
 def ratio_interval(
-    numerators: Sequence[float], denominators: Sequence[float], scale: float = 1.0,
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    scale: float = 1.0,
     offset: float = 0.0,
-) -> Interval | None:  # fmt: skip
+) -> Interval | None:
     """The interval of `offset + scale * sum(numerators) / sum(denominators)` over intervals
     (one pair each, in time order); None with too few intervals or nothing counted."""
     count = batches(len(numerators))

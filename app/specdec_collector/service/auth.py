@@ -108,7 +108,8 @@ def is_loopback(host: str) -> bool:
 
 
 # Every request without a key (in open mode) or with a stored key runs one of these: built
-# once, as Core statements (an ORM session and a statement built per call cost ~4 x the query).
+# once, as Core statements (an ORM session and a statement built per call cost more than the
+# query itself).
 _KEYS = TABLES["api_key"]
 _ACTIVE_KEYS = sa_select(func.count()).select_from(_KEYS).where(_KEYS.c.revoked_at.is_(None))
 _ANY_KEY = sa_select(_KEYS.c.id).limit(1)

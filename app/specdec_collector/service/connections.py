@@ -2,8 +2,8 @@
 long a request's head may take to arrive.
 
 uvicorn reads a request's head for as long as its client takes and accepts every connection
-until the process runs out of file descriptors: 1,100 idle connections, made without a key,
-took `/healthz` down under a limit of 1024. Here, as the HTTP protocol of `specdec serve`:
+until the process runs out of file descriptors, so idle connections, made without a key,
+could take `/healthz` down. Here, as the HTTP protocol of `specdec serve`:
 
 - a connection past SPECDEC_MAX_CONNECTIONS (all clients) or SPECDEC_MAX_CONNECTIONS_PER_CLIENT
   (one address) is answered 503 and closed before anything is read from it;

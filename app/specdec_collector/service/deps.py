@@ -1,7 +1,7 @@
 """Every dependency of the routes, each as an `Annotated` alias, in one place.
 
 The dependencies call one another as functions, not through `Depends`: FastAPI solves every
-sub-dependency of every request anew, which was a fifth of a cached result read's CPU; the
+sub-dependency of every request anew, a large part of a cached result read's work; the
 caller, which several of them need, is kept for the rest of the request once found.
 """
 
@@ -75,7 +75,7 @@ async def get_principal(request: Request) -> Principal:
     """The authenticated caller.
 
     A key from SPECDEC_API_KEYS is checked here on the event loop, and so is open mode on
-    SQLite (`AnonymousAccess`); only a stored key goes to the thread pool: that hop cost more
+    SQLite (`AnonymousAccess`); only a stored key goes to the thread pool: that hop costs more
     than the rest of a cached read.
     """
     found: Principal | None = request.scope.get(_PRINCIPAL)

@@ -22,7 +22,8 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     """FastAPI's 422, without the `input` and `ctx` it echoes.
 
     The input of a bad target holds its headers (secrets), and an input of `NaN` or `1e999`
-    could not even be written as JSON (the answer was a 500). `loc` and `msg` say what is wrong.
+    could not even be written as JSON (the answer would be a 500). `loc` and `msg` say what is
+    wrong.
     """
     assert isinstance(exc, RequestValidationError)
     detail = [

@@ -8,11 +8,10 @@ up scrapes.
 Several replicas may share one database; each open window is sampled by exactly one of them,
 the holder of its lease (`window.sampler_owner`, `window.sampler_lease_until`). The holder
 renews the lease with each stored sample, and apart only when it is near its end (see
-`windows.leases`), so a run on time is one write transaction (renewing before every scrape as
-well was a quarter of a sampled window's CPU). A store whose lease was lost is dropped, so no
-instant is sampled twice. Every replica scans for
-windows whose lease ran out (or that are its own, after a restart) every
-`SPECDEC_SAMPLER_SCAN_S` and takes them over: a dead owner's windows are sampled again
+`windows.leases`), so a run on time is one write transaction, not a renewal before every
+scrape as well. A store whose lease was lost is dropped, so no instant is sampled twice.
+Every replica scans for windows whose lease ran out (or that are its own, after a restart)
+every `SPECDEC_SAMPLER_SCAN_S` and takes them over: a dead owner's windows are sampled again
 within two intervals, and the time nobody sampled shows as a gap, nothing is invented.
 
 A daily job deletes the samples of windows closed longer ago than the retention.
@@ -65,8 +64,8 @@ def _job_id(window_pk: int) -> str:
 
 _WINDOWS = TABLES["window"]
 
-# A sampling run's writes, built once (a run writes one or two of them every interval; building
-# them each time was a quarter of storing a sample). Each touches the window only while it is
+# A sampling run's writes, built once (a run writes one or two of them every interval, and
+# building them is a large part of storing a sample). Each touches the window only while it is
 # open (and, with an owner, while that owner holds its lease); none, and the caller drops its
 # sample or gives the window up.
 _OPEN = (_WINDOWS.c.id == bindparam("pk")) & (_WINDOWS.c.state == WindowState.OPEN)
@@ -131,7 +130,7 @@ def _claimable(include_own: bool) -> ColumnElement[bool]:
 
 
 # The scan's query, built once (with and without the owner's own windows): it runs four times
-# a second in every replica, and building it was the larger part of an idle collector's CPU.
+# a second in every replica, so building it each time would be most of an idle collector's work.
 _CLAIMABLE_WINDOWS = {
     include_own: sa_select(_WINDOWS.c.id, _WINDOWS.c.team, _WINDOWS.c.sample_interval_s).where(
         _WINDOWS.c.state == WindowState.OPEN,
@@ -217,7 +216,7 @@ class Sampler:
     The scan is a task of its own rather than a scheduler job, and on SQLite reads on the
     event loop (through a connection that never waits for a lock; a thread when one is held):
     it runs four times a second in every replica, and a scheduler's run and a thread hop each
-    time cost an idle collector ~2 ms of CPU a second (of ~7; ~2 with no scan at all).
+    time would be a large share of what an idle collector does.
     """
 
     def __init__(
@@ -456,8 +455,10 @@ class Sampler:
             self._low_disk_logged = time.monotonic()
             logger.warning(
                 "samples skipped: %d bytes free on the database's disk, less than "
-                "SPECDEC_MIN_FREE_DISK_BYTES (%d)", free, self.min_free_disk_bytes,
-            )  # fmt: skip
+                "SPECDEC_MIN_FREE_DISK_BYTES (%d)",
+                free,
+                self.min_free_disk_bytes,
+            )
         return True
 
     async def purge(self) -> None:

@@ -1,7 +1,7 @@
 """The spec-decode families of engines other than vLLM V1, as `specdec simulate --engine` serves
 them: each engine's own names, labels, endpoint and number printing (docs/engines.md).
 
-The counts are the simulated server's (`simulator.server.EngineCounters`), which move with
+The counts are the simulated server's (`simulator.server.InstanceCounters`), which move with
 requests only (no time-based drafts for these engines): each request is counted when it
 completes, as llama.cpp and SGLang count. Per engine:
 - `llamacpp` (`/metrics`): the four counters, printed with `%g` (six significant digits, as
@@ -109,8 +109,11 @@ def sglang(out: list[str], instances: Sequence[Counted], k: int, model: str) -> 
     _counter(out, "sglang:num_requests_total", [(labels, requests)], ".1f")
     length = (generated - requests) / calls if calls else 0.0
     # SGLang 0.5.23's active draft size: k drafted tokens and the verified block's root.
-    gauges = (("spec_accept_length", length), ("spec_accept_rate", 0.0),
-              ("spec_num_draft_tokens", k + 1.0))  # fmt: skip
+    gauges = (
+        ("spec_accept_length", length),
+        ("spec_accept_rate", 0.0),
+        ("spec_num_draft_tokens", k + 1.0),
+    )
     for gauge, value in gauges:
         out += [f"# TYPE sglang:{gauge} gauge", f"sglang:{gauge}{labels} {value:.4f}"]
     out += [

@@ -230,12 +230,24 @@ def _completion(server: SimulatedServer, body: CompletionRequest, chat: bool) ->
     def events() -> Iterator[str]:
         chunk_kind = "chat.completion.chunk" if chat else "text_completion"
         for index, step in enumerate(steps):
-            chunk = {"id": ident, "object": chunk_kind, "created": created, "model": model,
-                     "choices": [choice("tok " * step, index == len(steps) - 1, True)]}  # fmt: skip
+            chunk = {
+                "id": ident,
+                "object": chunk_kind,
+                "created": created,
+                "model": model,
+                "choices": [choice("tok " * step, index == len(steps) - 1, True)],
+            }
             yield f"data: {json.dumps(chunk)}\n\n"
         if (body.stream_options or {}).get("include_usage"):
-            last = {"id": ident, "object": chunk_kind, "created": created, "model": model,
-                    "choices": [], "usage": usage, **extra}  # fmt: skip
+            last = {
+                "id": ident,
+                "object": chunk_kind,
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": usage,
+                **extra,
+            }
             yield f"data: {json.dumps(last)}\n\n"
         yield "data: [DONE]\n\n"
 

@@ -39,17 +39,17 @@ class EncodedJSON(str):
 
 
 def compact_json(value: Any) -> str:
-    """JSON columns as compact text (no spaces after `,` and `:`: a tenth of a stored window's
-    bytes), written by pydantic's encoder: a snapshot's counters (64 series) take it 11 µs
-    where `json.dumps` took 85, and every scrape stores one."""
+    """JSON columns as compact text (no spaces after `,` and `:`, which would only add to a
+    stored window's bytes), written by pydantic's encoder, which is faster than `json.dumps`:
+    every scrape stores a snapshot's counters."""
     if isinstance(value, EncodedJSON):
         return value
     return pydantic_core.to_json(value).decode()
 
 
 def _read_json(text: str | bytes) -> Any:
-    """JSON columns read back by pydantic's parser (a snapshot's counters: 15 µs, `json.loads`
-    30), which gives the same lists, numbers and strings."""
+    """JSON columns read back by pydantic's parser (faster than `json.loads`), which gives the
+    same lists, numbers and strings."""
     return pydantic_core.from_json(text)
 
 
@@ -108,8 +108,8 @@ def open_database(
         max_overflow=10,
     )
     # An executemany of an INSERT as one multi-row statement (per 1000 rows), not one step per
-    # row: sqlite3 gives the GIL away around each step, and under load each one took long to
-    # win back (a stop's or start's rows were a quarter of the writes lane's time).
+    # row: sqlite3 gives the GIL away around each step, and under load each one takes long to
+    # win back, which would hold up the writes' lane.
     database.dialect.use_insertmanyvalues_wo_returning = True
     _WRITE_LOCKS[database] = threading.Lock()
     if url.database and url.database != ":memory:":
@@ -163,9 +163,8 @@ CHECK_AFTER_IDLE_S = 1.0
 
 def _check_when_idle(database: Engine) -> None:
     """Check a connection before use once it was idle a while, not at every checkout as
-    SQLAlchemy's `pool_pre_ping` does: that was a round trip for each of the ~10 checkouts
-    of a window (one worker under load served 40.1 windows a second against 38.4, five runs
-    each, alternating).
+    SQLAlchemy's `pool_pre_ping` does: that would be a round trip for each of the many
+    checkouts of a window.
 
     A database that went away while the service was idle (a restart, a failover) is found
     out before use: the connection that fails its check is dropped with every one opened
@@ -199,9 +198,9 @@ _WRITER_FILES: "WeakKeyDictionary[Engine, _WriterFile]" = WeakKeyDictionary()
 
 
 class _WriterFile:
-    """The lock file of one database, opened once (opening it for every write was ~2 % of a
-    window's CPU) and closed with the database's last reference. The threads of a process share
-    it: they take `_WRITE_LOCKS` first, so one of them at a time holds its lock."""
+    """The lock file of one database, opened once (not for every write) and closed with the
+    database's last reference. The threads of a process share it: they take `_WRITE_LOCKS`
+    first, so one of them at a time holds its lock."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -244,10 +243,10 @@ def _every_process_turn(database: Engine) -> Iterator[None]:
 def read_connection(database: Engine) -> Iterator[Connection]:
     """A connection for reads only.
 
-    On PostgreSQL it runs in autocommit: in a transaction a read took two round trips more
-    (psycopg's BEGIN before it, SQLAlchemy's ROLLBACK when done), ~40 % of a small read's
-    time, and under READ COMMITTED each statement sees its own snapshot either way. SQLite's
-    reads keep their transaction: one snapshot for all their statements.
+    On PostgreSQL it runs in autocommit: in a transaction a read takes two round trips more
+    (psycopg's BEGIN before it, SQLAlchemy's ROLLBACK when done), a large part of a small
+    read's time, and under READ COMMITTED each statement sees its own snapshot either way.
+    SQLite's reads keep their transaction: one snapshot for all their statements.
     """
     with database.connect() as connection:
         if database.dialect.name == "postgresql":
@@ -279,8 +278,7 @@ def write_session(database: Engine) -> Iterator[Session]:
 
     On SQLite the writers take turns on a lock, of this process and then of every process on
     the file: waiting there is fair and wakes at once, where SQLite's own busy handler sleeps
-    up to 100 ms between tries, which under load costs more than the writes (with two
-    workers, most of the second core).
+    up to 100 ms between tries, which under load costs more than the writes.
     """
     lock = _WRITE_LOCKS.get(database)
     if lock is None:

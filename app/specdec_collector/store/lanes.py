@@ -2,37 +2,33 @@
 in the lane of their key.
 
 SQLite takes one write at a time, and a process computes one stop's results at a time (stops
-computing at once contended for the GIL and none finished sooner; one computing beside
-another's write overlap, since SQLite runs statements without the GIL). When each such job
-waited for its turn in a thread of the request pool, the waiting threads held the pool's
-places: under load (200 clients, one worker) every read, key check and stop's read of its
-targets queued behind them for ~0.8 s, and a stop's final scrape with it. A lane's thread gets
-only a share of the GIL against a busy event loop, though: a small stop's results (most of
-them) are computed on the loop instead (`windows.closing.prepare_close_here`), the larger
-ones' here.
+computing at once contend for the GIL and none finishes sooner; one computing beside
+another's write overlap, since SQLite runs statements without the GIL). Were each such job to
+wait for its turn in a thread of the request pool, the waiting threads would hold the pool's
+places, and under load every read, key check and stop's read of its targets would queue
+behind them, and a stop's final scrape with it. A lane's thread gets only a share of the GIL
+against a busy event loop, though: a small stop's results (most of them) are computed on the
+loop instead (`windows.closing.prepare_close_here`), the larger ones' here.
 
 A lane's jobs wait in its queue instead, and the pool stays free. The queue is first come first
 served: a start's writes and a stop's alike. Both are what a benchmark waits on (for its run to
-begin, and for its results), and when starts went first a loaded collector's stops waited the
-longest (200 clients, one worker: p99 start 1.7 s, stop 2.4 s; served in turn, 2.0 s each).
+begin, and for its results); letting starts go first would make a loaded collector's stops
+wait the longest.
 
 Writes that wait together are written together: one transaction, one commit (group commit).
-200 clients starting at once queued 200 claims, each ~10 ms alone, mostly its commit and
-winning the GIL back after each statement; together they take a fraction of that. A write
+Many clients starting at once queue as many claims, each of which alone costs mostly its
+commit and winning the GIL back after each statement; together they share both. A write
 function raises a domain error (`SpecdecError`) only before it has written anything, so the
 others of its transaction go on; any other failure rolls the transaction back and each write
 of it runs again alone, so that one write's failure is never another's.
 
 On PostgreSQL too the writes take turns in a lane and are grouped: each transaction costs
-round trips and a commit's flush, and one team's starts took turns on the team's lock held to
-each commit. Under load (200 clients, one worker) grouped writes served 53-55 windows a second
-against 43-47 each in a transaction of its own in the request pool (44 in a lane without the
-grouping); at two workers 67 against 51. A group never waits for a team's lock that another
-process holds: a write that would (`RunAlone`) runs alone after the group's commit, so two
-replicas' groups cannot deadlock on two teams' locks taken in opposite orders (it then waits,
-and the lane's next writes with it, for that other transaction: one group's time). At 50
-clients, starts took 0.4 / 0.7 s (p50 / p99) against 0.7 / 1.0 s in the pool. The other jobs
-(a stop's results) run in the request pool at once there.
+round trips and a commit's flush, and one team's starts take turns on the team's lock held to
+each commit, so a group pays those once for all its writes. A group never waits for a team's
+lock that another process holds: a write that would (`RunAlone`) runs alone after the
+group's commit, so two replicas' groups cannot deadlock on two teams' locks taken in opposite
+orders (it then waits, and the lane's next writes with it, for that other transaction: one
+group's time). The other jobs (a stop's results) run in the request pool at once there.
 """
 
 import asyncio
@@ -199,10 +195,9 @@ class WriteLanes:
 
     A lane sends its statements one after another and waits for each, so on a PostgreSQL a
     few milliseconds away the round trips bound it, not the CPU; lanes wait for theirs side
-    by side. With the database 3 ms away (a round trip), one worker under load (200 clients
-    of one team) served 23 windows a second with three lanes against 16 with one; 6 ms away,
-    18 against 12. On the same host, where the interpreter's lock bounds it, three served 46
-    against 51: one lane is the default (SPECDEC_DB_WRITE_LANES).
+    by side, and more lanes serve more windows. On the same host the interpreter's lock
+    bounds it instead, and more lanes only contend for it: one lane is the default
+    (SPECDEC_DB_WRITE_LANES).
 
     Two lanes never write the same row of a window, and a team's starts take turns in one
     lane, as the team's lock needs. Two groups adding the same new series to the catalogue

@@ -2,8 +2,8 @@
 
 Migrations take a lock first (an advisory lock on PostgreSQL, a file lock beside the SQLite
 file), so replicas that boot together migrate once. A database at head already is told by
-one read of its version, without Alembic: importing it and loading the migrations' scripts
-cost ~0.2 s of CPU at each start of `specdec serve` (and once more in each worker).
+one read of its version, without Alembic, so that a start of `specdec serve` (and each of
+its workers) does not pay for importing it and loading the migrations' scripts.
 """
 
 import fcntl

@@ -1,37 +1,31 @@
 """Small reads where they cost least: on the event loop where the database is at hand, else
 in a thread.
 
-A read of a few rows from SQLite takes tens of microseconds. Sent to the request pool it
-takes a thread hop, and under load the hop is what costs: the thread waits for the
-interpreter's lock behind the event loop and the other threads, and the loop then waits a
-turn for its answer. A stop's window lookup waited 150-270 ms there (median, 200 clients on
-one worker), and the hand-offs cost CPU too: with it and a read's check that its window is
-still open on the loop, one worker served 79-80 windows a second against 65 (alternating runs;
-`docs/performance.md`). A stored key's lookup, on every call with a key, makes the same hop.
+A read of a few rows from SQLite is quick. Sent to the request pool it takes a thread hop,
+and under load the hop is what costs: the thread waits for the interpreter's lock behind the
+event loop and the other threads, the loop then waits a turn for its answer, and the
+hand-offs cost CPU too. A stop's window lookup and a read's check that its window is still
+open are such reads; so is a stored key's lookup, on every call with a key.
 
 On SQLite the reads go through a connection of their own whose busy timeout is zero: WAL
 readers take no lock, but in a recovery or against a connection in exclusive mode a read
 would wait, and the loop with it. Such a read fails at once instead and runs again in a
 thread, where it may wait.
 
-A PostgreSQL on the same host answers such a read in a fraction of a millisecond too, and the
-hop costs the same: under load (200 clients, one worker) reads on the loop served 58-64
-windows a second against 47-51 in threads, p99 start 2.1-2.3 s against 2.9-3.1 s (three
-alternating runs each). Through SQLAlchemy's asyncio engine (a pool of 5 + 5) they served
-fewer (35-42): each await is a turn of a busy loop, and each read holds its connection
-meanwhile. But a read on the loop holds up every other call while it waits, so a PostgreSQL
-read runs there only while that wait is short (`_NearPostgres`):
+A PostgreSQL on the same host answers such a read quickly too, and the hop costs the same.
+SQLAlchemy's asyncio engine is no way around it: each await is a turn of a busy loop, and
+each read holds its connection meanwhile. But a read on the loop holds up every other call
+while it waits, so a PostgreSQL read runs there only while that wait is short
+(`_NearPostgres`):
 
 - if the server is near: the fastest of PROBES round trips, timed in a thread as the loop's
   connection is opened (at start-up: `SmallReads.prepare`), took at most NEAR_S. A server
   farther away (another host, or a proxy on this one in front of another host) is read in
   threads, and probed again after AWAY_S. Reads on the loop are not timed for this: under
-  load most of their time is the wait for the interpreter's lock once the answer is in
-  (2.5-20 ms, where the server took 0.2);
+  load most of their time is the wait for the interpreter's lock once the answer is in;
 - for at most DEADLINE_S: a read still running then is cut off (its connection's socket shut
   down from a watchdog thread; its statement timeout, as long, ends one the server is slow
-  to run) and runs again in a thread, and the reads after it for AWAY_S. Under load a read
-  held the loop up to ~0.1 s, the wait for the interpreter's lock included;
+  to run) and runs again in a thread, and the reads after it for AWAY_S;
 - on a connection of its own, opened in a thread (connecting takes round trips).
 """
 
@@ -55,8 +49,9 @@ from specdec_collector.store.db import AS_JSON, postgres_connect_args
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: A PostgreSQL is near if the fastest of PROBES round trips took at most NEAR_S (~0.1-0.3 ms
-#: on the same host; a probe in a thread under load may wait for the interpreter's lock too).
+#: A PostgreSQL is near if the fastest of PROBES round trips took at most NEAR_S (a server on
+#: the same host is well within it; a probe in a thread under load may wait for the
+#: interpreter's lock too).
 NEAR_S = 0.002
 PROBES = 10
 #: The longest a PostgreSQL read may hold the event loop: then it is cut off, and runs again

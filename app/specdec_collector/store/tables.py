@@ -5,8 +5,8 @@ holding its final result once the window is closed), `endpoint_series` (the spec
 an endpoint has shown: family and labels, stored once for every window that reads it) and
 `snapshot` (one scrape of one target: the counter values per series, or the reason it
 failed); `api_key` and `key_event` (the keys, hashed, and every change to them). Keeping
-labels out of the snapshots keeps a one-instance sample under 1 KB. The schema is created
-only by the Alembic migrations in `migrations/`; a test checks that the two agree.
+labels out of the snapshots keeps a sample small. The schema is created only by the Alembic
+migrations in `migrations/`; a test checks that the two agree.
 """
 
 from datetime import UTC, datetime

@@ -1,8 +1,14 @@
 """Benchmark windows: start, stop and read them, over the sources and the store.
 
-Database work runs in the thread pool (SQLModel sessions are synchronous); scraping runs on
-the event loop with the shared client. Every write transaction begins with a write, so
-concurrent callers queue on SQLite's write lock (or PostgreSQL's row lock) instead of failing.
+Scraping runs on the event loop with the shared client. Database work is synchronous
+(SQLModel sessions) and runs where it costs least: the writes of starts and stops in the
+write lanes (`store.lanes`: threads of their own, where writes that wait together commit
+together); a stop's results on the event loop when the stop is small and the database SQLite,
+else in the computations lane; the small reads of a start, a stop and a read of an open
+window (the window's row, whether it is still open) through `store.small_reads`, on the event
+loop where the database is at hand and in a thread elsewhere; every other read in the thread
+pool. Concurrent writers queue instead of failing: on SQLite they take turns on the
+collector's write lock, on PostgreSQL on the row's or the team's lock.
 
 Start is two transactions on purpose: the window row first (its unique `window_id` decides
 which of several concurrent starts creates it), then the baseline. A start retried after a
@@ -14,9 +20,11 @@ then closes the window in one transaction that stores the final snapshots and th
 if a sample landed in between, that transaction computes them again, so a sample stored by
 the background sampler up to that moment is part of the result, and none after it.
 
-The modules, one job each: `stored` (what a stored window is), `storage` (its SQL),
-`closing` (a stop's results and the write that stores them), `overlaps`, `views` (one
-window's public view), `listing` (filters and paging), `reads` (results, comparisons,
-timelines), `cache` (closed windows' results), `lifecycle` (the start and stop calls) and
-`rehearsal` (a start and stop run once at start-up and rolled back).
+The modules, one job each: `service` (the facade the routes call), `stored` (what a stored
+window is), `storage` (its SQL), `catalogue` (the series snapshots name), `closing` (a stop's
+results and the write that stores them), `overlaps`, `views` (one window's public view),
+`answers` (what the calls answer), `listing` (filters and paging), `reads` (results,
+comparisons, timelines), `cache` (closed windows' results, open windows' views), `budget`
+(targets read per second), `leases` (the sampler's), `lifecycle` (the start and stop calls)
+and `rehearsal` (a start and stop run once at start-up and rolled back).
 """

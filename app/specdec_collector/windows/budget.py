@@ -1,13 +1,14 @@
 """How many targets a team's starts and stops may read per second: a token bucket per team.
 
 Background scrapes have their budget at the start of a sampled window
-(SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM); a client that starts and stops 256-target windows
-in a loop had none, and made 512 scrapes a turn. Each start and stop takes one token per
-target from its team's bucket, which fills at SPECDEC_MAX_TARGET_READS_PER_SECOND_PER_TEAM
-and holds two full windows' worth (a start and its stop of the largest window always pass).
-A start that finds too few tokens is refused (429, before anything is read); a stop is never
-refused, so no window is left open: it takes its tokens on credit, and the team's next starts
-wait for them. Each replica keeps its own buckets.
+(SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM); without this, a client that starts and stops
+large windows in a loop would have none, and scrape every target twice a turn. Each start
+and stop takes one token per target from its team's bucket, which fills at
+SPECDEC_MAX_TARGET_READS_PER_SECOND_PER_TEAM and holds two full windows' worth (a start and
+its stop of the largest window always pass). A start that finds too few tokens is refused
+(429, before anything is read); a stop is never refused, so no window is left open: it takes
+its tokens on credit, and the team's next starts wait for them. Each replica keeps its own
+buckets.
 """
 
 import threading

@@ -67,8 +67,8 @@ class RecentWindows(Generic[V]):
             self._weight -= found[1]
 
 
-#: Targets' results a replica keeps in all (a result is ~6 KB of objects: ~50 MB). By windows
-#: alone, 1024 stopped windows of 256 targets each would have kept 1.6 GB.
+#: Targets' results a replica keeps in all: bounded by targets, not by windows alone, so that
+#: a few windows of many targets cannot take the memory the many narrow ones were given.
 MAX_KEPT_RESULTS = 8192
 #: Bytes of open windows' views a replica keeps in all.
 MAX_KEPT_VIEW_BYTES = 64 * 1024 * 1024
@@ -96,9 +96,9 @@ class ResultsCache:
         return closed
 
 
-#: The views of open windows this replica started or read, as JSON (270 bytes a target where
-#: the view's objects took 2.3 KB). An open window's view (its targets and their baselines)
-#: is fixed until it closes, and whether it has closed is one indexed column. A read of an
-#: open window (a dashboard polling it, the load benchmark's client after each start) cost the
-#: collector more than the start: its baselines were read from the catalogue and summed anew.
+#: The views of open windows this replica started or read, as JSON (far smaller than the
+#: view's objects). An open window's view (its targets and their baselines) is fixed until it
+#: closes, and whether it has closed is one indexed column. A read of an open window (a
+#: dashboard polling it, the load benchmark's client after each start) would otherwise cost
+#: the collector more than the start: its baselines read from the catalogue and summed anew.
 OpenViews = RecentWindows[bytes]

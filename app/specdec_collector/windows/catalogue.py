@@ -3,16 +3,16 @@
 A snapshot stores its counters as `[series id, value, created]` rows; the id names the
 series' family and label set in `endpoint_series`, one row per (family, labels) shared by
 every endpoint that shows it and every window that reads one: the servers of a deployment
-show the same series, and 64 servers of one model named ~900 rows where ~14 differ, written
-on the first start's critical path (~7 ms of it). Rows are never changed, so each process
+show the same series, so the servers of one model add few rows between them, and those are
+written on the first start's critical path. Rows are never changed, so each process
 remembers the ones it has read or written (`KnownSeries`, one per database): a scrape of
 series seen before costs one small read (the purge count) and no catalogue query, and a stop
 reads back only the series it does not know yet.
 
 An endpoint adds at most `KnownSeries.budget` series (each row keeps the endpoint that added
-it): one whose labels change on every scrape would otherwise add rows without end (4096
-series of 2 KB labels are 8.5 MB a scrape). Past it, its reading is stored as a failure
-saying so, and adds nothing. Series another endpoint added first cost it nothing.
+it): one whose labels change on every scrape would otherwise add rows without end, many
+with each scrape. Past it, its reading is stored as a failure saying so, and adds nothing.
+Series another endpoint added first cost it nothing.
 
 Rows no snapshot names, added by endpoints no open window reads, are deleted by the daily
 purge (`purge_catalogue`); it counts itself in `catalogue_purge`, and a process that
@@ -301,11 +301,10 @@ def _insert_returning(
     """Insert catalogue rows (endpoint, family, labels, digest), those not stored yet; the
     rows (`_ROWS`) inserted.
 
-    One statement of many rows in the driver's own SQL, with the values as one flat list.
-    SQLAlchemy's `executemany` built each row's parameters on its own: the catalogue write of
-    64 new servers (~900 rows, on a window's first start, on its critical path) took 7.0 ms
-    with it, 5.8 with this (SQLite). A statement of N rows built by SQLAlchemy was compiled
-    anew for every N.
+    One statement of many rows in the driver's own SQL, with the values as one flat list:
+    SQLAlchemy's `executemany` builds each row's parameters on its own, and this write is on a
+    window's first start's critical path. A statement of N rows built by SQLAlchemy would be
+    compiled anew for every N.
     """
     placeholder = "?" if session.get_bind().dialect.paramstyle == "qmark" else "%s"
     connection = session.connection()

@@ -67,9 +67,14 @@ _CLOSE_WINDOW = _closing("window_pk", "stopped_at", "stopped_by")
 
 #: The columns of `summary_columns`.
 SUMMARY_COLUMNS = (
-    "status", "acceptance_rate", "acceptance_length", "num_drafts", "result_engine", "exact",
+    "status",
+    "acceptance_rate",
+    "acceptance_length",
+    "num_drafts",
+    "result_engine",
+    "exact",
     "restarts",
-)  # fmt: skip
+)
 
 
 def summary_columns(result: TargetResult) -> dict[str, Any]:
@@ -272,10 +277,9 @@ async def prepare_close_here(
     fraction of a millisecond each: WAL readers never wait for the writer, and the pool has a
     connection for every thread and the loop), then the targets' results, letting the loop's
     other work go between after each ON_LOOP_SLICE_S of them. In the lane's thread, under
-    load, a stop waited for the interpreter's lock several times as long as it ran, and queued
-    there for seconds while starts went ahead. A turn of the loop after every target (~0.1 ms
-    each) made a stop of 20 targets wait for 20 turns of a busy loop: its p99 2.0 s under
-    load, against 1.4-1.6 s with a turn after each millisecond (starts' unchanged)."""
+    load, a stop would wait for the interpreter's lock far longer than it runs, and queue there
+    while starts go ahead. The loop turns after a slice of time, not after every target: a turn
+    per target would make a stop of many targets wait for as many turns of a busy loop."""
     with read_session(database) as session:
         inputs = _inputs(session, stored, stopped_at)
     closed = ClosedWindow({}, {})
@@ -327,7 +331,7 @@ def _close_at_once(
 ) -> ClosedWindow | None:
     """`add_close` in one statement: the window closed, its snapshots and results stored
     where it was open (None, having written nothing, where another stop came first). The
-    writes' lane waits for each statement: a stop's were three round trips."""
+    writes' lane waits for each statement: apart, a stop's would be three round trips."""
     snapshots = _snapshot_rows(session, stored, prepared.chains)
     params = {
         "closing": stored.pk,

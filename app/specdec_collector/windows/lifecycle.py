@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-#: Above this many series in a window's baselines its view is built off the event loop (4096
-#: series cost ~60 ms of it; a thread hop ~50 µs).
+#: Above this many series in a window's baselines its view is built off the event loop: a
+#: large view would hold the loop for longer than a thread hop costs.
 ON_LOOP_SERIES = 512
 
 
@@ -86,7 +86,7 @@ def _check_body(service: "WindowService", body: WindowCreate, targets: Sequence[
         )
     for index, target in enumerate(targets):
         # As normalised (`127.1` is `127.0.0.1`, `:80` is added): what is stored, within its
-        # column; PostgreSQL refused a longer one with a 500.
+        # column; PostgreSQL would refuse a longer one, and the answer would be a 500.
         if len(target.url) > MAX_URL_CHARS or len(target.name) > MAX_NAME_CHARS:
             raise InvalidInput(
                 ["body", "targets", index],
@@ -175,8 +175,13 @@ async def start_window(
     failed = sum(isinstance(reading, Failure) for reading in baselines.values())
     logger.info(
         "window %s/%s started by %s from %s: %d targets, %d failed",
-        actor.team, window_id, actor.key, body.source, len(targets), failed,
-    )  # fmt: skip
+        actor.team,
+        window_id,
+        actor.key,
+        body.source,
+        len(targets),
+        failed,
+    )
     return True, encoded_view(service, await _view(stored, baselines))
 
 
@@ -231,7 +236,11 @@ async def stop_window(
     ok = sum(t.result is not None and t.result.ok for t in window.targets)
     logger.info(
         "window %s/%s %s by %s: %d of %d targets ok",
-        actor.team, window_id, "force-closed" if force else "stopped", actor.key, ok,
+        actor.team,
+        window_id,
+        "force-closed" if force else "stopped",
+        actor.key,
+        ok,
         len(window.targets),
-    )  # fmt: skip
+    )
     return window

@@ -22,20 +22,24 @@ from specdec_collector.store.tables import TABLES, as_utc, utcnow
 from specdec_collector.windows.stored import StoredWindow
 
 # Built once, on the tables (plain rows, no ORM loading): every stop runs them. The times come
-# back as stored (SQLite: text), read by `_micros`: SQLAlchemy's parser of SQLite's text took
-# longer than the rest of a row.
+# back as stored (SQLite: text), read by `_micros`: SQLAlchemy's parser of SQLite's text
+# costs more than the rest of a row.
 _WINDOWS, _TARGETS = TABLES["window"], TABLES["window_target"]
 _OPEN_BETWEEN = (
-    sa_select(_WINDOWS.c.id, _WINDOWS.c.team, _WINDOWS.c.window_id,
-              type_coerce(_WINDOWS.c.started_at, String),
-              type_coerce(_WINDOWS.c.stopped_at, String))
+    sa_select(
+        _WINDOWS.c.id,
+        _WINDOWS.c.team,
+        _WINDOWS.c.window_id,
+        type_coerce(_WINDOWS.c.started_at, String),
+        type_coerce(_WINDOWS.c.stopped_at, String),
+    )
     .where(
         _WINDOWS.c.id != bindparam("window_pk"),
         _WINDOWS.c.started_at < bindparam("end"),
         _WINDOWS.c.stopped_at.is_(None) | (_WINDOWS.c.stopped_at > bindparam("start")),
     )
     .order_by(_WINDOWS.c.started_at, _WINDOWS.c.id)
-)  # fmt: skip
+)
 _TARGET_KEYS_OF = sa_select(_TARGETS.c.window_pk, _TARGETS.c.target).where(
     _TARGETS.c.window_pk.in_(bindparam("window_pks", expanding=True))
 )
@@ -124,7 +128,8 @@ def overlaps_of(
     # index; then which of them used these targets, from each process's memory of every
     # window's targets (a window's targets never change). A join driven by the target would
     # read every window that ever used it, and that grows with the stored history; reading the
-    # targets of 400 windows beside this one was a third of a loaded stop's arithmetic.
+    # targets of every window beside this one anew at each stop would be a large part of the
+    # stop's arithmetic.
     candidates = session.execute(
         _OPEN_BETWEEN, {"window_pk": window.id, "start": start, "end": end}
     ).all()
@@ -179,8 +184,8 @@ def with_overlaps(
 ) -> dict[int, TargetResult | None]:
     """The results (by target id) with their overlaps: stored with them since a stop keeps
     them; computed now for a window still open or a result stored before that."""
-    # An open window has no results yet: nothing to attach overlaps to (computing them for
-    # every start and read of an open window was 18 % of a loaded collector's CPU).
+    # An open window has no results yet: nothing to attach overlaps to (and computing them
+    # for every start and read of an open window would be costly under load).
     if all(result is None or result.overlaps is not None for result in results.values()):
         return results
     overlaps = overlaps_of(session, stored)

@@ -1,9 +1,9 @@
 """A window's start and stop rehearsed at start-up, in a transaction that is rolled back.
 
-SQLAlchemy compiles a statement the first time a database runs it, and keeps it: the first
-64-target start of a fresh collector spent ~10 ms more than later ones writing its window and
-its baselines, most of it compiling. Each process rehearses once, before it takes requests,
-on its own database: nothing is kept but what each database keeps of the statements.
+SQLAlchemy compiles a statement the first time a database runs it, and keeps it: rehearsed,
+the first start a client sends does not pay for compiling the statements that write its
+window and its baselines. Each process rehearses once, before it takes requests, on its own
+database: nothing is kept but what each database keeps of the statements.
 """
 
 import uuid

@@ -1,8 +1,8 @@
 """The windows facade: every call the routes make, and the only thing they call.
 
 It owns what the window calls need (the lifespan builds it once) and does their thread hops:
-database work runs in the thread pool or the lanes (SQLModel sessions are synchronous),
-reading runs on the event loop.
+database work runs in the thread pool or the lanes (SQLModel sessions are synchronous), small
+reads where they cost least (`store.small_reads`); scraping runs on the event loop.
 """
 
 from collections.abc import Mapping, Sequence
@@ -96,10 +96,15 @@ class WindowService:
         """One page of the team's windows, and the cursor of the next."""
         return await run_in_threadpool(
             partial(
-                list_windows, self.database, team, limit, where,
-                oldest_first=oldest_first, cursor=cursor,
+                list_windows,
+                self.database,
+                team,
+                limit,
+                where,
+                oldest_first=oldest_first,
+                cursor=cursor,
             )
-        )  # fmt: skip
+        )
 
     async def metrics_text(self, *, with_results: bool, team: str | None = None) -> bytes:
         """The collector's own metrics as Prometheus text; `with_results`, also the latest

@@ -32,32 +32,45 @@ from specdec_collector.windows.catalogue import series_ids
 from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
 # The statements every start, read and stop runs, built once: SQLAlchemy memoises a built
-# statement's cache key, and building one per call cost ~90 us of the ~120 a small query took.
+# statement's cache key, and building one per call would cost more than a small query.
 _WINDOWS, _TARGETS, _SNAPSHOTS = TABLES["window"], TABLES["window_target"], TABLES["snapshot"]
 _WINDOW_BY_ID = select(Window).where(
     col(Window.team) == bindparam("team"), col(Window.window_id) == bindparam("window_id")
 )
 _TARGETS_OF = (
-    sa_select(_TARGETS.c.id, _TARGETS.c.target, _TARGETS.c.url, _TARGETS.c.result,
-              _TARGETS.c.headers, _TARGETS.c.named_engine, _TARGETS.c.draft_tokens_per_step,
-              _TARGETS.c.verification)
+    sa_select(
+        _TARGETS.c.id,
+        _TARGETS.c.target,
+        _TARGETS.c.url,
+        _TARGETS.c.result,
+        _TARGETS.c.headers,
+        _TARGETS.c.named_engine,
+        _TARGETS.c.draft_tokens_per_step,
+        _TARGETS.c.verification,
+    )
     .where(_TARGETS.c.window_pk == bindparam("window_pk"))
     .order_by(_TARGETS.c.ordinal)
-)  # fmt: skip
+)
 _SNAPSHOTS_OF = (
-    sa_select(_SNAPSHOTS.c.id, _SNAPSHOTS.c.target_id, _SNAPSHOTS.c.phase,
-              _SNAPSHOTS.c.taken_at, _SNAPSHOTS.c.error, _SNAPSHOTS.c.counters,
-              _SNAPSHOTS.c.error_kind)
+    sa_select(
+        _SNAPSHOTS.c.id,
+        _SNAPSHOTS.c.target_id,
+        _SNAPSHOTS.c.phase,
+        _SNAPSHOTS.c.taken_at,
+        _SNAPSHOTS.c.error,
+        _SNAPSHOTS.c.counters,
+        _SNAPSHOTS.c.error_kind,
+    )
     .where(_SNAPSHOTS.c.target_id.in_(bindparam("target_ids", expanding=True)))
     .order_by(_SNAPSHOTS.c.taken_at, _SNAPSHOTS.c.id)
-)  # fmt: skip
+)
 _SNAPSHOTS_IN_PHASES = _SNAPSHOTS_OF.where(
     _SNAPSHOTS.c.phase.in_(bindparam("phases", expanding=True))
 )
 _INSERT_SNAPSHOTS = insert_rows(_SNAPSHOTS)
 _INSERT_TARGETS = insert_rows(_TARGETS)
 # A window's target ids as one row of "ordinal:id" pairs: SQLite gives the GIL away for each
-# row it steps to, and under load each one took long to win back.
+# row it steps to, and under load each one takes long to win back.
 _TARGET_IDS_OF = sa_select(
     func.aggregate_strings(
         cast(_TARGETS.c.ordinal, String) + ":" + cast(_TARGETS.c.id, String), ","
@@ -95,10 +108,16 @@ def targets_of(session: Session, window_pk: int) -> list[StoredTarget]:
     # Core rows, not ORM objects: a window of many targets built thousands of them per read.
     rows = session.execute(_TARGETS_OF, {"window_pk": window_pk})
     return [
-        StoredTarget(row_id, key, url, result, tuple((headers or {}).items()),
-                     EngineHints(database, per_step, verification))
+        StoredTarget(
+            row_id,
+            key,
+            url,
+            result,
+            tuple((headers or {}).items()),
+            EngineHints(database, per_step, verification),
+        )
         for row_id, key, url, result, headers, database, per_step, verification in rows
-    ]  # fmt: skip
+    ]
 
 
 def load_window(database: Engine, team: str, window_id: str) -> StoredWindow:
@@ -234,9 +253,9 @@ def add_window(
     interval_s = body.sample_interval_s
     # Concurrent starts of one team count one after another: on SQLite the write lock makes
     # them, on PostgreSQL a lock of the team's, held to the transaction's end (the counts
-    # below read committed rows: without it, 150 concurrent starts left 118 windows open
-    # under a limit of 100). A start of a window already there is a retry, whatever the
-    # limits say now.
+    # below read committed rows: without it, concurrent starts would each count the others
+    # out and together pass the limit). A start of a window already there is a retry,
+    # whatever the limits say now.
     dialect_name = session.get_bind().dialect.name
     on_postgresql = dialect_name == "postgresql"
     if on_postgresql:
@@ -280,12 +299,17 @@ def add_window(
     # replica): no error, so nothing to undo.
     params = window.model_dump(exclude={"id"}) | {"max_open": max_open}
     rows = [
-        {"ordinal": ordinal, "target": target.name, "url": target.url,
-         "headers": dict(target.headers) or None, "named_engine": target.hints.engine,
-         "draft_tokens_per_step": target.hints.draft_tokens_per_step,
-         "verification": target.hints.verification}
+        {
+            "ordinal": ordinal,
+            "target": target.name,
+            "url": target.url,
+            "headers": dict(target.headers) or None,
+            "named_engine": target.hints.engine,
+            "draft_tokens_per_step": target.hints.draft_tokens_per_step,
+            "verification": target.hints.verification,
+        }
         for ordinal, target in enumerate(targets)
-    ]  # fmt: skip
+    ]
     insert_all = _insert_all_postgresql if on_postgresql else _insert_all_sqlite
     window.id, pairs_of_targets = insert_all(session, params, rows)
     if window.id is None:
@@ -321,8 +345,8 @@ def _insert_all_postgresql(
 ) -> tuple[int | None, _TargetIds]:
     """The window's insert and its targets' in one statement (`_insert_window_and_targets`):
     the ids of the window (None if it inserted nothing, and then no target either) and of
-    its targets. The writes' lane waits for each statement: a start's was two round trips,
-    one to learn the window's id."""
+    its targets. The writes' lane waits for each statement: apart, a start's would be two
+    round trips, one to learn the window's id."""
     params = window | {"new_targets": rows_json(targets, _TARGET_COLUMNS)}
     rows = session.execute(_insert_window_and_targets(), params).all()
     if not rows:
@@ -332,9 +356,14 @@ def _insert_all_postgresql(
 
 #: A target's columns as a start writes them (beside its window's id).
 _TARGET_COLUMNS = (
-    "ordinal", "target", "url", "headers", "named_engine", "draft_tokens_per_step",
+    "ordinal",
+    "target",
+    "url",
+    "headers",
+    "named_engine",
+    "draft_tokens_per_step",
     "verification",
-)  # fmt: skip
+)
 
 
 @lru_cache(maxsize=1)

@@ -124,9 +124,8 @@ def _wants_csv(request: Request, format: str | None) -> bool:
 
 def _view_response(window: WindowView) -> Response:
     """The window as JSON, encoded by pydantic in one pass: FastAPI's own path (to Python
-    objects, then `json.dumps`) cost a loaded collector a tenth of its CPU on windows whose
-    results list hundreds of overlapping windows. The OpenAPI schema comes from the route's
-    `response_model`."""
+    objects, then `json.dumps`) is costly on windows whose results list hundreds of
+    overlapping windows. The OpenAPI schema comes from the route's `response_model`."""
     return _json(window.model_dump_json().encode())
 
 
@@ -308,7 +307,7 @@ _COMPRESS_FROM_BYTES = 2048
 
 def _maybe_compressed(request: Request, body: bytes, media_type: str) -> Response:
     """`body`, gzip-compressed when the client accepts it and it is large enough: a window's
-    samples are a few hundred bytes a point, and compress about tenfold."""
+    samples are a few hundred bytes a point, and compress well."""
     accepted = request.headers.get("accept-encoding", "")
     headers = {"Vary": "Accept-Encoding"}
     if len(body) >= _COMPRESS_FROM_BYTES and "gzip" in accepted.lower():

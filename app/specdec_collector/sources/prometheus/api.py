@@ -53,8 +53,7 @@ STORE_MARGIN_S = 0.2
 # The recent samples whose spacing tells a target's scrape interval.
 SPACING_SPAN_S = 30.0
 # The span of one range query: a long window is read in chunks this long, so that no answer
-# holds more than this span's samples (15 minutes of 256 servers scraped every 15 s:
-# about 2 MB of JSON).
+# holds more than this span's samples, however long the window.
 RANGE_CHUNK_S = 900.0
 # Above this size an answer is parsed off the event loop.
 OFF_LOOP_BYTES = 256 * 1024
@@ -93,8 +92,9 @@ class PrometheusAPI:
             self.headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         # Redacted from every error text (a proxy's error page may echo a header).
         self._secrets = [(name, value) for name, value in self.headers.items()]
-        self._secrets += [("", s) for s in (settings.prometheus_bearer_token,
-                                            settings.prometheus_password) if s]  # fmt: skip
+        self._secrets += [
+            ("", s) for s in (settings.prometheus_bearer_token, settings.prometheus_password) if s
+        ]
 
     def _failed(self, detail: str) -> SourceError:
         text = f"Failed to query Prometheus at {self.base_url}: {detail}"
@@ -117,8 +117,8 @@ class PrometheusAPI:
         try:
             async with asyncio.timeout(self.timeout_s + 1):
                 # POST, form-encoded (Prometheus' API takes both): a window's selector names
-                # every target, and a fleet's is longer than a URL may be past a proxy; httpx
-                # also took 0.8 ms to build one of 64 targets as a URL.
+                # every target, and a fleet's is longer than a URL may be past a proxy (and
+                # costly for httpx to build as one).
                 request = self.client.build_request(
                     "POST", f"{self.base_url}/api/v1/query", data=params, headers=self.headers
                 )
@@ -221,8 +221,8 @@ class PrometheusAPI:
         if since is None:
             # Each instance's baseline is its last scrape at or before the start: the first
             # range reaches back to the earliest of them, so one answer holds the baselines
-            # and the samples after them (an instant query of the baselines apart answered
-            # every series' labels a second time: 40 % of a 64-target stop's JSON).
+            # and the samples after them (an instant query of the baselines apart would
+            # answer every series' labels a second time).
             configs, times = await _together(
                 self.query(configs_query, until), self.query(scrape_time_query(selector), start)
             )
@@ -252,9 +252,13 @@ class PrometheusAPI:
                     'selector of one, such as {instance="host:port", job="..."}',
                 )
         for index, (low, high) in enumerate(spans):
-            parts = first if index == 0 else await self.query_read(
-                range_query(selector, low, high), high, scrapes_by_instance
-            )  # fmt: skip
+            parts = (
+                first
+                if index == 0
+                else await self.query_read(
+                    range_query(selector, low, high), high, scrapes_by_instance
+                )
+            )
             for instance, scrapes in parts.items():
                 if instance in failed:
                     continue

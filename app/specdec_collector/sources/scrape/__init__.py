@@ -44,4 +44,4 @@ __all__ = [
     "pins",
     "scrape_all",
     "scrape_target",
-]  # fmt: skip
+]

@@ -41,7 +41,7 @@ class _EmptyJar(CookieJar):
 
 class _NoCookies(httpx.Cookies):
     """Cookies that are never read from an answer nor sent: httpx would otherwise wrap every
-    request and answer for `http.cookiejar` (a tenth of a scrape's HTTP CPU) to find none."""
+    request and answer for `http.cookiejar`, at a cost on every scrape, to find none."""
 
     def __init__(self) -> None:
         super().__init__(_EmptyJar())
@@ -111,7 +111,7 @@ class ScrapeClient(httpx.AsyncClient):
 @lru_cache(maxsize=4096)
 def parsed_url(url: str) -> httpx.URL:
     """The URL as httpx parses it, once per URL: every scrape of a target asks for the same
-    one, and parsing it was a tenth of the HTTP client's CPU per request."""
+    one, and parsing it anew would be a large part of the HTTP client's work per request."""
     return httpx.URL(url)
 
 

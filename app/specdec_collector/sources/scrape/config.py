@@ -11,9 +11,9 @@ from specdec_collector.core.targets import TargetPolicy
 from specdec_collector.sources.scrape.caches import EndpointCaches
 from specdec_collector.sources.scrape.resolver import SystemResolver
 
-# Above this size an answer is read off the event loop (a thread hop costs ~50 µs; reading
-# 1 MiB costs milliseconds) and needs one of the few slots for large answers. Real vLLM
-# answers are 60-700 KB.
+# Above this size an answer is read off the event loop (reading it costs more than the thread
+# hop; below it, the hop would cost more) and needs one of the few slots for large answers.
+# Real vLLM answers are below it.
 OFF_LOOP_BYTES = 1024 * 1024
 LARGE_ANSWERS_AT_ONCE = 4
 
@@ -31,7 +31,7 @@ class ScrapeConfig:
     # Its own threads, a few lookups per team at once (see `sources.scrape.resolver`).
     resolve: Resolver = field(default_factory=SystemResolver)
     # Read once, as httpx reads them when the client is made: urllib reads the whole
-    # environment on every call, which was a tenth of a fan-out's CPU.
+    # environment on every call, once per target of a fan-out.
     proxies: dict[str, str] = field(default_factory=urllib.request.getproxies)
     limits: ExtractionLimits = field(default_factory=ExtractionLimits)
     # Answers past OFF_LOOP_BYTES read at once, by all windows: a few hostile targets answering

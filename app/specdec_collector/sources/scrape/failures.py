@@ -50,12 +50,17 @@ def refusal_message(body: bytes) -> str | None:
         if isinstance(answer, dict):
             error = answer.get("error")
             message = next(
-                (m for m in (
-                    error.get("message") if isinstance(error, dict) else error,
-                    answer.get("message"), answer.get("detail"),
-                ) if isinstance(m, str) and m.strip()),
+                (
+                    m
+                    for m in (
+                        error.get("message") if isinstance(error, dict) else error,
+                        answer.get("message"),
+                        answer.get("detail"),
+                    )
+                    if isinstance(m, str) and m.strip()
+                ),
                 None,
-            )  # fmt: skip
+            )
     if not isinstance(message, str) or not message.strip():
         return None
     message = " ".join("".join(c if c.isprintable() else " " for c in message).split())

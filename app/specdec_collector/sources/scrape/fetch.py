@@ -153,8 +153,10 @@ async def _scrape_once(
         frames = "".join(traceback.format_tb(exc.__traceback__))
         logger.error(
             "scrape of %s failed inside the collector: %s\n%s",
-            target.name, type(exc).__name__, frames,
-        )  # fmt: skip
+            target.name,
+            type(exc).__name__,
+            frames,
+        )
         detail = f"internal error of the collector ({type(exc).__name__})"
         return failure(target, FailureKind.INTERNAL, detail)
 
@@ -181,8 +183,8 @@ async def _fetch_and_read(
     try:
         # This bounds the whole scrape, so a server that trickles its answer cannot hold a
         # window open; the client's timeouts bound the connection's steps. Not each read: this
-        # bound, begun earlier and as long, always ends first, and aiohttp set a timer anew
-        # for every piece of the answer that arrived (~4 % of a scrape's CPU).
+        # bound, begun earlier and as long, always ends first, and aiohttp would set a timer
+        # anew for every piece of the answer that arrives.
         async with asyncio.timeout(timeout_s):
             url, headers, extensions = pinned or await pin(target, config)
             response = await _get(client, url, headers, extensions, timeout_s)
@@ -233,9 +235,12 @@ async def _get(
         if direct is not None:
             return direct
     request = client.build_request(
-        "GET", parsed_url(url), headers=headers, extensions=extensions,
+        "GET",
+        parsed_url(url),
+        headers=headers,
+        extensions=extensions,
         timeout=_steps_timeout(timeout_s),
-    )  # fmt: skip
+    )
     return await client.send(request, stream=True)
 
 

@@ -1,9 +1,9 @@
 """Name resolution for scrapes: the system resolver, in threads of its own, shared fairly.
 
 `getaddrinfo` blocks a thread until the resolver answers, and a thread cannot be cancelled:
-a team whose target names never answer (a hostile or broken DNS zone) used to fill asyncio's
-default executor (6 threads on 2 cores) and make every other team's start wait for a minute.
-Here lookups run in a pool of their own; each owner (a team) may have only a few lookups
+a team whose target names never answer (a hostile or broken DNS zone) would fill asyncio's
+default executor (a handful of threads) and make every other team's start wait. Here
+lookups run in a pool of their own; each owner (a team) may have only a few lookups
 running at once, and the slot of a lookup is freed when its thread ends, not when its caller
 gives up; a name being looked up already is not looked up twice. Callers bound the wait
 (a scrape's timeout); a lookup past it fails that scrape only.

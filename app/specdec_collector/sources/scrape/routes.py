@@ -2,12 +2,12 @@
 once, here, for both the target check and the connection.
 
 httpx decides from HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY with rules of its own, and
-urllib (which the check used) with others: for a NO_PROXY entry with a port
-(`evil.corp.test:8080`) or a scheme (`http://*.svc.test`) they disagree, and such a name was
-fetched directly with no check of where it resolved. So the client trusts no environment
-(`trust_env=False`), and `RoutedTransport` sends each request where `route_of` said: the
-route is a request extension the pin sets (`ROUTE`), or decided by the same function for a
-request without one (a Prometheus query).
+urllib with others: for a NO_PROXY entry with a port (`evil.corp.test:8080`) or a scheme
+(`http://*.svc.test`) they disagree, and a check by one and a connection by the other would
+fetch such a name directly with no check of where it resolved. So the client trusts no
+environment (`trust_env=False`), and `RoutedTransport` sends each request where `route_of`
+said: the route is a request extension the pin sets (`ROUTE`), or decided by the same
+function for a request without one (a Prometheus query).
 
 `route_of` follows urllib's rules (`proxy_bypass_environment`, what `urllib.request` and
 `requests` do): an entry matches a host, a domain suffix, or `*`; one with a port only that

@@ -6,19 +6,19 @@ request, sent when the one in flight ends: later than each of them was asked for
 valid reading for each (a start's baseline after its call, a stop's final scrape after its
 call). A slow endpoint is not waited on for long: after `patience_s` (at most a tenth of the
 scrape's timeout) the waiting scrapes send theirs beside the one in flight, as long as fewer
-than `per_endpoint` are (the transport's connections per origin). 200 clients starting
-windows on the same 20 servers at once asked each server ~100 times within a second; a herd
-like it costs half the CPU it cost when up to 32 requests of a server went out at once.
+than `per_endpoint` are (the transport's connections per origin). Many clients starting
+windows on the same servers at once ask each server many times within a second: shared, a
+herd like it sends each server a few requests, not one per scrape.
 
 An endpoint is also sent at most RATE_BURST requests at once and RATE_PER_S a second after
 (a token bucket): past it, the scrapes asked for wait together for the next request the rate
 allows, at most 1 / RATE_PER_S. A window's own scrapes (its start, its sampler at 0.25 s at
 the most often, its stop) stay within the burst and never wait for it; a herd of windows on
 one server shares a few requests a second instead of each asking on its own: the server
-renders its `/metrics` (vLLM: 4 ms on its API server) ten times a second at most. On
-PostgreSQL, where the collector's calls for the same servers overlap less, 200 clients on 20
-servers had each server asked ~27 times a second, and parsing the answers was a fifth of the
-collector's CPU; at ten a second, one worker serves 34-37 windows a second against 30-32.
+renders its `/metrics` (on vLLM, in the API server that answers the benchmark) at most
+RATE_PER_S times a second, and the collector parses no more answers than that. The rate
+matters most on PostgreSQL, where the collector's calls for the same servers overlap less
+and so share fewer requests.
 
 A scrape is shared only with scrapes of the same URL, headers and configuration (the rate
 too is theirs); each gets the outcome under its own target. A waiting scrape stays within its
@@ -36,8 +36,7 @@ from specdec_collector.sources.scrape.failures import timed_out
 
 Scrape = Callable[[], Awaitable[TargetReading]]
 
-#: How long scrapes wait for a slow request in flight before they send theirs beside it. The
-#: herd of 200 starts cost the same CPU with 0.1 s, 0.25 s and no end to waiting.
+#: How long scrapes wait for a slow request in flight before they send theirs beside it.
 PATIENCE_S = 0.25
 #: Requests of one endpoint: RATE_BURST at once, then RATE_PER_S a second (a token bucket).
 RATE_PER_S = 10.0
@@ -110,8 +109,8 @@ class ScrapeSharing:
             else:  # none in flight: the rate is spent
                 self._send_when_allowed(endpoint)
         # A future of its own and a timer, not a shield of the shared request and a timeout
-        # scope: a herd of starts waited in thousands of scrapes at once, and those cost a
-        # tenth of its CPU. Cancelled, it leaves the request to the others.
+        # scope: a herd of starts waits in thousands of scrapes at once, and a shield and a
+        # scope each are costly at that count. Cancelled, it leaves the request to the others.
         mine: asyncio.Future[TargetReading | None] = loop.create_future()
         waiting.waiters.append(mine)
         timer = loop.call_later(timeout_s, _answer, mine, None)

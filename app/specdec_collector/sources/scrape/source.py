@@ -41,15 +41,17 @@ class ScrapeSource:
         body, targets = start.body, start.targets
         if body.at is not None:
             raise InvalidInput(
-                ["body", "at"], "only a window read from Prometheus (source prometheus) may "
-                "start in the past: a scraped window starts now"
-            )  # fmt: skip
+                ["body", "at"],
+                "only a window read from Prometheus (source prometheus) may "
+                "start in the past: a scraped window starts now",
+            )
         for index, target in enumerate(targets):
             if target.selector is not None:
                 raise InvalidInput(
-                    ["body", "targets", index], "a selector names a target of a window read "
-                    "from Prometheus (source prometheus)"
-                )  # fmt: skip
+                    ["body", "targets", index],
+                    "a selector names a target of a window read "
+                    "from Prometheus (source prometheus)",
+                )
         found = await pins(
             targets, self.config, self._connecting_ahead(start.openings), team=start.team
         )

@@ -1,13 +1,13 @@
 """An httpx transport that sends requests through aiohttp: the httpx API stays, the wire part
 costs less. A scrape that goes straight to its server skips httpx's request and response
-objects too (`AiohttpTransport.get`, `DirectAnswer`): they were a fifth of its CPU.
+objects too (`AiohttpTransport.get`, `DirectAnswer`), a large part of a scrape's work.
 
-Scrapes are many small GETs of large text answers. httpcore (httpx's own transport) spent
-1.7-1.9 ms of CPU receiving an eight-instance answer and its connection pool looked at every
-connection per request; aiohttp's C-accelerated parser and per-host pool halve the receive
-(see docs/performance.md). Everything around it is httpx's: the client, its timeouts and
-mounts (a scheme with a proxy in the environment keeps httpx's own proxy transport), and
-the exceptions the scrape tells apart, which this module maps from aiohttp's:
+Scrapes are many small GETs of large text answers. httpcore (httpx's own transport) receives
+an answer in Python and its connection pool looks at every connection per request; aiohttp
+has a C-accelerated parser and a pool per host (docs/performance.md). Everything around it
+is httpx's: the client, its timeouts and mounts (a scheme with a proxy in the environment
+keeps httpx's own proxy transport), and the exceptions the scrape tells apart, which this
+module maps from aiohttp's:
 
     aiohttp.ClientError
     ├── ClientConnectorError (refused, unreachable, TLS handshake) ...... httpx.ConnectError
@@ -155,7 +155,7 @@ def direct_timeout(timeout_s: float) -> aiohttp.ClientTimeout:
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """Direct HTTP/1.1 connections through one aiohttp session: a pool per host (at most
     `per_origin` connections each), one TLS context for every origin (building one loads the
-    CA bundle, ~40 ms of CPU), TLS server names from httpx's `sni_hostname` extension (a
+    CA bundle), TLS server names from httpx's `sni_hostname` extension (a
     request pinned to an address keeps its host's name for the certificate check).
 
     `connect_ahead` opens a connection to an origin before its request is sent; the request
@@ -165,8 +165,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._per_origin = per_origin
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
-        # Made now, not at the first scrape: loading the CA bundle is ~40 ms of CPU that the
-        # first window's start would wait for.
+        # Made now, not at the first scrape, so the first window's start does not pay for
+        # loading the CA bundle.
         self._ssl_context: ssl.SSLContext = httpx.create_ssl_context()
         self._opening: dict[Origin, asyncio.Task[None]] = {}
         self._last_used: dict[Origin, float] = {}  # monotonic time a connection was last free
