@@ -5,17 +5,15 @@ CPython's collector runs after every few hundred new container objects, and a fu
 walks every object made since start-up (those made before it are frozen, `service.main`). A
 Prometheus answer read into scrapes, or a fleet's stop computed, makes hundreds of thousands
 of objects that stay alive until the work ends: each collection they set off walks them all
-again, for nothing, since reference counting frees them when the work is done (a 7 MB answer
-parsed in 113 ms with collections, 38 ms without; a 1,024-target stop read from Prometheus
-spent about a third of its CPU collecting). Collections resume after the work: objects it
-left in cycles are found by the next one.
+again, for nothing, since reference counting frees them when the work is done. Collections
+resume after the work: objects it left in cycles are found by the next one.
 
 And it runs less often than CPython's default (`tune_collections`): a young collection after
 50,000 objects more alive, not 700. The count is of objects made less those freed, and reference
 counting frees almost all of a request's at once, so what sets a collection off is what
 lives on (the caches, open windows, answers in flight), and each collection walks again what
-the last ones left. Under load (200 clients, one worker, side by side) the collector served
-67 windows a second with the default, 102 with these.
+the last ones left: at CPython's default, a loaded collector spent much of its time there
+(`make bench`'s load figures guard it).
 """
 
 import gc

@@ -22,12 +22,9 @@ if TYPE_CHECKING:
 
 #: The event loop `specdec serve` runs on: asyncio's own, not uvloop (uvicorn's choice where it
 #: is installed). uvloop's libuv accepts one new connection per turn of the loop, so under load
-#: the connections waiting to be accepted piled up in the kernel's queue (40-157 of them at 200
-#: clients, one worker) and a start, the first call on a benchmark run's connection, waited
-#: about a second before the service saw it: p99 start 2.0-2.6 s against stop 1.2-1.4 s.
-#: asyncio's loop accepts every waiting connection at its next turn: p99 start 1.5-1.9 s, stop
-#: 1.2-1.8 s, as many windows a second (alternating runs); the scrape, API and fleet figures
-#: are unchanged.
+#: the connections waiting to be accepted pile up in the kernel's queue, and a start, the first
+#: call on a benchmark run's connection, waits there before the service sees it. asyncio's
+#: loop accepts every waiting connection at its next turn.
 EVENT_LOOP = "asyncio"
 
 

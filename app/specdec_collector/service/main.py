@@ -242,8 +242,8 @@ async def _build_routes(app: FastAPI) -> None:
     """Build what FastAPI and Starlette build on the first request, before accepting one.
 
     FastAPI builds a router's routes (the validators of every route's parameters) when the
-    first request reaches it, and Starlette its middleware stack on the first request at all:
-    ~30 ms of CPU that the first window's start of a fresh collector paid. A request for a
+    first request reaches it, and Starlette its middleware stack on the first request at all,
+    which the first window's start of a fresh collector would wait for. A request for a
     path no route has goes through both, runs no route, and answers 404.
     """
     scope: dict[str, Any] = {
