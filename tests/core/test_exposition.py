@@ -390,24 +390,23 @@ def test_lines_read_before_give_the_same_series_and_still_obey_the_limits() -> N
         extract_spec_decode(line + line, cache=cache)
 
 
-def test_an_endpoints_cache_keeps_what_its_last_payload_used_only() -> None:
-    """Flushed by iteration, as Prometheus' scrapeCache: the lines and series of a payload
-    replace those of the one before, so a server whose labels churn cannot grow its cache."""
+def test_an_endpoints_cache_keeps_what_its_last_payload_used_once_it_outgrows_it() -> None:
+    """Flushed by iteration, as Prometheus' scrapeCache: once the entries are more than twice
+    what the last payload used (and a slack), only those stay, so a server whose labels churn
+    cannot grow its cache."""
     from specdec_collector.core.exposition import ExtractionCache
 
     cache = ExtractionCache()
-    for pod in range(50):
+    bound = 2 * 1 + 64
+    for pod in range(500):
         text = f'vllm:spec_decode_num_drafts_total{{pod="{pod}"}} 4\n'
         assert extract_spec_decode(text, cache=cache) == oracle(text)
-        assert list(cache.lines) == [text[:-1]]
-        assert [label_text for _, label_text in cache.series] == [f'pod="{pod}"']
+        assert text[:-1] in cache.lines
+        assert max(len(cache.lines), len(cache.series), len(cache.labels)) <= bound + 1
     steady = 'vllm:spec_decode_num_drafts_total{pod="0"} 4\n'
     for _ in range(3):  # an idle server's same answer: its series stay known for a busy one
         extract_spec_decode(steady, cache=cache)
-        assert len(cache.lines) == len(cache.series) == 1
-
-
-# --- prometheus_client's format negotiation (SGLang's and LMDeploy's /metrics) -------------
+        assert ("vllm:spec_decode_num_drafts_total", 'pod="0"') in cache.series
 
 
 def test_openmetrics_with_escaped_names_reads_as_the_classic_text() -> None:

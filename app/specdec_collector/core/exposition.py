@@ -139,25 +139,49 @@ class ExtractionCache:
 
     Between two scrapes of a server most spec-decode lines repeat (every `_created`, and the
     counters of an idle engine); a busy server's counters change, but not their series, whose
-    lines are then read by splitting their value off. Each extraction keeps only the entries
-    its own payload used, so a target whose labels churn flushes its own cache and no other's.
+    lines are then read by splitting their value off. When the entries outgrow what the last
+    payload used (twice over), only those are kept, so a target whose labels churn flushes its
+    own cache and no other's.
 
-    Every entry is a pure function of its key: two extractions of one endpoint at once (in
-    threads) may lose each other's entries, never read a wrong one. An extraction without a
-    cache parses every line.
+    Every entry is a pure function of its key, but the cache is not for two extractions at
+    once: its owner (`sources.scrape.caches.EndpointCaches`) hands it to one at a time. An
+    extraction without a cache keeps what it parsed for that payload only.
     """
 
-    __slots__ = ("lines", "series")
+    __slots__ = ("labels", "lines", "series")
 
     def __init__(self) -> None:
         self.lines: dict[str, _Sample] = {}
         self.series: dict[tuple[str, str], _Known] = {}
+        # Label sets parsed: `_total` and `_created` share them, and so do the families of
+        # one engine instance.
+        self.labels: dict[str, tuple[tuple[str, str], ...]] = {}
 
     def __len__(self) -> int:
-        return len(self.lines) + len(self.series)
+        return len(self.lines) + len(self.series) + len(self.labels)
+
+    def keep_only(self, used: list[tuple[str, str]]) -> None:
+        """Keep what the payload whose lines (and names) are `used` needed, once the cache
+        holds more than twice that: Prometheus' flush of the entries a scrape did not see."""
+        most = 2 * len(used) + _SLACK
+        if len(self.lines) > most:
+            self.lines = {line: self.lines[line] for line, _ in used if line in self.lines}
+        if len(self.series) > most:
+            kept = (sample.series for sample in self.lines.values())
+            self.series = {key: self.series[key] for key in kept if key in self.series}
+        if len(self.labels) > most:
+            self.labels = {}
+
+    def keep(self, entries: dict[Any, Any], key: Any, value: Any) -> None:
+        if len(entries) < CACHED_MAX_ENTRIES:
+            entries[key] = value
 
 
-def _sample_of(line: str, name: str, limits: ExtractionLimits, seen: "_Pass") -> _Sample:
+#: Entries a cache may hold beyond twice what its last payload used before it is flushed.
+_SLACK = 64
+
+
+def _sample_of(line: str, name: str, limits: ExtractionLimits, seen: ExtractionCache) -> _Sample:
     """The sample of a line whose sample name is `name` (one of `SAMPLE_NAMES`); raises
     `ExtractionError` for a line that is not a readable counter."""
     # `name{labels} value` (or `name value`) of a series read before: its value split off.
@@ -168,7 +192,7 @@ def _sample_of(line: str, name: str, limits: ExtractionLimits, seen: "_Pass") ->
         label_text = head[len(name) + 1 : -1]
     else:
         label_text = None
-    known = None if label_text is None else seen.known((name, label_text))
+    known = None if label_text is None else seen.series.get((name, label_text))
     if known is not None and _NUMBER.fullmatch(shown) is not None:
         assert label_text is not None  # known
         _check_label_chars(len(label_text), name, limits)
@@ -177,7 +201,9 @@ def _sample_of(line: str, name: str, limits: ExtractionLimits, seen: "_Pass") ->
     return _parsed_sample(line, name, limits, seen)
 
 
-def _parsed_sample(line: str, name: str, limits: ExtractionLimits, seen: "_Pass") -> _Sample:
+def _parsed_sample(
+    line: str, name: str, limits: ExtractionLimits, seen: ExtractionCache
+) -> _Sample:
     """`_sample_of` by the whole parse of the line, its series kept for the next payload."""
     if line.startswith('{"'):
         line = _unquoted_name(line)
@@ -198,63 +224,15 @@ def _parsed_sample(line: str, name: str, limits: ExtractionLimits, seen: "_Pass"
     _check_label_chars(len(label_text), name, limits)
     labels = seen.labels.get(label_text)
     if labels is None:
-        labels = seen.labels[label_text] = _parse_labels(label_text)
+        labels = _parse_labels(label_text)
+        seen.keep(seen.labels, label_text, labels)
     position = POSITION_IN_NAME.get(name)
     if position is not None:  # a gauge with its position in its name: as a label
         labels = tuple(sorted(dict(labels, position=position).items()))
     key = SeriesKey(role, labels, engine)
     if len(line) <= CACHED_LINE_MAX_CHARS:
-        seen.keep_series((name, label_text), _Known(key, is_created, optional))
+        seen.keep(seen.series, (name, label_text), _Known(key, is_created, optional))
     return _Sample(key, is_created, value, len(label_text), (name, label_text))
-
-
-class _Pass:
-    """One extraction's reads of its endpoint's cache (`before`) and what it keeps for the
-    next payload: the entries this payload used, at most `CACHED_MAX_ENTRIES` of each."""
-
-    __slots__ = ("before", "labels", "lines", "series")
-
-    def __init__(self, before: ExtractionCache | None) -> None:
-        self.before = before
-        self.lines: dict[str, _Sample] = {}
-        self.series: dict[tuple[str, str], _Known] = {}
-        # Label sets parsed in this payload: `_total` and `_created` share them, and so do
-        # the families of one engine instance.
-        self.labels: dict[str, tuple[tuple[str, str], ...]] = {}
-
-    def sample(self, line: str) -> "_Sample | None":
-        """The sample of `line` if the endpoint's previous payload held it."""
-        before = self.before
-        if before is None:
-            return None
-        found = before.lines.get(line)
-        if found is not None and len(self.lines) < CACHED_MAX_ENTRIES:
-            self.lines[line] = found
-            known = before.series.get(found.series)
-            if known is not None:
-                self.series[found.series] = known
-        return found
-
-    def known(self, series: tuple[str, str]) -> _Known | None:
-        """What a series shares if the endpoint's previous payload held it."""
-        before = self.before
-        found = None if before is None else before.series.get(series)
-        if found is not None and len(self.series) < CACHED_MAX_ENTRIES:
-            self.series[series] = found
-        return found
-
-    def keep_line(self, line: str, sample: "_Sample") -> None:
-        if self.before is not None and len(self.lines) < CACHED_MAX_ENTRIES:
-            self.lines[line] = sample
-
-    def keep_series(self, series: tuple[str, str], known: _Known) -> None:
-        if self.before is not None and len(self.series) < CACHED_MAX_ENTRIES:
-            self.series[series] = known
-
-    def done(self) -> None:
-        """The endpoint's cache becomes what this payload used (a whole payload read)."""
-        if self.before is not None:
-            self.before.lines, self.before.series = self.lines, self.series
 
 
 def _unquoted_name(line: str) -> str:
@@ -290,14 +268,14 @@ def _check_label_chars(chars: int, name: str, limits: ExtractionLimits) -> None:
 
 
 def _parse_line(
-    line: str, name: str, series: Series, limits: ExtractionLimits, seen: _Pass
+    line: str, name: str, series: Series, limits: ExtractionLimits, seen: ExtractionCache
 ) -> None:
     """Parse a line whose sample name is `name` into `series`."""
-    sample = seen.sample(line)
+    sample = seen.lines.get(line)
     if sample is None:
         sample = _sample_of(line, name, limits, seen)
         if len(line) <= CACHED_LINE_MAX_CHARS:
-            seen.keep_line(line, sample)
+            seen.keep(seen.lines, line, sample)
     elif sample.label_chars > limits.max_label_chars:  # parsed under other limits
         _check_label_chars(sample.label_chars, name, limits)
     if sample.value is None:
@@ -385,16 +363,22 @@ def extract_spec_decode(
     payload cut off mid-line, a malformed line of a series it reads, a negative, non-finite
     or inexact (above 2**53) counter, a series given twice, or more series or longer label
     sets than `limits` allow. A non-finite `_created` is ignored. `cache` is the endpoint's
-    (see `ExtractionCache`): read, then left holding what this payload used.
+    (see `ExtractionCache`): read, and added to.
     """
-    seen = _Pass(cache)
-    found = _extracted(text, limits, seen)
-    seen.done()
+    seen = ExtractionCache() if cache is None else cache
+    lines, eofs = _lines_read(text)
+    found = _extracted(text, lines, eofs, limits, seen)
+    seen.keep_only(lines)
     return found
 
 
-def _extracted(text: str, limits: ExtractionLimits, seen: _Pass) -> Series:
-    lines, eofs = _lines_read(text)
+def _extracted(
+    text: str,
+    lines: list[tuple[str, str]],
+    eofs: int,
+    limits: ExtractionLimits,
+    seen: ExtractionCache,
+) -> Series:
     limit = _eof_offset(text, eofs)
     if limit == len(text) and text and not text.endswith("\n"):
         # Every exposition line ends with a newline: an answer without one was cut off.

@@ -25,19 +25,25 @@ def test_a_target_whose_labels_churn_flushes_its_own_cache_only() -> None:
     for step in range(200):
         text = _churning(step)
         assert caches.extract("churning", text, LIMITS) == extract_spec_decode(text)
-    assert caches.entries == held + 2 * 8  # the steady endpoint's, and the last churned payload
+        # The churning endpoint's own entries stay within what its flush allows.
+        assert caches.entries - held <= 3 * (2 * 8 + 64 + 1)
+    assert len(caches) == 2
     assert caches.extract("steady", STEADY, LIMITS) == extract_spec_decode(STEADY)
+    assert caches.entries - held <= 3 * (2 * 8 + 64 + 1)  # the steady one's as they were
 
 
 def test_the_endpoints_scraped_least_lately_are_forgotten_beyond_the_bound() -> None:
-    caches = EndpointCaches(max_entries=5 * 2 * 8)
+    caches = EndpointCaches()
+    caches.extract(0, _churning(0), LIMITS)
+    each = caches.entries  # eight lines, their eight series and label sets
+    caches = EndpointCaches(max_entries=5 * each)
     for endpoint in range(20):
         caches.extract(endpoint, _churning(endpoint), LIMITS)
-        assert caches.entries <= 5 * 2 * 8
+        assert caches.entries <= 5 * each
     assert len(caches) == 5
     caches.extract(19, _churning(19), LIMITS)
     caches.extract("new", _churning(99), LIMITS)
-    assert len(caches) == 5 and caches.entries == 5 * 2 * 8
+    assert len(caches) == 5 and caches.entries == 5 * each
 
 
 def test_one_endpoint_read_from_many_threads_at_once_reads_right() -> None:
