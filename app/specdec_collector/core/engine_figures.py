@@ -9,6 +9,7 @@ and a payload no schema reads. Pure functions.
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from specdec_collector.core.arithmetic import (
     INVALID_COUNTERS,
@@ -191,9 +192,7 @@ def max_result(window: EngineIncreases) -> EngineResult:
         acceptance_length=length,
         per_position_acceptance_rates=rates or None,
     )
-    if not data.is_finite():
-        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=False)
-    return EngineResult(engine=engine, status="ok", data=data, exact=False, notes=MAX_NOTES)
+    return _checked(engine, data, False, MAX_NOTES)
 
 
 def _more_accepted(
@@ -226,14 +225,7 @@ def fastdeploy_result(window: EngineIncreases) -> EngineResult:
     refused = _more_accepted(engine, accepted, draft_tokens)
     if refused is not None:
         return refused
-    data = ResultData(
-        num_drafts=as_number(drafts),
-        accepted_tokens=as_number(accepted),
-        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
-        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
-        acceptance_length=1 + accepted / drafts,
-        per_position_acceptance_rates=None,
-    )
+    data = _drafted(drafts, accepted, draft_tokens, None)
     return EngineResult(engine=engine, status="ok", data=data, exact=exact, notes=notes)
 
 
@@ -270,24 +262,8 @@ def tgi_result(window: EngineIncreases) -> EngineResult:
         }
     else:
         notes.append(TGI_NO_BUCKETS)
-    data = ResultData(
-        num_drafts=as_number(steps),
-        accepted_tokens=as_number(accepted),
-        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
-        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
-        acceptance_length=1 + accepted / steps,
-        per_position_acceptance_rates=rates,
-    )
-    if not data.is_finite():
-        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=False)
-    return EngineResult(
-        engine=engine,
-        status="ok",
-        data=data,
-        exact=False,
-        notes=notes,
-        accepted_distribution=distribution,
-    )
+    data = _drafted(steps, accepted, draft_tokens, rates)
+    return _checked(engine, data, False, notes, accepted_distribution=distribution)
 
 
 def diffusion_result(window: EngineIncreases) -> EngineResult:
@@ -476,19 +452,40 @@ def _counted(window: EngineIncreases, notes: list[str], exact: bool) -> EngineRe
     else:
         notes = [*notes, EARLY_V1_NOTE]
         data = _without_drafts(totals)
-    if not data.is_finite():
-        # Counters are read only up to 2**53, so this is a backstop: nothing stored may hold
-        # a figure that JSON, PostgreSQL or a later read cannot.
-        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=exact)
-    return EngineResult(
-        engine=engine,
-        status="ok",
-        data=data,
-        exact=exact,
-        notes=notes,
+    return _checked(
+        engine,
+        data,
+        exact,
+        notes,
         accepted_distribution=distribution,
         per_drafted_position_acceptance_rates=per_drafted,
     )
+
+
+def _drafted(
+    drafts: float, accepted: float, draft_tokens: float | None, rates: dict[str, float] | None
+) -> ResultData:
+    """The figures of `drafts` (steps) that had `accepted` tokens accepted, of `draft_tokens`
+    drafted where known."""
+    return ResultData(
+        num_drafts=as_number(drafts),
+        accepted_tokens=as_number(accepted),
+        draft_tokens=None if draft_tokens is None else as_number(draft_tokens),
+        acceptance_rate=None if draft_tokens is None else accepted / draft_tokens * 100,
+        acceptance_length=1 + accepted / drafts,
+        per_position_acceptance_rates=rates,
+    )
+
+
+def _checked(
+    engine: ServingEngine, data: ResultData, exact: bool, notes: list[str], **more: Any
+) -> EngineResult:
+    """An `ok` result of `data`, unless a figure is not finite: counters are read only up to
+    2**53, so this is a backstop, and nothing stored may hold a figure that JSON, PostgreSQL or
+    a later read cannot."""
+    if not data.is_finite():
+        return EngineResult(engine=engine, status="na", error=INVALID_COUNTERS, exact=exact)
+    return EngineResult(engine=engine, status="ok", data=data, exact=exact, notes=notes, **more)
 
 
 def _no_activity(engine: ServingEngine, totals: Totals, notes: list[str]) -> EngineResult:
