@@ -102,3 +102,24 @@ def test_the_core_tests_start_no_server_or_process() -> None:
     heavy = {"subprocess", "tests.support.collector", "tests.support.metrics_server", "httpx"}
     for module in sorted((Path(__file__).parent / "core").glob("test_*.py")):
         assert not _imports(module) & heavy, (module.name, _imports(module) & heavy)
+
+
+def test_every_function_is_short_and_simple() -> None:
+    """At most 80 lines and a cyclomatic complexity of 20 (radon's count), the argument
+    parser's table aside: a function does one thing."""
+    from radon.complexity import cc_visit
+
+    long, complex_ = [], []
+    for module in sorted(APP.rglob("*.py")):
+        source = module.read_text()
+        functions = [
+            node
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name != "build_parser"
+        ]
+        long += [
+            f"{module.name}:{f.name}" for f in functions if (f.end_lineno or 0) - f.lineno >= 80
+        ]
+        complex_ += [f"{module.name}:{b.name}" for b in cc_visit(source) if b.complexity > 20]
+    assert long == [] and complex_ == []

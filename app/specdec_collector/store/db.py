@@ -96,6 +96,12 @@ def open_database(
         return database
     if url.get_backend_name() != "sqlite":
         return create_engine(url, **AS_JSON, pool_pre_ping=True)
+    return _open_sqlite(url, statement_timeout_s)
+
+
+def _open_sqlite(url: URL, statement_timeout_s: float) -> Engine:
+    """SQLite: WAL, a busy timeout and foreign keys; a connection opened read-only (a full or
+    read-only disk) is treated as lost, so the service recovers by itself."""
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     busy_ms = int(statement_timeout_s * 3000)
@@ -126,6 +132,14 @@ def open_database(
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.close()
 
+    _recover_read_only(database, url.database)
+    return database
+
+
+def _recover_read_only(database: Engine, file: str | None) -> None:
+    """Treat a connection SQLite opened read-only as lost, so a fresh one is opened once the
+    files are writable again."""
+
     @event.listens_for(database, "handle_error")
     def _read_only_connection_is_lost(context: Any) -> None:
         # SQLite opens the file read-only when it cannot open it for writing (a read-only or
@@ -134,8 +148,8 @@ def open_database(
         if "readonly database" in str(context.original_exception):
             context.is_disconnect = True
 
-    if url.database and url.database != ":memory:":
-        files = [url.database, f"{url.database}-wal"]
+    if file and file != ":memory:":
+        files = [file, f"{file}-wal"]
 
         def writable() -> bool:
             return all(os.access(path, os.W_OK) for path in files if os.path.exists(path))
@@ -152,8 +166,6 @@ def open_database(
             # instead of handing it out.
             if record.info.get("opened_read_only") and writable():
                 raise DisconnectionError("the database files are writable again")
-
-    return database
 
 
 #: A pooled connection unused for longer than this is checked (one round trip) before it is

@@ -231,6 +231,44 @@ def _lock_team(session: Session, team: str) -> None:
     session.info[_TEAMS_LOCKED_IN] = (transaction, held | {team})
 
 
+def _target_rows(targets: Sequence[Target]) -> list[dict[str, Any]]:
+    return [
+        {
+            "ordinal": ordinal,
+            "target": target.name,
+            "url": target.url,
+            "headers": dict(target.headers) or None,
+            "named_engine": target.hints.engine,
+            "draft_tokens_per_step": target.hints.draft_tokens_per_step,
+            "verification": target.hints.verification,
+        }
+        for ordinal, target in enumerate(targets)
+    ]
+
+
+def _too_many(team: str, max_open: int) -> TooManyWindows:
+    return TooManyWindows(
+        f"team {team} has {max_open} open windows, the most it may have "
+        "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
+    )
+
+
+def _sampled_limit(
+    session: Session, team: str, max_open: int, scrape_budget: float, scrapes_per_s: float
+) -> TooManyWindows | OverScrapeBudget | None:
+    """Which limit a sampled window of `team` that scrapes `scrapes_per_s` would pass, if any."""
+    if session.execute(_OPEN_WINDOWS_OF_TEAM, {"team": team}).scalar_one() >= max_open:
+        return _too_many(team, max_open)
+    rate = _sampling_rate(session, team) + scrapes_per_s
+    if rate > scrape_budget:
+        return OverScrapeBudget(
+            f"team {team}'s sampled windows would scrape {rate:.4g} targets per "
+            f"second with this one, more than {scrape_budget:g} "
+            "(SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM); sample less often or stop one"
+        )
+    return None
+
+
 def add_window(
     session: Session,
     actor: Actor,
@@ -260,27 +298,17 @@ def add_window(
     on_postgresql = dialect_name == "postgresql"
     if on_postgresql:
         _lock_team(session, actor.team)
-    too_many = TooManyWindows(
-        f"team {actor.team} has {max_open} open windows, the most it may have "
-        "(SPECDEC_MAX_OPEN_WINDOWS_PER_TEAM); stop one first"
-    )
+    too_many = _too_many(actor.team, max_open)
     # The window's insert counts them itself; a sampled window's count comes first here, so
     # that a team past both limits hears of the windows, and then its scrape budget.
     if interval_s:
-        open_count = session.execute(_OPEN_WINDOWS_OF_TEAM, {"team": actor.team}).scalar_one()
-        if open_count >= max_open:
+        refused = _sampled_limit(
+            session, actor.team, max_open, scrape_budget, len(targets) / interval_s
+        )
+        if refused is not None:
             if _exists(session, actor.team, window_id):
                 return None
-            raise too_many
-        rate = _sampling_rate(session, actor.team) + len(targets) / interval_s
-        if rate > scrape_budget:
-            if _exists(session, actor.team, window_id):
-                return None
-            raise OverScrapeBudget(
-                f"team {actor.team}'s sampled windows would scrape {rate:.4g} targets per "
-                f"second with this one, more than {scrape_budget:g} "
-                "(SPECDEC_MAX_SCRAPES_PER_SECOND_PER_TEAM); sample less often or stop one"
-            )
+            raise refused
     window = Window(
         team=actor.team,
         window_id=window_id,
@@ -298,20 +326,8 @@ def add_window(
     # may, or a window of this id already (a retry, or a start at the same moment on another
     # replica): no error, so nothing to undo.
     params = window.model_dump(exclude={"id"}) | {"max_open": max_open}
-    rows = [
-        {
-            "ordinal": ordinal,
-            "target": target.name,
-            "url": target.url,
-            "headers": dict(target.headers) or None,
-            "named_engine": target.hints.engine,
-            "draft_tokens_per_step": target.hints.draft_tokens_per_step,
-            "verification": target.hints.verification,
-        }
-        for ordinal, target in enumerate(targets)
-    ]
     insert_all = _insert_all_postgresql if on_postgresql else _insert_all_sqlite
-    window.id, pairs_of_targets = insert_all(session, params, rows)
+    window.id, pairs_of_targets = insert_all(session, params, _target_rows(targets))
     if window.id is None:
         if _exists(session, actor.team, window_id):
             return None  # a start of a window already there is a retry, whatever the limits say

@@ -72,6 +72,22 @@ class PrometheusRead:
     note: str | None = None
 
 
+def _scraped_twice(configs: dict[str, Any]) -> dict[str, Failure]:
+    """The instances two scrape configurations scrape (jobs, or target labels, that differ):
+    each of their series is there twice, under labels that differ, and would count twice."""
+    failed = {}
+    for instance, answer in split_by_instance(configs, "vector").items():
+        count = int(float(answer["data"]["result"][0]["value"][1]))
+        if count > 1:
+            failed[instance] = Failure(
+                FailureKind.PROMETHEUS,
+                f"Prometheus scrapes this server with {count} scrape configurations (jobs "
+                "or target labels differ): its series would be counted twice; name it by a "
+                'selector of one, such as {instance="host:port", job="..."}',
+            )
+    return failed
+
+
 class PrometheusAPI:
     """The deployment's Prometheus, with its credentials, timeout and answer size cap."""
 
@@ -240,17 +256,7 @@ class PrometheusAPI:
                 self.query(configs_query, until),
                 self.query_read(range_query(selector, *spans[0]), spans[0][1], scrapes_by_instance),
             )
-        # A server two scrape configurations scrape (jobs, or target labels, that differ) has
-        # each series twice, under labels that differ: it would be counted twice.
-        for instance, answer in split_by_instance(configs, "vector").items():
-            count = int(float(answer["data"]["result"][0]["value"][1]))
-            if count > 1:
-                failed[instance] = Failure(
-                    FailureKind.PROMETHEUS,
-                    f"Prometheus scrapes this server with {count} scrape configurations (jobs "
-                    "or target labels differ): its series would be counted twice; name it by a "
-                    'selector of one, such as {instance="host:port", job="..."}',
-                )
+        failed.update(_scraped_twice(configs))
         for index, (low, high) in enumerate(spans):
             parts = (
                 first
@@ -272,6 +278,18 @@ class PrometheusAPI:
                     except SourceError as exc:
                         failed[instance] = Failure(FailureKind.PROMETHEUS, str(exc))
                         del held[instance]
+        return self._reads(held, failed, end, note, since is not None)
+
+    def _reads(
+        self,
+        held: dict[str, list[tuple[datetime, Series]]],
+        failed: dict[str, Failure],
+        end: datetime,
+        note: str | None,
+        partial: bool,
+    ) -> dict[str, PrometheusRead | Failure]:
+        """Each instance's read, up to its first scrape at or after `end`, thinned; an
+        instance without a sample is left out unless the read is `partial` (samples since)."""
         reads: dict[str, PrometheusRead | Failure] = dict(failed)
         for instance, points in held.items():
             if instance in failed:
@@ -281,7 +299,7 @@ class PrometheusAPI:
             except SourceError as exc:
                 reads[instance] = Failure(FailureKind.PROMETHEUS, str(exc))
                 continue
-            if kept or since is not None:
+            if kept or partial:
                 reads[instance] = PrometheusRead(Scrapes(kept), note)
         return reads
 
