@@ -22,20 +22,24 @@ import aiohttp
 import httpx
 import uvloop
 
-from specdec_collector.core.exposition import extract_spec_decode
+from specdec_collector.core.exposition import ExtractionLimits
+from specdec_collector.sources.scrape.caches import EndpointCaches
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.support.collector import run_collector
 
 TARGETS, DELAY_S, ROUNDS, KEPT_OPEN = 1024, 0.2, 5, 4
 COMMAND = "python -m tests.bench.bench_fleet"
+LIMITS = ExtractionLimits()
 
 
 class BareClient:
-    """The yardstick: a bare aiohttp client on uvloop reading every answer of the fleet."""
+    """The yardstick: a bare aiohttp client on uvloop reading every answer of the fleet (and
+    extracting each with its endpoint's cache, as the collector does)."""
 
     def __init__(self, targets: list[str]) -> None:
         self._urls = [f"http://{target}/metrics" for target in targets]
+        self._caches = EndpointCaches()
         self._runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
         self._session: aiohttp.ClientSession | None = None
 
@@ -48,7 +52,7 @@ class BareClient:
             async with session.get(url) as answer:
                 body = await answer.read()
             if extract:
-                extract_spec_decode(body.decode())
+                self._caches.extract(url, body.decode(), LIMITS)
 
         await asyncio.gather(*(read(url) for url in self._urls))
 
