@@ -1,7 +1,11 @@
 """Each endpoint's extraction cache: its own, within one bound for the process."""
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import pytest
+
+from specdec_collector.core import exposition
 from specdec_collector.core.exposition import ExtractionLimits, extract_spec_decode
 from specdec_collector.sources.scrape.caches import EndpointCaches
 from tests.support.payloads import InstanceCounters, vllm_payload
@@ -33,17 +37,45 @@ def test_a_target_whose_labels_churn_flushes_its_own_cache_only() -> None:
 
 
 def test_the_endpoints_scraped_least_lately_are_forgotten_beyond_the_bound() -> None:
-    caches = EndpointCaches()
-    caches.extract(0, _churning(0), LIMITS)
-    each = caches.entries  # eight lines, their eight series and label sets
-    caches = EndpointCaches(max_entries=5 * each)
+    # A few endpoints' lines, series and label sets (each starts with the last one's series
+    # and label sets, flushed once past twice its own and a slack).
+    bound = 1000
+    caches = EndpointCaches(max_entries=bound)
     for endpoint in range(20):
         caches.extract(endpoint, _churning(endpoint), LIMITS)
-        assert caches.entries <= 5 * each
-    assert len(caches) == 5
-    caches.extract(19, _churning(19), LIMITS)
+        assert caches.entries <= bound
+    kept = len(caches)
+    assert 1 < kept < 20
+    caches.extract(19, _churning(19), LIMITS)  # the latest: kept
     caches.extract("new", _churning(99), LIMITS)
-    assert len(caches) == 5 and caches.entries == 5 * each
+    assert caches.entries <= bound and len(caches) <= kept + 1
+
+
+def test_a_new_endpoint_starts_knowing_the_series_of_the_last_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fleet's servers share their series (not their values): a server's first scrape
+    splits each value off instead of parsing each line whole, and reads what a parse reads."""
+    parsed: list[str] = []
+    whole = exposition._parsed_sample
+
+    def counted(line: str, *args: Any) -> Any:
+        parsed.append(line)
+        return whole(line, *args)
+
+    monkeypatch.setattr(exposition, "_parsed_sample", counted)
+    other = vllm_payload([InstanceCounters(11, 33, [9, 7, 5])])  # the same series, new values
+    renamed = other.replace('engine="0"', 'engine="1"')  # series no server had before
+    expected = [extract_spec_decode(text) for text in (other, renamed)]
+    caches = EndpointCaches()
+    parsed.clear()
+    caches.extract("a", STEADY, LIMITS)
+    assert parsed  # the first server: every line parsed whole
+    parsed.clear()
+    assert caches.extract("b", other, LIMITS) == expected[0]
+    assert parsed == []
+    assert caches.extract("c", renamed, LIMITS) == expected[1]
+    assert parsed
 
 
 def test_one_endpoint_read_from_many_threads_at_once_reads_right() -> None:

@@ -1,5 +1,6 @@
 """The extraction cache of each endpoint scraped lately, as Prometheus keeps a scrape cache per
-target: a target whose labels churn flushes its own cache, never another team's."""
+target: a target whose labels churn flushes its own cache, never another team's. A new
+endpoint's cache starts from a copy of the series the last one knew."""
 
 import threading
 from collections import OrderedDict
@@ -15,6 +16,10 @@ from specdec_collector.core.exposition import (
 #: Entries (lines and series, see `ExtractionCache`) held for all endpoints together; the
 #: endpoints scraped least lately are forgotten first beyond it.
 MAX_ENTRIES = 131_072
+
+#: A new endpoint's cache starts with the series and label sets of the endpoint scraped last,
+#: where that one holds at most this many.
+SEED_MAX_ENTRIES = 2048
 
 
 class EndpointCaches:
@@ -37,13 +42,26 @@ class EndpointCaches:
         with self._lock:
             cache = self._caches.pop(endpoint, None)
             if cache is None:
-                cache = ExtractionCache()
+                cache = self._seeded()
             else:
                 self._entries -= len(cache)
         try:
             return extract_spec_decode(text, limits, cache)
         finally:
             self._put_back(endpoint, cache)
+
+    def _seeded(self) -> ExtractionCache:
+        """A new endpoint's cache, knowing the series and label sets of the endpoint scraped
+        last (held here, so in use by no extraction): a fleet's servers share them, so a
+        server's first scrape splits its values off instead of parsing every line. Entries
+        are pure functions of their keys; the ones this endpoint does not use are flushed
+        with its own."""
+        cache = ExtractionCache()
+        if self._caches:
+            last = next(reversed(self._caches.values()))
+            if len(last.series) + len(last.labels) <= SEED_MAX_ENTRIES:
+                cache.series, cache.labels = dict(last.series), dict(last.labels)
+        return cache
 
     def _put_back(self, endpoint: Hashable, cache: ExtractionCache) -> None:
         with self._lock:
