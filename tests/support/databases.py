@@ -4,7 +4,7 @@ Each fresh SQLite file of such a test is a copy of one this process migrated onc
 every migration on each took ~60 ms of CPU in a warm process and ~0.25 s in a new one (the
 Alembic import and its scripts), for hundreds of databases in a run of the suite. The
 migrations themselves are still run on empty databases by the tests that are about them
-(`test_db.py`), by each process's first copy, and by every collector a test starts on a
+(`tests/store/test_db.py`), by each process's first copy, and by every collector a test starts on a
 database of its own (`run_collector`). PostgreSQL schemas are migrated as before.
 """
 
