@@ -63,8 +63,9 @@ from specdec_collector.core.targets import EngineHints
 class EngineIncreases:
     """What one engine's result over a window is computed from: its increases (`totals`),
     whether it counts drafts at all, each interval's increases (`steps`) and its series at
-    each snapshot (`chain`, the two ends at least; both empty for a sum over engines), and
-    what the start body told (`hints`)."""
+    each snapshot (`chain`, the two ends at least) with the roles of those at its end
+    (`roles`; all three empty for a sum over engines), and what the start body told
+    (`hints`)."""
 
     engine: ServingEngine
     totals: Totals
@@ -72,6 +73,7 @@ class EngineIncreases:
     steps: Sequence[Totals] = ()
     chain: Sequence[Series] = ()
     hints: EngineHints = field(default_factory=EngineHints)
+    roles: frozenset[Role] = frozenset()  # of its series at the window's end
 
 
 def trtllm_result(window: EngineIncreases) -> EngineResult:
@@ -391,10 +393,6 @@ def _inconsistency(totals: Totals, has_drafts: bool) -> str | None:
     return None
 
 
-def _roles(series: Series) -> set[Role]:
-    return {key.role for key in series}
-
-
 def counted_result(window: EngineIncreases) -> EngineResult:
     """vLLM's four counters, in vLLM's meaning (its own, LMDeploy's, and those that write
     vLLM's names under their own prefix)."""
@@ -404,11 +402,10 @@ def counted_result(window: EngineIncreases) -> EngineResult:
 def vllm_result(window: EngineIncreases) -> EngineResult:
     """vLLM's V1 engine; its V0 engine, whose counters have the same names but another
     meaning, is `na`; a server with vLLM's names but none of vLLM's token counters is told."""
-    after = window.chain[-1] if window.chain else {}
-    if _roles(after) & {Role.EMITTED, *GAUGES}:
+    if window.roles & {Role.EMITTED, *GAUGES}:
         return EngineResult(engine=ServingEngine.VLLM_V0, status="na", error=V0_REASON, exact=False)
     result = counted_result(window)
-    if window.chain and Role.GENERATION_TOKENS not in _roles(after):
+    if window.roles and Role.GENERATION_TOKENS not in window.roles:
         result = result.model_copy(update={"notes": [*result.notes, VLLM_COMPATIBLE_NOTE]})
     return result
 

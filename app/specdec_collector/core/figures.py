@@ -161,8 +161,8 @@ def _engine_windows(chain: Sequence[Series], hints: EngineHints, seconds: float 
                 # Nothing else at the end but witnesses: say what was there.
                 found.windows.append(_EngineWindow(engine, totals, unrecognised_result(own[-1])))
             continue
-        has_drafts = Role.DRAFTS in roles
-        increases = EngineIncreases(engine, totals, has_drafts, steps, own, hints)
+        ended = frozenset(roles)
+        increases = EngineIncreases(engine, totals, Role.DRAFTS in roles, steps, own, hints, ended)
         result = RESULT_OF[engine](increases)
         kind = ServingEngine(result.engine)  # vLLM's V0 is told from V1 by its counters
         result = _restart_notes(result, totals.restarts, own)
@@ -173,7 +173,7 @@ def _engine_windows(chain: Sequence[Series], hints: EngineHints, seconds: float 
             result = result.model_copy(
                 update={"confidence": confidence, "flags": flags or None, "throughput": throughput}
             )
-        found.windows.append(_EngineWindow(kind, totals, result, frozenset(roles)))
+        found.windows.append(_EngineWindow(kind, totals, result, ended))
     return found
 
 

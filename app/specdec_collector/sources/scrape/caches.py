@@ -13,7 +13,7 @@ from specdec_collector.core.exposition import (
     extract_spec_decode,
 )
 
-#: Entries (lines and series, see `ExtractionCache`) held for all endpoints together; the
+#: Entries (lines, series and label sets: `ExtractionCache`) held for all endpoints together; the
 #: endpoints scraped least lately are forgotten first beyond it.
 MAX_ENTRIES = 131_072
 
