@@ -262,7 +262,7 @@ async def test_sampler_schedules_the_daily_retention_job(database_url: str) -> N
     url = database_url
     upgrade_database(url)
     database = open_database(url)
-    async with new_client(1.0) as client:
+    async with new_client() as client:
         sampler = Sampler(database, client, ScrapeConfig(1.0, 1 << 20), retention_days=7)
         await sampler.start()
         job = sampler.scheduler.get_job("purge-samples")

@@ -32,7 +32,13 @@ from specdec_collector.service.sampler import Sampler
 from specdec_collector.service.state import Services, State
 from specdec_collector.sources.prometheus.api import PrometheusAPI
 from specdec_collector.sources.prometheus.source import PrometheusSource
-from specdec_collector.sources.scrape import Resolver, ScrapeConfig, new_client
+from specdec_collector.sources.scrape import (
+    Resolver,
+    ScrapeClient,
+    ScrapeConfig,
+    new_client,
+    new_query_client,
+)
 from specdec_collector.sources.scrape.resolver import SystemResolver
 from specdec_collector.sources.scrape.source import ScrapeSource
 from specdec_collector.store.db import database_unavailable, open_database, takes_turns
@@ -116,7 +122,8 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         database = await _opened_database(settings)
-        client = new_client(settings.scrape_timeout_s)
+        client = new_client()
+        queries = new_query_client(settings.prometheus_timeout_s)
         # The process's small reads (the windows', the keys', the sampler's lease scan): on a
         # PostgreSQL near enough, on the event loop, its connection opened and the server
         # probed now (`store.small_reads`).
@@ -129,7 +136,7 @@ def _lifespan(
         writes = WriteLanes("specdec-writes", database, settings.db_write_lanes)
         computations = Lane("specdec-computations", serial=takes_turns(database))
         windows = _window_service(
-            settings, database, client, scrape, sampler, reads, writes, computations
+            settings, database, client, queries, scrape, sampler, reads, writes, computations
         )
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         anonymous = AnonymousAccess(open_mode, env_keys, database, reads)
@@ -150,6 +157,7 @@ def _lifespan(
             await run_in_threadpool(computations.close)
             await run_in_threadpool(writes.close)
             await client.aclose()
+            await queries.aclose()
             anonymous.close()
             reads.close()
             if isinstance(scrape.resolve, SystemResolver):
@@ -180,7 +188,7 @@ async def _opened_database(settings: Settings) -> Engine:
 def _sampler(
     settings: Settings,
     database: Engine,
-    client: httpx.AsyncClient,
+    client: ScrapeClient,
     scrape: ScrapeConfig,
     reads: SmallReads,
 ) -> Sampler:
@@ -199,14 +207,15 @@ def _sampler(
 def _window_service(
     settings: Settings,
     database: Engine,
-    client: httpx.AsyncClient,
+    client: ScrapeClient,
+    queries: httpx.AsyncClient,
     scrape: ScrapeConfig,
     sampler: Sampler,
     reads: SmallReads,
     writes: WriteLanes,
     computations: Lane,
 ) -> WindowService:
-    prometheus = PrometheusAPI(settings, client) if settings.prometheus_url else None
+    prometheus = PrometheusAPI(settings, queries) if settings.prometheus_url else None
     per_team = settings.max_target_reads_per_second_per_team
     return WindowService(
         database=database,

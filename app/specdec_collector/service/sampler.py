@@ -29,7 +29,6 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy import ColumnElement, bindparam, delete, update
@@ -41,7 +40,7 @@ from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.schemas import WindowState
-from specdec_collector.sources.scrape import ScrapeConfig, scrape_all
+from specdec_collector.sources.scrape import ScrapeClient, ScrapeConfig, scrape_all
 from specdec_collector.store.db import (
     free_disk_bytes,
     read_connection,
@@ -222,7 +221,7 @@ class Sampler:
     def __init__(
         self,
         database: Engine,
-        client: httpx.AsyncClient,
+        client: ScrapeClient,
         scrape: ScrapeConfig,
         retention_days: float,
         replica_id: str = "local",

@@ -1,4 +1,5 @@
-"""One scrape against real HTTP servers, and respx for the failures hard to make real."""
+"""One scrape against real HTTP servers, and respx at the transport for the failures hard to
+make real."""
 
 import asyncio
 import gzip
@@ -23,19 +24,24 @@ from specdec_collector.core.readings import FailureKind, TargetReading
 from specdec_collector.core.safetext import MAX_ERROR_CHARS, safe_error_text
 from specdec_collector.core.targets import Target, TargetPolicy, parse_target
 from specdec_collector.sources.scrape import (
+    ACCEPT,
+    ACCEPT_ENCODING,
     DYNAMO_FRONTEND,
     JSON_METRICS,
     AiohttpTransport,
     Allowed,
+    HttpxTransport,
     Refused,
     Resolver,
     ScrapeClient,
     ScrapeConfig,
     new_client,
+    new_query_client,
     pins,
     scrape_all,
     scrape_target,
 )
+from specdec_collector.sources.scrape.routes import RoutedTransport
 from tests.support.metrics_server import free_port, serve_metrics
 from tests.support.payloads import InstanceCounters, fixture, vllm_payload
 from tests.support.waiting import wait_for
@@ -53,16 +59,16 @@ async def refusals(
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with new_client(2.0) as shared:
+async def client() -> AsyncIterator[ScrapeClient]:
+    async with new_client() as shared:
         yield shared
 
 
-async def scrape(client: httpx.AsyncClient, target: str, max_bytes: int = MAX) -> TargetReading:
+async def scrape(client: ScrapeClient, target: str, max_bytes: int = MAX) -> TargetReading:
     return await scrape_target(client, parse_target(target), ScrapeConfig(2.0, max_bytes))
 
 
-async def test_reads_a_vllm_payload_and_asks_for_text(client: httpx.AsyncClient) -> None:
+async def test_reads_a_vllm_payload_and_asks_for_text(client: ScrapeClient) -> None:
     text = fixture("vllm_v1_dp8_k5.txt")
     with serve_metrics(body=text.encode()) as server:
         outcome = await scrape(client, server.target)
@@ -72,14 +78,14 @@ async def test_reads_a_vllm_payload_and_asks_for_text(client: httpx.AsyncClient)
     assert server.requests[0]["path"] == "/metrics"
 
 
-async def test_reads_gzip(client: httpx.AsyncClient) -> None:
+async def test_reads_gzip(client: ScrapeClient) -> None:
     text = fixture("vllm_v1_dp1_k5.txt")
     with serve_metrics(body=text.encode(), gzip=True) as server:
         outcome = await scrape(client, server.target)
     assert outcome.series == extract_spec_decode(text)
 
 
-async def test_reads_openmetrics(client: httpx.AsyncClient) -> None:
+async def test_reads_openmetrics(client: ScrapeClient) -> None:
     text = (
         "# TYPE vllm:spec_decode_num_drafts counter\n"
         'vllm:spec_decode_num_drafts_total{engine="0"} 5.0\n'
@@ -92,7 +98,7 @@ async def test_reads_openmetrics(client: httpx.AsyncClient) -> None:
     assert len(outcome.series or {}) == 1
 
 
-async def test_http_500(client: httpx.AsyncClient) -> None:
+async def test_http_500(client: ScrapeClient) -> None:
     with serve_metrics(body=b"oops", status=500) as server:
         outcome = await scrape(client, server.target)
     assert outcome.error == "Metrics endpoint returned HTTP 500: oops"
@@ -101,7 +107,7 @@ async def test_http_500(client: httpx.AsyncClient) -> None:
     assert outcome.error == "Metrics endpoint returned HTTP 502"  # a page says nothing short
 
 
-async def test_llamacpp_without_metrics_keeps_its_message(client: httpx.AsyncClient) -> None:
+async def test_llamacpp_without_metrics_keeps_its_message(client: ScrapeClient) -> None:
     """llama-server without `--metrics` answers 501 with a JSON error naming the flag
     (`tools/server/server-context.cpp`, `format_error_response`)."""
     body = json.dumps({"error": {
@@ -125,14 +131,14 @@ async def test_llamacpp_without_metrics_keeps_its_message(client: httpx.AsyncCli
     assert outcome.error == "Metrics endpoint returned HTTP 503"
 
 
-async def test_redirect_is_not_followed(client: httpx.AsyncClient) -> None:
+async def test_redirect_is_not_followed(client: ScrapeClient) -> None:
     with serve_metrics(status=302, extra_headers={"Location": "http://169.254.169.254/"}) as server:
         outcome = await scrape(client, server.target)
     assert outcome.error == "Metrics endpoint returned HTTP 302"
     assert server.count() == 1
 
 
-async def test_connection_refused(client: httpx.AsyncClient) -> None:
+async def test_connection_refused(client: ScrapeClient) -> None:
     port = free_port()
     outcome = await scrape(client, f"127.0.0.1:{port}")
     assert outcome.error is not None
@@ -142,7 +148,7 @@ async def test_connection_refused(client: httpx.AsyncClient) -> None:
     assert "ConnectError" in outcome.error
 
 
-async def test_html_page(client: httpx.AsyncClient) -> None:
+async def test_html_page(client: ScrapeClient) -> None:
     with serve_metrics(
         body=b"<html>login</html>", content_type="text/html; charset=utf-8"
     ) as server:
@@ -154,7 +160,7 @@ async def test_html_page(client: httpx.AsyncClient) -> None:
 
 
 @pytest.mark.parametrize("compressed", [False, True])
-async def test_answer_over_the_cap(client: httpx.AsyncClient, compressed: bool) -> None:
+async def test_answer_over_the_cap(client: ScrapeClient, compressed: bool) -> None:
     body = fixture("vllm_v1_dp1_k5.txt").encode() * 4  # ~240 KB, over a 100 KB cap
     with serve_metrics(body=body, gzip=compressed) as server:
         outcome = await scrape(client, server.target, max_bytes=100_000)
@@ -164,7 +170,7 @@ async def test_answer_over_the_cap(client: httpx.AsyncClient, compressed: bool) 
     )
 
 
-async def test_gzip_bomb_is_stopped_at_the_cap(client: httpx.AsyncClient) -> None:
+async def test_gzip_bomb_is_stopped_at_the_cap(client: ScrapeClient) -> None:
     bomb = b"# padding\n" * 5_000_000  # 50 MB that gzip turns into ~50 KB
     with serve_metrics() as server:
         server.body = gzip.decompress(gzip.compress(bomb))  # plain body for the control below
@@ -177,7 +183,7 @@ async def test_gzip_bomb_is_stopped_at_the_cap(client: httpx.AsyncClient) -> Non
     )
 
 
-async def test_not_utf8_and_cut_payload(client: httpx.AsyncClient) -> None:
+async def test_not_utf8_and_cut_payload(client: ScrapeClient) -> None:
     with serve_metrics(body=b"vllm:spec_decode_num_drafts_total \xff\xfe\n") as server:
         outcome = await scrape(client, server.target)
     assert outcome.error is not None and "not UTF-8" in outcome.error
@@ -188,7 +194,7 @@ async def test_not_utf8_and_cut_payload(client: httpx.AsyncClient) -> None:
     )
 
 
-async def test_all_targets_are_scraped_at_once(client: httpx.AsyncClient) -> None:
+async def test_all_targets_are_scraped_at_once(client: ScrapeClient) -> None:
     text = fixture("vllm_v1_dp1_k5.txt").encode()
     with serve_metrics(body=text, delay_s=1.0) as server:
         targets = [parse_target(f"http://{server.target}/metrics?n={n}") for n in range(32)]
@@ -198,38 +204,53 @@ async def test_all_targets_are_scraped_at_once(client: httpx.AsyncClient) -> Non
     assert server.max_in_flight == 32
 
 
-# respx mocks under httpx's client: what a scrape through a proxy goes through (a direct one
-# goes to aiohttp, and its failures are made real below).
-PROXIES = {"http": "http://proxy.test:3128"}
+# respx at the transport, the seam under every scrape: the scrape above it is production's.
 
 
-async def _proxied_scrape(target: str) -> TargetReading:
-    async with new_client(2.0, PROXIES) as client:
-        config = ScrapeConfig(2.0, MAX, proxies=PROXIES)
-        return await scrape_target(client, parse_target(target), config)
+async def _mocked_scrape(router: respx.MockRouter, target: str) -> TargetReading:
+    transport = HttpxTransport(httpx.MockTransport(router.async_handler))
+    async with new_client(transport=transport) as client:
+        return await scrape_target(client, parse_target(target), ScrapeConfig(2.0, MAX))
 
 
-@respx.mock(using="httpx")
-async def test_timeout_is_an_error_naming_the_target(respx_mock: respx.MockRouter) -> None:
-    respx_mock.get("http://10.9.9.9:8000/metrics").mock(
-        side_effect=httpx.ReadTimeout("read timed out")
-    )
-    outcome = await _proxied_scrape("10.9.9.9:8000")
+async def test_timeout_is_an_error_naming_the_target() -> None:
+    router = respx.MockRouter()
+    router.get("http://10.9.9.9:8000/metrics").mock(side_effect=httpx.ReadTimeout("read timed out"))
+    outcome = await _mocked_scrape(router, "10.9.9.9:8000")
     assert outcome.error == (
         "Failed to fetch metrics from http://10.9.9.9:8000/metrics: timed out after 2 s (ReadTimeout)"
     )
 
 
-@respx.mock(using="httpx")
-async def test_connection_reset(respx_mock: respx.MockRouter) -> None:
-    respx_mock.get("http://10.9.9.9:8000/metrics").mock(
+async def test_connection_reset() -> None:
+    router = respx.MockRouter()
+    router.get("http://10.9.9.9:8000/metrics").mock(
         side_effect=httpx.ReadError("[Errno 104] Connection reset by peer")
     )
-    outcome = await _proxied_scrape("10.9.9.9:8000")
+    outcome = await _mocked_scrape(router, "10.9.9.9:8000")
     assert outcome.error == (
         "Failed to fetch metrics from http://10.9.9.9:8000/metrics: "
         "ReadError: [Errno 104] Connection reset by peer"
     )
+
+
+async def test_a_mocked_answer_is_shared_capped_and_read_as_production_reads_one() -> None:
+    """A test double at the seam sees the request production sends (the scrape's headers) and
+    its answer is read by the same path: gzip decoded, series extracted."""
+    router = respx.MockRouter()
+    route = router.get("http://10.9.9.9:8000/metrics").mock(
+        return_value=httpx.Response(
+            200,
+            content=gzip.compress(fixture("vllm_v1_dp1_k5.txt").encode()),
+            headers={"Content-Encoding": "gzip"},
+        )
+    )
+    outcome = await _mocked_scrape(router, "10.9.9.9:8000")
+    assert outcome.error is None and outcome.series
+    (call,) = route.calls
+    assert call.request.headers["accept"] == ACCEPT
+    assert call.request.headers["accept-encoding"] == ACCEPT_ENCODING
+    assert call.request.headers["host"] == "10.9.9.9:8000"
 
 
 @pytest.mark.parametrize("when", ["before the head", "mid-answer"])
@@ -247,7 +268,7 @@ async def test_a_server_that_resets_the_connection_is_a_transport_failure(when: 
         writer.transport.abort()  # closed with a reset (RST), not a FIN
 
     server, port = await _listening(reset)
-    async with server, new_client(2.0) as client:
+    async with server, new_client() as client:
         outcome = await scrape_target(
             client, parse_target(f"127.0.0.1:{port}"), ScrapeConfig(2.0, MAX)
         )
@@ -279,7 +300,7 @@ async def test_slow_trickle_is_bounded_by_the_total_timeout() -> None:
         writer.close()
 
     server, port = await _listening(trickle)
-    async with server, new_client(0.5) as client:
+    async with server, new_client() as client:
         outcome = await scrape_target(
             client, parse_target(f"127.0.0.1:{port}"), ScrapeConfig(0.5, MAX)
         )
@@ -304,19 +325,18 @@ async def test_an_answer_that_stops_arriving_ends_at_the_total_timeout(
         writer.close()
 
     server, port = await _listening(silent)
-    async with server, new_client(0.5) as client:
-        assert isinstance(client, ScrapeClient)
-        direct = client.routes.direct
-        get = direct.get
+    async with server, new_client() as client:
+        assert isinstance(client.transport, RoutedTransport)
+        direct = client.transport.direct
+        send = direct._send
 
-        async def recording(
-            url: str, headers: Any, server_hostname: str | None, steps: aiohttp.ClientTimeout
-        ) -> Any:
+        async def recording(*args: Any) -> Any:
+            steps: aiohttp.ClientTimeout = args[-1]
             seen.append({"connect": steps.connect, "sock_connect": steps.sock_connect,
                          "sock_read": steps.sock_read, "total": steps.total})  # fmt: skip
-            return await get(url, headers, server_hostname, steps)
+            return await send(*args)
 
-        monkeypatch.setattr(direct, "get", recording)
+        monkeypatch.setattr(direct, "_send", recording)
         outcome = await scrape_target(
             client, parse_target(f"127.0.0.1:{port}"), ScrapeConfig(0.5, MAX)
         )
@@ -332,7 +352,7 @@ from specdec_collector.sources.scrape import ScrapeConfig, new_client, scrape_ta
 from specdec_collector.core.safetext import MAX_ERROR_CHARS, safe_error_text
 from specdec_collector.core.targets import TargetPolicy, parse_target
 async def main():
-    async with new_client(2.0) as client:
+    async with new_client() as client:
         outcome = await scrape_target(client, parse_target(sys.argv[1]), ScrapeConfig(2.0, 1 << 20))
     print(outcome.error or len(outcome.series))
 asyncio.run(main())
@@ -382,7 +402,7 @@ async def test_connection_goes_to_the_checked_address_with_the_original_host() -
         config = ScrapeConfig(
             2.0, MAX, TargetPolicy.parse("127.0.0.0/8"), resolver({"metrics.test": [["127.0.0.1"]]})
         )
-        async with new_client(2.0) as client:
+        async with new_client() as client:
             outcome = await scrape_target(
                 client, parse_target(f"metrics.test:{server.port}"), config
             )
@@ -398,7 +418,7 @@ async def test_dns_rebinding_to_a_denied_address_is_refused() -> None:
         )
         target = parse_target(f"flip.test:{server.port}")
         assert await refusals([target], config) == [None]
-        async with new_client(2.0) as client:
+        async with new_client() as client:
             outcome = await scrape_target(client, target, config)
     assert outcome.error == (
         f"Failed to fetch metrics from http://flip.test:{server.port}/metrics: refused: address "
@@ -441,7 +461,7 @@ async def test_unresolvable_name_is_not_refused_but_fails_the_scrape() -> None:
     config = ScrapeConfig(2.0, MAX, TargetPolicy(), nxdomain)
     target = parse_target("gone.test:80")
     assert await refusals([target], config) == [None]
-    async with new_client(2.0) as client:
+    async with new_client() as client:
         outcome = await scrape_target(client, target, config)
     assert outcome.error == (
         "Failed to fetch metrics from http://gone.test:80/metrics: cannot resolve gone.test: "
@@ -454,7 +474,7 @@ async def test_target_headers_are_sent() -> None:
         target = parse_target(
             {"url": f"http://{server.target}/metrics", "headers": {"Authorization": "Bearer t0ken"}}
         )
-        async with new_client(2.0) as client:
+        async with new_client() as client:
             await scrape_target(client, target, ScrapeConfig(2.0, MAX))
     assert server.requests[0]["authorization"] == "Bearer t0ken"
 
@@ -477,17 +497,16 @@ async def test_each_origin_keeps_its_own_connection() -> None:
 
 
 async def _opened_ahead(transport: AiohttpTransport, url: str) -> None:
-    opening = transport.connect_ahead(url, None, 2.0)
+    opening = transport.connect_ahead(url, {}, 2.0)
     assert opening is not None
     await opening
 
 
 async def _checked_connecting_ahead(
-    client: httpx.AsyncClient, targets: list[Target], config: ScrapeConfig
+    client: ScrapeClient, targets: list[Target], config: ScrapeConfig
 ) -> list[str | None]:
     """`refusals` as a start asks it: each target not refused has its connection opened ahead
     (one is started for each; all are awaited)."""
-    assert isinstance(client, ScrapeClient)
     openings: list[asyncio.Task[None]] = []
 
     def allowed(url: str, extensions: dict[str, Any]) -> None:
@@ -511,7 +530,7 @@ async def test_a_connection_opened_ahead_is_the_one_its_request_takes() -> None:
             assert (await http.get(ahead.url)).status_code == 200
             # An origin just used has its connection: none is opened ahead.
             assert (await http.get(used.url)).status_code == 200
-            assert transport.connect_ahead(used.url, None, 2.0) is None
+            assert transport.connect_ahead(used.url, {}, 2.0) is None
     assert (ahead.connections, ahead.count(), used.connections, used.count()) == (1, 1, 1, 1)
 
 
@@ -521,7 +540,7 @@ async def test_a_request_waits_for_the_connection_being_opened_ahead_for_it() ->
     with serve_metrics(body=body) as a, serve_metrics(body=body) as b:
         async with httpx.AsyncClient(transport=transport) as http:
             for server in (a, b):
-                assert transport.connect_ahead(server.url, None, 2.0) is not None
+                assert transport.connect_ahead(server.url, {}, 2.0) is not None
             # Sent at once: each request takes the connection being opened for its origin.
             answers = await asyncio.gather(http.get(a.url), http.get(b.url), http.get(a.url))
             assert [answer.status_code for answer in answers] == [200, 200, 200]
@@ -531,8 +550,7 @@ async def test_a_request_waits_for_the_connection_being_opened_ahead_for_it() ->
 
 async def test_a_connection_that_cannot_be_opened_ahead_leaves_its_scrape_to_say_why() -> None:
     port = free_port()  # nothing listens
-    async with new_client(2.0) as client:
-        assert isinstance(client, ScrapeClient)
+    async with new_client() as client:
         opening = client.connect_ahead(f"http://127.0.0.1:{port}/metrics", {}, 2.0)
         assert opening is not None
         await opening  # no exception
@@ -549,7 +567,7 @@ async def test_checked_targets_are_connected_ahead_where_their_scrapes_connect()
             2.0, MAX, TargetPolicy.parse("127.0.0.0/8"), resolver({"metrics.test": [["127.0.0.1"]]})
         )
         targets = [parse_target(f"metrics.test:{named.port}"), parse_target(plain.target)]
-        async with new_client(2.0) as client:
+        async with new_client() as client:
             assert await _checked_connecting_ahead(client, targets, config) == [None, None]
             wait_for(lambda: (named.connections and plain.connections) or None, "both connections")
             outcomes = await scrape_all(client, targets, config)
@@ -580,7 +598,7 @@ async def test_new_origins_share_one_tls_context(monkeypatch: pytest.MonkeyPatch
     assert len(loads) == 1
 
 
-async def test_every_failure_has_a_kind_and_the_aisbench_text(client: httpx.AsyncClient) -> None:
+async def test_every_failure_has_a_kind_and_the_aisbench_text(client: ScrapeClient) -> None:
     """The kind labels `specdec_scrape_errors_total`; the text is what AISBench would write."""
     nospec = fixture("vllm_v1_dp1_nospec.txt").encode()
     with (
@@ -645,7 +663,7 @@ async def test_a_target_that_echoes_a_header_into_a_broken_answer_never_stores_i
         {"url": f"http://127.0.0.1:{listener.getsockname()[1]}/metrics",
          "headers": {"Authorization": f"Bearer {SECRET}"}}
     )  # fmt: skip
-    async with new_client(2.0) as client:
+    async with new_client() as client:
         outcome = await scrape_target(client, target, ScrapeConfig(2.0, MAX))
     listener.close()
     assert outcome.kind is FailureKind.TRANSPORT
@@ -659,7 +677,7 @@ async def test_a_fault_inside_the_collector_is_an_internal_failure_never_an_exce
 
     config = ScrapeConfig(2.0, MAX, TargetPolicy(), broken)
     target = parse_target({"url": "http://name.test:80/", "headers": {"A": SECRET}})
-    async with new_client(2.0) as client:
+    async with new_client() as client:
         outcome = await scrape_target(client, target, config)
         assert await refusals([target], config) == [None]  # its scrape says why, not the start
     assert outcome.kind is FailureKind.INTERNAL
@@ -670,7 +688,7 @@ async def test_a_fault_inside_the_collector_is_an_internal_failure_never_an_exce
 
 
 async def test_limits_on_series_and_label_sets_make_the_scrape_na(
-    client: httpx.AsyncClient,
+    client: ScrapeClient,
 ) -> None:
     many = vllm_payload([InstanceCounters(1, 3, [1], engine=str(i)) for i in range(20)])
     long = vllm_payload([InstanceCounters(1, 3, [1], extra_labels={"pod": "p" * 300})])
@@ -709,7 +727,7 @@ class _CountingSlots(asyncio.Semaphore):
         super().release()
 
 
-async def test_large_answers_are_read_a_few_at_a_time(client: httpx.AsyncClient) -> None:
+async def test_large_answers_are_read_a_few_at_a_time(client: ScrapeClient) -> None:
     padding = b"# padding\n" * 300_000  # 3 MB: over OFF_LOOP_BYTES
     body = padding + fixture("vllm_v1_dp1_k5.txt").encode()
     slots = _CountingSlots(1)
@@ -731,7 +749,7 @@ async def test_large_answers_are_read_a_few_at_a_time(client: httpx.AsyncClient)
     ],
 )  # fmt: skip
 async def test_a_known_servers_other_endpoint_says_which_to_use(
-    client: httpx.AsyncClient, body: bytes, reason: str
+    client: ScrapeClient, body: bytes, reason: str
 ) -> None:
     with serve_metrics(body=body) as server:
         outcome = await scrape(client, server.target)
@@ -800,7 +818,7 @@ async def test_https_is_pinned_to_the_checked_address_and_verified_for_the_name(
     config = ScrapeConfig(2.0, MAX, resolve=resolve)
     target = parse_target(f"https://metrics.test:{port}/metrics")
     try:
-        async with new_client(2.0) as client:
+        async with new_client() as client:
             if ahead:
                 assert await _checked_connecting_ahead(client, [target], config) == [None]
             outcome = await scrape_target(client, target, config)
@@ -819,11 +837,12 @@ async def test_https_is_pinned_to_the_checked_address_and_verified_for_the_name(
 
 
 async def test_a_target_setting_cookies_never_reaches_other_targets(
-    client: httpx.AsyncClient,
+    client: ScrapeClient,
 ) -> None:
     """Cookies are per host, not per port: a target that sets one (a hostile team's server)
     would have the shared client send it to every other server on that host, and grow the
-    client's jar without bound. Scrapes keep no cookies."""
+    client's jar without bound. Scrapes keep no cookies, nor does the Prometheus API's
+    client."""
     body = fixture("vllm_v1_dp1_k5.txt").encode()
     cookie = {"Set-Cookie": "session=from-a-hostile-target; Path=/; Max-Age=3600"}
     with (
@@ -832,5 +851,9 @@ async def test_a_target_setting_cookies_never_reaches_other_targets(
     ):
         for server in (hostile, other, hostile, other):
             assert (await scrape(client, server.target)).error is None
-    assert [request.get("cookie") for request in hostile.requests + other.requests] == [None] * 4
-    assert len(client.cookies.jar) == 0
+        async with new_query_client(2.0, {}) as queries:
+            for server in (hostile, other):
+                assert (await queries.get(server.url)).status_code == 200
+            assert len(queries.cookies.jar) == 0
+    sent = [request.get("cookie") for request in hostile.requests + other.requests]
+    assert sent == [None] * 6

@@ -31,7 +31,7 @@ def answering(table: dict[str, list[str]]) -> Callable[[str, int], Awaitable[lis
 
 async def _scrape(target: str, proxies: dict[str, str], names: dict[str, list[str]]) -> str | None:
     config = ScrapeConfig(2.0, MAX, TargetPolicy(), answering(names), proxies)
-    async with new_client(2.0, proxies) as client:
+    async with new_client(proxies) as client:
         outcome = await scrape_target(client, parse_target(target), config)
     return outcome.error
 

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import httpx
 import pytest
 
 from specdec_collector.core.exposition import extract_spec_decode
@@ -31,10 +30,9 @@ pytestmark = pytest.mark.anyio
 PAYLOAD = vllm_payload([InstanceCounters(drafts=5, draft_tokens=15, accepted_per_pos=[3, 2, 1])])
 
 
-def _share(client: httpx.AsyncClient, patience_s: float, per_endpoint: int) -> None:
+def _share(client: ScrapeClient, patience_s: float, per_endpoint: int) -> None:
     """Wait `patience_s` for a request in flight; at most `per_endpoint` requests of one
     endpoint at once (the service: 0.25 s and 32)."""
-    assert isinstance(client, ScrapeClient)
     client.sharing = ScrapeSharing(patience_s, per_endpoint)
 
 
@@ -58,7 +56,7 @@ async def _one_in_flight(
     scrape of the server sent `ahead_s` ago."""
     config = ScrapeConfig(timeout_s, 1 << 20)
     with serve_metrics(body=PAYLOAD.encode(), delay_s=delay_s) as server:
-        async with new_client(timeout_s) as client:
+        async with new_client() as client:
             _share(client, patience_s, per_endpoint)
             target = parse_target(server.target)
             first = asyncio.ensure_future(scrape_target(client, target, config))
@@ -69,7 +67,7 @@ async def _one_in_flight(
 async def test_scrapes_asked_meanwhile_share_one_request_sent_after_each_was_asked() -> None:
     config = ScrapeConfig(5.0, 1 << 20)
     with serve_metrics(body=PAYLOAD.encode(), delay_s=0.3) as server:
-        async with new_client(5.0) as client:
+        async with new_client() as client:
             _share(client, patience_s=10.0, per_endpoint=32)
             targets = [parse_target(server.target) for _ in range(10)]  # ten equal objects
             asked: list[float] = []
@@ -136,7 +134,7 @@ async def test_a_cancelled_waiting_scrape_leaves_the_request_to_the_others() -> 
 async def test_scrapes_with_other_headers_never_share() -> None:
     config = ScrapeConfig(5.0, 1 << 20)
     with serve_metrics(body=PAYLOAD.encode(), delay_s=0.2) as server:
-        async with new_client(5.0) as client:
+        async with new_client() as client:
             _share(client, patience_s=10.0, per_endpoint=1)
             url = f"http://{server.target}/metrics"
             teams = [parse_target({"url": url, "headers": {"X-Team": f"t{i}"}}) for i in range(3)]
@@ -152,8 +150,7 @@ async def test_a_herd_on_one_endpoint_shares_requests_at_the_endpoints_rate() ->
     config = ScrapeConfig(5.0, 1 << 20)
     rate_per_s, burst = 10.0, 3.0
     with serve_metrics(body=PAYLOAD.encode()) as server:
-        async with new_client(5.0) as client:
-            assert isinstance(client, ScrapeClient)
+        async with new_client() as client:
             client.sharing = ScrapeSharing(10.0, 32, rate_per_s=rate_per_s, burst=burst)
             target = parse_target(server.target)
             asked: list[float] = []
@@ -187,8 +184,7 @@ async def test_a_windows_own_scrapes_never_wait_for_the_rate() -> None:
     config = ScrapeConfig(30.0, 1 << 20)
     count = int(RATE_BURST)
     with serve_metrics(body=PAYLOAD.encode()) as server:
-        async with new_client(30.0) as client:
-            assert isinstance(client, ScrapeClient)
+        async with new_client() as client:
             client.sharing = ScrapeSharing(PATIENCE_S, 32, rate_per_s=1e-6, burst=RATE_BURST)
             target = parse_target(server.target)
             for _ in range(count):

@@ -5,8 +5,10 @@ modules use are here."""
 from specdec_collector.sources.scrape.client import (
     ACCEPT,
     ACCEPT_ENCODING,
+    QueryClient,
     ScrapeClient,
     new_client,
+    new_query_client,
 )
 from specdec_collector.sources.scrape.config import (
     LARGE_ANSWERS_AT_ONCE,
@@ -22,7 +24,12 @@ from specdec_collector.sources.scrape.fetch import (
     scrape_target,
 )
 from specdec_collector.sources.scrape.pinning import Allowed, Pin, Refused, pin, pins
-from specdec_collector.sources.scrape.transport import AiohttpTransport
+from specdec_collector.sources.scrape.transport import (
+    AiohttpTransport,
+    Answer,
+    HttpxTransport,
+    ScrapeTransport,
+)
 
 __all__ = [
     "ACCEPT",
@@ -33,13 +40,18 @@ __all__ = [
     "OFF_LOOP_BYTES",
     "AiohttpTransport",
     "Allowed",
+    "Answer",
+    "HttpxTransport",
     "Pin",
+    "QueryClient",
     "Refused",
     "Resolver",
     "ScrapeClient",
     "ScrapeConfig",
+    "ScrapeTransport",
     "failure",
     "new_client",
+    "new_query_client",
     "pin",
     "pins",
     "scrape_all",

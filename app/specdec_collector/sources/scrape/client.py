@@ -1,23 +1,25 @@
-"""The HTTP client of every scrape: explicit timeouts, proxies from the environment, no
-redirects, no cookies, and a small connection pool per origin."""
+"""The clients of the collector's requests: `ScrapeClient` for scrapes (explicit timeouts,
+no redirects, no cookies, a small connection pool per origin, over one `ScrapeTransport`),
+and an httpx client for the Prometheus API over the same routes."""
 
 import asyncio
 import urllib.request
 from collections.abc import Mapping
 from functools import lru_cache
 from http.cookiejar import Cookie, CookieJar
+from types import TracebackType
 from typing import Any
 
 import httpx
 from multidict import CIMultiDict
 
-from specdec_collector.sources.scrape.routes import ROUTE, Route, RoutedTransport
+from specdec_collector.sources.scrape.routes import RoutedTransport
 from specdec_collector.sources.scrape.sharing import PATIENCE_S, ScrapeSharing
 from specdec_collector.sources.scrape.transport import (
     PER_ORIGIN,
     AiohttpTransport,
-    DirectAnswer,
-    direct_timeout,
+    Answer,
+    ScrapeTransport,
 )
 
 # Ask for the classic text format only. prometheus_client (SGLang, LMDeploy) answers OpenMetrics
@@ -27,6 +29,13 @@ from specdec_collector.sources.scrape.transport import (
 ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 # gzip only, decoded here: httpx's own decoders have no output limit per chunk.
 ACCEPT_ENCODING = "gzip, identity"
+#: Every scrape's headers, before the target's own: httpx's defaults, and the scrape's.
+SCRAPE_HEADERS = (
+    ("Accept", ACCEPT),
+    ("Accept-Encoding", ACCEPT_ENCODING),
+    ("Connection", "keep-alive"),
+    ("User-Agent", f"python-httpx/{httpx.__version__}"),
+)
 
 
 class _EmptyJar(CookieJar):
@@ -41,7 +50,7 @@ class _EmptyJar(CookieJar):
 
 class _NoCookies(httpx.Cookies):
     """Cookies that are never read from an answer nor sent: httpx would otherwise wrap every
-    request and answer for `http.cookiejar`, at a cost on every scrape, to find none."""
+    request and answer for `http.cookiejar`, to find none."""
 
     def __init__(self) -> None:
         super().__init__(_EmptyJar())
@@ -56,48 +65,14 @@ class _NoCookies(httpx.Cookies):
 _NO_COOKIES = _NoCookies()  # keeps nothing: one for every client
 
 
-class ScrapeClient(httpx.AsyncClient):
+class QueryClient(httpx.AsyncClient):
     """httpx's client without cookies: cookies are per host, not per port, so a cookie one
-    target sets (a hostile team's server) would be sent to every other server on its host,
-    and the shared client's jar would grow without bound. A scrape needs none. Scrapes of one
-    endpoint asked for while a request of it is in flight share the next one (`sharing`).
-    Each request goes where `routes.route_of` decided (`transport`); the environment's proxy
-    settings are read there, never by httpx."""
+    server sets would be sent to every other server on its host, and the shared client's jar
+    would grow without bound. The environment's proxy settings are read by `routes`, never by
+    httpx."""
 
     def __init__(self, transport: RoutedTransport, **kwargs: Any) -> None:
         super().__init__(transport=transport, trust_env=False, **kwargs)
-        self.routes = transport
-        # Its headers as made (httpx's defaults and the scrape's), for requests sent direct.
-        self._made_headers = tuple(self.headers.multi_items())
-        self.sharing = ScrapeSharing(PATIENCE_S, PER_ORIGIN)
-
-    async def get_direct(
-        self,
-        url: str,
-        headers: Mapping[str, str],
-        extensions: Mapping[str, Any],
-        timeout_s: float,
-    ) -> DirectAnswer | None:
-        """GET `url` straight from its server, as `send` would with a request of these
-        `headers` and `extensions` (the same headers on the wire: the client's, then the
-        request's); None if the request goes through a proxy (httpx sends those)."""
-        if extensions.get(ROUTE, Route.DIRECT) == Route.PROXIED:
-            return None
-        merged = CIMultiDict(self._made_headers)
-        merged.update(headers)
-        quoted = str(parsed_url(url))  # quoted as httpx quotes it
-        timeout = direct_timeout(timeout_s)
-        return await self.routes.direct.get(quoted, merged, extensions.get("sni_hostname"), timeout)
-
-    def connect_ahead(
-        self, url: str, extensions: Mapping[str, Any], timeout_s: float
-    ) -> "asyncio.Task[None] | None":
-        """Start opening the connection a request of `url` (pinned, with its `extensions`)
-        will take, if it goes straight to its server (see `AiohttpTransport`); the opening,
-        if one was started."""
-        if extensions.get(ROUTE, Route.DIRECT) == Route.PROXIED:
-            return None
-        return self.routes.direct.connect_ahead(url, extensions.get("sni_hostname"), timeout_s)
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -108,6 +83,52 @@ class ScrapeClient(httpx.AsyncClient):
         """Ignored (httpx's own `__init__` sets an empty jar)."""
 
 
+class ScrapeClient:
+    """Sends every scrape's request through one `ScrapeTransport`, with `SCRAPE_HEADERS` and
+    no cookies (a scrape needs none, and a hostile server's would reach its neighbours). Scrapes
+    of one endpoint asked for while a request of it is in flight share the next one
+    (`sharing`). Each request goes where `routes.route_of` decided (the pin's `ROUTE`
+    extension, read by the transport)."""
+
+    def __init__(self, transport: ScrapeTransport) -> None:
+        self.transport = transport
+        self.sharing = ScrapeSharing(PATIENCE_S, PER_ORIGIN)
+
+    async def get(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        extensions: Mapping[str, Any],
+        timeout_s: float,
+    ) -> Answer:
+        """GET `url` with the scrape's headers, then `headers` (the target's and its pin's)."""
+        merged = CIMultiDict(SCRAPE_HEADERS)
+        merged.update(headers)
+        quoted = str(parsed_url(url))  # quoted as httpx quotes it
+        return await self.transport.get(quoted, merged, extensions, timeout_s)
+
+    def connect_ahead(
+        self, url: str, extensions: Mapping[str, Any], timeout_s: float
+    ) -> "asyncio.Task[None] | None":
+        """Start opening the connection a request of `url` (pinned, with its `extensions`)
+        will take, where the transport can; the opening, if one was started."""
+        return self.transport.connect_ahead(url, extensions, timeout_s)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+    async def __aenter__(self) -> "ScrapeClient":
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
 @lru_cache(maxsize=4096)
 def parsed_url(url: str) -> httpx.URL:
     """The URL as httpx parses it, once per URL: every scrape of a target asks for the same
@@ -115,18 +136,23 @@ def parsed_url(url: str) -> httpx.URL:
     return httpx.URL(url)
 
 
-def new_client(timeout_s: float, proxies: Mapping[str, str] | None = None) -> httpx.AsyncClient:
-    """The shared client: explicit timeouts, proxies from the environment (HTTP_PROXY,
-    HTTPS_PROXY, ALL_PROXY, NO_PROXY; or `proxies`, as `urllib.request.getproxies` gives them),
-    no redirects, no cookies kept.
-
-    Requests that go straight to their server go through `AiohttpTransport`; proxied ones
-    through httpx's own proxy transport (see `routes`).
-    """
+def new_client(
+    proxies: Mapping[str, str] | None = None, transport: ScrapeTransport | None = None
+) -> ScrapeClient:
+    """The scrapes' client: through `transport`, or the production one (`routes`): straight
+    to the server through `AiohttpTransport`, or through the environment's proxy (HTTP_PROXY,
+    HTTPS_PROXY, ALL_PROXY, NO_PROXY; or `proxies`, as `urllib.request.getproxies` gives
+    them) by httpx's own transport."""
     found = urllib.request.getproxies() if proxies is None else proxies
-    return ScrapeClient(
+    return ScrapeClient(transport or RoutedTransport(AiohttpTransport(), found))
+
+
+def new_query_client(timeout_s: float, proxies: Mapping[str, str] | None = None) -> QueryClient:
+    """The Prometheus API's client: explicit timeouts, the same routes as scrapes, no
+    redirects, no cookies kept."""
+    found = urllib.request.getproxies() if proxies is None else proxies
+    return QueryClient(
         RoutedTransport(AiohttpTransport(), found),
         timeout=httpx.Timeout(timeout_s),
         follow_redirects=False,
-        headers={"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},
     )

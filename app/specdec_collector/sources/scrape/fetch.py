@@ -10,15 +10,13 @@ import time
 import traceback
 import zlib
 from collections.abc import Sequence
-from functools import lru_cache
-from typing import Any
 
 import httpx
 
 from specdec_collector.core.exposition import ExtractionError
 from specdec_collector.core.readings import FailureKind, TargetReading
 from specdec_collector.core.targets import Target
-from specdec_collector.sources.scrape.client import ScrapeClient, parsed_url
+from specdec_collector.sources.scrape.client import ScrapeClient
 from specdec_collector.sources.scrape.config import OFF_LOOP_BYTES, ScrapeConfig
 from specdec_collector.sources.scrape.failures import (
     REFUSAL_BODY_BYTES,
@@ -123,27 +121,25 @@ def _transport_failure(target: Target, exc: Exception, timeout_s: float) -> Targ
 
 
 async def scrape_target(
-    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, pinned: Pin | None = None
+    client: ScrapeClient, target: Target, config: ScrapeConfig, pinned: Pin | None = None
 ) -> TargetReading:
-    """Scrape `target` once and extract its spec-decode series; never raises. Through the
-    service's client, scrapes of one endpoint asked for while a request of it is in flight
-    share the next one (`sources.scrape.sharing`).
+    """Scrape `target` once and extract its spec-decode series; never raises. Scrapes of one
+    endpoint asked for while a request of it is in flight share the next one
+    (`sources.scrape.sharing`).
 
     Any fault of the collector's own is an `INTERNAL` failure with a fixed text (its type
     only: an exception's text may quote a header), so a stop always closes its window.
     `pinned` is where a check just found the request should go (else it is found here).
     """
-    if isinstance(client, ScrapeClient):
-        # One configuration per service (its identity: it holds a dict, and a semaphore).
-        key = (target.url, target.headers, id(config))
-        return await client.sharing.scrape(
-            key, target, config.timeout_s, lambda: _scrape_once(client, target, config, pinned)
-        )
-    return await _scrape_once(client, target, config, pinned)
+    # One configuration per service (its identity: it holds a dict, and a semaphore).
+    key = (target.url, target.headers, id(config))
+    return await client.sharing.scrape(
+        key, target, config.timeout_s, lambda: _scrape_once(client, target, config, pinned)
+    )
 
 
 async def _scrape_once(
-    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, pinned: Pin | None
+    client: ScrapeClient, target: Target, config: ScrapeConfig, pinned: Pin | None
 ) -> TargetReading:
     SCRAPE_REQUESTS.inc()
     try:
@@ -162,7 +158,7 @@ async def _scrape_once(
 
 
 async def _scrape(
-    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, pinned: Pin | None
+    client: ScrapeClient, target: Target, config: ScrapeConfig, pinned: Pin | None
 ) -> TargetReading:
     slot = _LargeAnswerSlot(config.large_answers)
     try:
@@ -172,7 +168,7 @@ async def _scrape(
 
 
 async def _fetch_and_read(
-    client: httpx.AsyncClient,
+    client: ScrapeClient,
     target: Target,
     config: ScrapeConfig,
     slot: _LargeAnswerSlot,
@@ -187,7 +183,7 @@ async def _fetch_and_read(
         # anew for every piece of the answer that arrives.
         async with asyncio.timeout(timeout_s):
             url, headers, extensions = pinned or await pin(target, config)
-            response = await _get(client, url, headers, extensions, timeout_s)
+            response = await client.get(url, headers, extensions, timeout_s)
             try:
                 if response.status_code != 200:
                     said = refusal_message(await _refusal_body(response))
@@ -221,34 +217,6 @@ async def _fetch_and_read(
     return _extracted(target, body, config)
 
 
-async def _get(
-    client: httpx.AsyncClient,
-    url: str,
-    headers: dict[str, str],
-    extensions: dict[str, Any],
-    timeout_s: float,
-) -> Answer:
-    """The answer's head, its body to be read: straight from the server where the request
-    goes there (through the service's client), else through httpx."""
-    if isinstance(client, ScrapeClient):
-        direct = await client.get_direct(url, headers, extensions, timeout_s)
-        if direct is not None:
-            return direct
-    request = client.build_request(
-        "GET",
-        parsed_url(url),
-        headers=headers,
-        extensions=extensions,
-        timeout=_steps_timeout(timeout_s),
-    )
-    return await client.send(request, stream=True)
-
-
-@lru_cache(maxsize=16)
-def _steps_timeout(timeout_s: float) -> httpx.Timeout:
-    return httpx.Timeout(timeout_s, read=None)
-
-
 def _extracted(target: Target, body: bytes, config: ScrapeConfig) -> TargetReading:
     """The outcome of reading an answer's body: its spec-decode series, or why not."""
     Kind = FailureKind
@@ -278,7 +246,7 @@ JSON_METRICS = (
 
 
 async def _measured(
-    client: httpx.AsyncClient, target: Target, config: ScrapeConfig, pinned: Pin | None
+    client: ScrapeClient, target: Target, config: ScrapeConfig, pinned: Pin | None
 ) -> TargetReading:
     began = time.perf_counter()
     outcome = await scrape_target(client, target, config, pinned)
@@ -289,7 +257,7 @@ async def _measured(
 
 
 async def scrape_all(
-    client: httpx.AsyncClient,
+    client: ScrapeClient,
     targets: Sequence[Target],
     config: ScrapeConfig,
     owner: str = "",

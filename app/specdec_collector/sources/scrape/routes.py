@@ -14,13 +14,17 @@ function for a request without one (a Prometheus query).
 port.
 """
 
+import asyncio
 import urllib.request
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 import httpx
+from multidict import CIMultiDict
+from yarl import URL
 
-from specdec_collector.sources.scrape.transport import AiohttpTransport
+from specdec_collector.sources.scrape.transport import AiohttpTransport, Answer, HttpxTransport
 
 #: The request extension that names its route.
 ROUTE = "specdec_route"
@@ -51,18 +55,36 @@ def route_of(scheme: str, host: str, port: int | None, proxies: Mapping[str, str
 
 class RoutedTransport(httpx.AsyncBaseTransport):
     """Sends each request where its route says: `direct` for direct and bypassed ones, the
-    proxy of its scheme for proxied ones."""
+    proxy of its scheme for proxied ones. The scrapes' transport (`transport.ScrapeTransport`),
+    and an httpx transport for the Prometheus API's client."""
 
     def __init__(self, direct: AiohttpTransport, proxies: Mapping[str, str]) -> None:
         self.direct = direct
         self.proxies = dict(proxies)
-        self._through: dict[str, httpx.AsyncHTTPTransport] = {}
+        self._through: dict[str, HttpxTransport] = {}
 
-    def _proxy_transport(self, proxy: str) -> httpx.AsyncHTTPTransport:
+    def _proxy_transport(self, proxy: str) -> HttpxTransport:
         transport = self._through.get(proxy)
         if transport is None:
-            transport = self._through[proxy] = httpx.AsyncHTTPTransport(proxy=proxy)
+            made = HttpxTransport(httpx.AsyncHTTPTransport(proxy=proxy))
+            transport = self._through[proxy] = made
         return transport
+
+    async def get(
+        self, url: str, headers: CIMultiDict[str], extensions: Mapping[str, Any], timeout_s: float
+    ) -> Answer:
+        if extensions.get(ROUTE, Route.DIRECT) != Route.PROXIED:
+            return await self.direct.get(url, headers, extensions, timeout_s)
+        proxy = proxy_of(URL(url, encoded=True).scheme, self.proxies)
+        assert proxy is not None, "a proxied route has a proxy"
+        return await self._proxy_transport(proxy).get(url, headers, extensions, timeout_s)
+
+    def connect_ahead(
+        self, url: str, extensions: Mapping[str, Any], timeout_s: float
+    ) -> "asyncio.Task[None] | None":
+        if extensions.get(ROUTE, Route.DIRECT) == Route.PROXIED:
+            return None  # the connection is the proxy's
+        return self.direct.connect_ahead(url, extensions, timeout_s)
 
     def route(self, request: httpx.Request) -> Route:
         chosen = request.extensions.get(ROUTE)
@@ -76,7 +98,7 @@ class RoutedTransport(httpx.AsyncBaseTransport):
             return await self.direct.handle_async_request(request)
         proxy = proxy_of(request.url.scheme, self.proxies)
         assert proxy is not None, "a proxied route has a proxy"
-        return await self._proxy_transport(proxy).handle_async_request(request)
+        return await self._proxy_transport(proxy).transport.handle_async_request(request)
 
     async def aclose(self) -> None:
         await self.direct.aclose()

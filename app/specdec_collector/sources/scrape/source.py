@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import httpx
-
 from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput
@@ -30,7 +28,7 @@ from specdec_collector.sources.scrape import (
 class ScrapeSource:
     """Scrapes through `client`, as `config` says."""
 
-    def __init__(self, client: httpx.AsyncClient, config: ScrapeConfig) -> None:
+    def __init__(self, client: ScrapeClient, config: ScrapeConfig) -> None:
         self.client = client
         self.config = config
 
@@ -69,14 +67,12 @@ class ScrapeSource:
 
         return read
 
-    def _connecting_ahead(self, openings: "list[asyncio.Task[None]]") -> Allowed | None:
+    def _connecting_ahead(self, openings: "list[asyncio.Task[None]]") -> Allowed:
         """Open the connections of the start's scrapes as its targets are checked (into
         `openings`), so the scrapes of servers new to the collector go out at once after the
         window is written. A connection is opened once, and nothing is asked of the server: a
         start that is refused, or a retry, sends no request (`AiohttpTransport.connect_ahead`)."""
         client = self.client
-        if not isinstance(client, ScrapeClient):
-            return None
         timeout_s = self.config.timeout_s
 
         def allowed(url: str, extensions: dict[str, Any]) -> None:

@@ -1,13 +1,15 @@
-"""An httpx transport that sends requests through aiohttp: the httpx API stays, the wire part
-costs less. A scrape that goes straight to its server skips httpx's request and response
-objects too (`AiohttpTransport.get`, `DirectAnswer`), a large part of a scrape's work.
+"""The seam under every scrape: a `ScrapeTransport` GETs a URL and gives back an `Answer`.
+Production's is `routes.RoutedTransport` (straight to the server through `AiohttpTransport`,
+through a proxy by httpx's own transport); a test double is any httpx transport (respx's, or
+`httpx.MockTransport`) wrapped in `HttpxTransport`, so a test's scrape takes the production
+path down to this seam.
 
 Scrapes are many small GETs of large text answers. httpcore (httpx's own transport) receives
 an answer in Python and its connection pool looks at every connection per request; aiohttp
-has a C-accelerated parser and a pool per host (docs/performance.md). Everything around it
-is httpx's: the client, its timeouts and mounts (a scheme with a proxy in the environment
-keeps httpx's own proxy transport), and the exceptions the scrape tells apart, which this
-module maps from aiohttp's:
+has a C-accelerated parser and a pool per host (docs/performance.md), and a scrape straight
+to its server skips httpx's request and response objects (`AiohttpTransport.get`,
+`DirectAnswer`). httpx's exceptions are the ones a scrape tells apart, whatever the
+transport; this module maps aiohttp's to them:
 
     aiohttp.ClientError
     ├── ClientConnectorError (refused, unreachable, TLS handshake) ...... httpx.ConnectError
@@ -26,7 +28,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 import httpx
@@ -101,6 +103,33 @@ class Answer(Protocol):
     async def aclose(self) -> None: ...
 
 
+class ScrapeTransport(Protocol):
+    """How a scrape's request reaches its server.
+
+    Concurrency contract: one instance serves every scrape of the process, on one event loop;
+    `get` and `connect_ahead` may be called by many tasks at once, and `aclose` once, after
+    the last request. `get` raises only `httpx.HTTPError` (its subclasses name the failure:
+    the tree above) or `OSError`; an answer's `aiter_raw` likewise. The caller closes every
+    answer it was given (`Answer.aclose`), read or not."""
+
+    async def get(
+        self, url: str, headers: CIMultiDict[str], extensions: Mapping[str, Any], timeout_s: float
+    ) -> Answer:
+        """GET `url` (as httpx quotes it) with exactly `headers`; `extensions` as httpx's
+        request extensions (`sni_hostname`, and `routes.ROUTE`); connecting (from the pool
+        or anew) within `timeout_s`, with no bound per read (the scrape bounds the whole)."""
+        ...
+
+    def connect_ahead(
+        self, url: str, extensions: Mapping[str, Any], timeout_s: float
+    ) -> "asyncio.Task[None] | None":
+        """Start opening the connection the next `get` of `url` will take, if this transport
+        can (see `AiohttpTransport.connect_ahead`); the opening, if one was started."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
 class DirectAnswer:
     """An answer as aiohttp read it, for a scrape that went straight to its server: its
     status, its headers (case-insensitive) and its body as it arrives, undecoded; aiohttp's
@@ -128,6 +157,63 @@ class DirectAnswer:
 
     async def aclose(self) -> None:
         self._response.release()
+
+
+class HttpxTransport:
+    """A `ScrapeTransport` over an httpx transport: httpx's proxy transport in production,
+    a test's respx or `httpx.MockTransport`. The request is the one `httpx.AsyncClient` would
+    send (its `Host`, its timeouts); the answer is httpx's response."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
+        self.transport = transport
+
+    async def get(
+        self, url: str, headers: CIMultiDict[str], extensions: Mapping[str, Any], timeout_s: float
+    ) -> Answer:
+        steps = {**extensions, "timeout": _steps_timeout(timeout_s)}
+        request = httpx.Request("GET", url, headers=list(headers.items()), extensions=steps)
+        return _HttpxAnswer(await self.transport.handle_async_request(request))
+
+    def connect_ahead(
+        self, url: str, extensions: Mapping[str, Any], timeout_s: float
+    ) -> "asyncio.Task[None] | None":
+        return None  # an httpx transport connects only for a request
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+
+class _HttpxAnswer:
+    """An httpx transport's answer, its body read from its stream as `httpx.AsyncClient` reads
+    it (a mock's answer made from bytes counts as read already, and still has them)."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+
+    @property
+    def status_code(self) -> int:
+        return self._response.status_code
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._response.headers
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        stream = self._response.stream
+        assert isinstance(stream, httpx.AsyncByteStream), "an async transport's answer"
+        async for chunk in stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+@lru_cache(maxsize=16)
+def _steps_timeout(timeout_s: float) -> dict[str, float | None]:
+    """httpx's request timeouts bounding the steps as `direct_timeout` does."""
+    return httpx.Timeout(timeout_s, read=None).as_dict()
 
 
 class _AnswerStream(httpx.AsyncByteStream):
@@ -188,14 +274,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     def connect_ahead(
-        self, url: str, server_hostname: str | None, timeout_s: float
+        self, url: str, extensions: Mapping[str, Any], timeout_s: float
     ) -> "asyncio.Task[None] | None":
         """Start opening a connection to `url`'s origin, unless one is being opened or was
         free less than FRESH_S ago; it waits in the pool for the origin's next request, which
         waits for it rather than opening another. A connection that cannot be opened is
         forgotten: that request tells why. The opening, if one was started."""
         parsed = _yarl_url(url)
-        origin = _origin(parsed, server_hostname)
+        origin = _origin(parsed, extensions.get("sni_hostname"))
         used = self._last_used.get(origin)
         if origin in self._opening or (used is not None and time.monotonic() - used < FRESH_S):
             return None
@@ -261,17 +347,20 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return response
 
     async def get(
-        self,
-        url: str,
-        headers: CIMultiDict[str],
-        server_hostname: str | None,
-        steps: aiohttp.ClientTimeout,
+        self, url: str, headers: CIMultiDict[str], extensions: Mapping[str, Any], timeout_s: float
     ) -> DirectAnswer:
-        """GET `url` (as httpx quoted it) with exactly `headers`, as `handle_async_request`
-        sends a request, without httpx's request and response objects."""
-        return DirectAnswer(
-            await self._send(None, "GET", _yarl_url(url), headers, b"", server_hostname, steps)
+        """GET `url` with exactly `headers`, as `handle_async_request` sends a request,
+        without httpx's request and response objects."""
+        sent = await self._send(
+            None,
+            "GET",
+            _yarl_url(url),
+            headers,
+            b"",
+            extensions.get("sni_hostname"),
+            direct_timeout(timeout_s),
         )
+        return DirectAnswer(sent)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts = request.extensions.get("timeout", {})
