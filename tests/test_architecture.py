@@ -64,11 +64,28 @@ def test_windows_routes_and_models_never_ask_which_source_a_window_has() -> None
         assert compares == [], (module.name, [ast.unparse(c) for c in compares])
 
 
-def test_window_routes_hop_to_threads_only_through_the_facade() -> None:
-    for route in _modules("service/routes"):
-        if route.name == "health.py":  # the heartbeat write is the health check itself
-            continue
-        assert "run_in_threadpool" not in route.read_text(), route.name
+#: What decides where work runs: the store's alone (`store.store.Store`).
+_WHERE_WORK_RUNS = {
+    "starlette.concurrency",
+    "concurrent.futures",
+    "specdec_collector.store.lanes",
+    "specdec_collector.store.small_reads",
+    "specdec_collector.gcpause",
+}
+
+
+def test_windows_and_the_service_touch_the_database_only_through_the_store() -> None:
+    """Neither `windows/` nor `service/` decides a thread, a lane or the loop for database
+    work: no thread hop, no lane, no small-read path of their own; the store decides."""
+    for module in [*_modules("windows"), *_modules("service")]:
+        if module.name == "main.py":  # the lifespan tunes the collector (`gcpause`) once
+            imported = _imports(module) - {"specdec_collector.gcpause"}
+        else:
+            imported = _imports(module)
+        assert not imported & _WHERE_WORK_RUNS, (module.name, imported & _WHERE_WORK_RUNS)
+        text = module.read_text()
+        for hop in ("run_in_threadpool", "to_thread(", "run_in_executor("):
+            assert hop not in text, (module.name, hop)
 
 
 #: Run as processes of their own, each making its clients' context once anyway; the AISBench

@@ -14,10 +14,10 @@ from sqlmodel import Session, col
 from specdec_collector.core.exposition import SeriesKey, extract_spec_decode
 from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.core.targets import parse_target
-from specdec_collector.service.sampler import purge_samples
 from specdec_collector.store.db import open_database, read_session, write_alone
 from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.tables import EndpointSeries, utcnow
+from specdec_collector.store.transaction import WriteTransaction
 from specdec_collector.windows.catalogue import (
     _known,
     endpoints_over_budget,
@@ -25,6 +25,7 @@ from specdec_collector.windows.catalogue import (
     series_ids,
     set_series_budget,
 )
+from specdec_collector.windows.leases import purge_samples
 from specdec_collector.windows.storage import load_window, snapshots_of, store_snapshots
 from tests.support import clients
 from tests.support.collector import serve_collector
@@ -103,7 +104,7 @@ def test_an_endpoint_spends_its_budget_only_on_the_series_it_adds(database: Engi
     first, second = "http://127.0.0.1:9001/metrics", "http://127.0.0.1:9002/metrics"
 
     def write(wanted: dict[str, set[SeriesKey]]) -> dict[str, int]:
-        return write_alone(database, lambda session: series_ids(session, wanted))[1]
+        return write_alone(database, lambda tx: series_ids(tx.session, wanted))[1]
 
     assert write({first: set(shared)}) == {}
     # 25 series, 15 of them added by the first: 10 its own, within its 20.
@@ -140,7 +141,7 @@ def test_unused_catalogue_rows_are_purged_and_a_process_forgets_them(database_ur
                 open_rows = _catalogue_rows(database_url, other.url)
                 # This process meets the series only the closed window's first sample named.
                 sampled = extract_spec_decode(churning(2).decode())
-                write_alone(database, lambda session: series_ids(session, {server.url: sampled}))
+                write_alone(database, lambda tx: series_ids(tx.session, {server.url: sampled}))
                 assert purge_samples(database, utcnow() + timedelta(days=1)) >= 2
                 deleted = purge_catalogue(database)
                 assert _catalogue_rows(database_url, other.url) >= open_rows
@@ -157,8 +158,8 @@ def test_unused_catalogue_rows_are_purged_and_a_process_forgets_them(database_ur
         series = sampled
         reading = TargetReading(endpoint, utcnow(), series)
 
-        def store(session: Session) -> None:
-            store_snapshots(session, {endpoint.name: closed.targets[0].id}, SnapshotPhase.SAMPLE,
+        def store(tx: WriteTransaction) -> None:
+            store_snapshots(tx.session, {endpoint.name: closed.targets[0].id}, SnapshotPhase.SAMPLE,
                             [reading])  # fmt: skip
 
         write_alone(database, store)
@@ -216,16 +217,16 @@ def test_a_write_transaction_reads_the_purge_count_once_and_the_next_one_again(
     endpoints = [f"http://127.0.0.1:{port}/metrics" for port in (9001, 9002, 9003)]
     try:
 
-        def two_writes(session: Session) -> None:
-            series_ids(session, {endpoints[0]: payload})
-            series_ids(session, {endpoints[1]: payload})
+        def two_writes(tx: WriteTransaction) -> None:
+            series_ids(tx.session, {endpoints[0]: payload})
+            series_ids(tx.session, {endpoints[1]: payload})
 
         write_alone(database, two_writes)
         assert len(reads) == 1
         # One row a series, whichever endpoint showed it: no snapshot names them.
         assert purge_catalogue(database) == len(payload)
         reads.clear()
-        ids, _ = write_alone(database, lambda session: series_ids(session, {endpoints[0]: payload}))
+        ids, _ = write_alone(database, lambda tx: series_ids(tx.session, {endpoints[0]: payload}))
         assert len(reads) == 1
         # The purge was seen: the ids remembered from before it are forgotten, rows added anew.
         assert _known_purges(database) == 1

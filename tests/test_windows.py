@@ -1,5 +1,6 @@
 """Window storage under concurrency, on SQLite and PostgreSQL."""
 
+import asyncio
 import json
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -35,9 +36,9 @@ from specdec_collector.core.targets import Target, parse_target
 from specdec_collector.schemas import WindowCreate
 from specdec_collector.service.auth import any_db_key
 from specdec_collector.sources.protocol import Chain
-from specdec_collector.store.db import open_database, write_alone
+from specdec_collector.store.db import open_database, write_alone, write_session
 from specdec_collector.store.migrate import upgrade_database
-from specdec_collector.store.small_reads import SmallReads
+from specdec_collector.store.store import Cost, Store, run_to_end
 from specdec_collector.store.tables import TABLES, EndpointSeries, Snapshot, utcnow
 from specdec_collector.windows.answers import view_json
 from specdec_collector.windows.cache import OpenViews, ResultsCache
@@ -49,7 +50,7 @@ from specdec_collector.windows.catalogue import (
     labels_to_text,
     series_ids,
 )
-from specdec_collector.windows.closing import ClosedWindow, prepare_close, prepare_close_here
+from specdec_collector.windows.closing import ClosedWindow, prepare_close
 from specdec_collector.windows.overlaps import overlaps_of
 from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.storage import (
@@ -141,16 +142,13 @@ def _service_for_reads(database: Engine) -> WindowService:
     """A window service with what reads use (the engine, the kept results and views)."""
     unused: Any = None  # sources, sampler, settings, lanes: a read uses none
     return WindowService(
-        database=database,
+        store=Store(database),
         sources=unused,
         sampler=unused,
         settings=unused,
         kept_results=ResultsCache(8),
-        writes=unused,
-        computations=unused,
         open_views=OpenViews(8, 1 << 20),
         read_budget=unused,
-        reads=SmallReads(database),
     )
 
 
@@ -167,7 +165,9 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     series = extract_spec_decode(vllm_payload([counters]))
     store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), series)])
     service = _service_for_reads(database)
-    await service.reads.prepare()  # as the service does at start-up: its probes are not counted
+    await (
+        service.store._lookups.prepare()
+    )  # as the service does at start-up: its probes are not counted
     first = await view_json(service, "default", "w")
     before = json.loads(first)["targets"][0]["before"]
     assert before == {
@@ -273,12 +273,12 @@ def test_series_another_writer_adds_first_are_read_back(postgres_url: str) -> No
 
     event.listen(database, "before_cursor_execute", add_one_first)
     try:
-        with Session(database) as session:
+        with write_session(database) as transaction:
             store_snapshots(
-                session, {target.name: target_id}, SnapshotPhase.BEFORE,
+                transaction.session, {target.name: target_id}, SnapshotPhase.BEFORE,
                 [TargetReading(target, datetime.now(UTC), series)],
             )  # fmt: skip
-            session.commit()
+            transaction.commit()
     finally:
         event.remove(database, "before_cursor_execute", add_one_first)
     assert raced  # the race happened
@@ -437,14 +437,14 @@ def test_more_new_series_than_one_insert_holds_are_all_stored_once(
     distinct = {key for keys in wanted.values() for key in keys}
     assert len(distinct) > ROWS_PER_INSERT
     early = {endpoint: wanted[endpoint] for endpoint in endpoints[::3]}  # another process's
-    with Session(other) as session:
-        stored_early, _ = series_ids(session, early)
-        session.commit()
+    with write_session(other) as transaction:
+        stored_early, _ = series_ids(transaction.session, early)
+        transaction.commit()
     # This process has met none of them (the other one stands for another process).
     monkeypatch.setattr(KnownSeries, "remember", lambda self, rows: None)
-    with Session(database) as session:
-        ids, refused = series_ids(session, wanted)
-        session.commit()
+    with write_session(database) as transaction:
+        ids, refused = series_ids(transaction.session, wanted)
+        transaction.commit()
     assert refused == {}
     assert set(ids) == distinct
     assert len(set(ids.values())) == len(ids)
@@ -469,9 +469,9 @@ def test_series_added_by_a_rolled_back_write_are_not_remembered(
     ids = {target.name: stored.targets[0].id}
     series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
     outcome = TargetReading(target, datetime.now(UTC), series)
-    with Session(database) as session:
-        store_snapshots(session, ids, SnapshotPhase.BEFORE, [outcome])
-        session.rollback()
+    with write_session(database) as transaction:
+        store_snapshots(transaction.session, ids, SnapshotPhase.BEFORE, [outcome])
+        transaction.rollback()
     with Session(database) as session:
         assert session.exec(select(EndpointSeries)).all() == []
     store_baseline(database, stored, [outcome])
@@ -520,9 +520,9 @@ def test_a_sample_stored_while_a_stop_computes_its_results_is_counted(
     def land_a_sample(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if not landed and "FROM snapshot" in statement:
             landed.append(True)
-            with Session(writer) as session:
-                store_snapshots(session, ids, SnapshotPhase.SAMPLE, [sample])
-                session.commit()
+            with write_session(writer) as transaction:
+                store_snapshots(transaction.session, ids, SnapshotPhase.SAMPLE, [sample])
+                transaction.commit()
 
     event.listen(database, "after_cursor_execute", land_a_sample)
     try:
@@ -808,11 +808,11 @@ def test_overlap_seconds_are_the_stored_times_apart_to_the_millisecond(
 
 
 @pytest.mark.anyio
-async def test_a_stop_computed_on_the_event_loop_equals_the_lanes(
+async def test_a_stop_computed_on_the_event_loop_equals_one_computed_in_a_thread(
     engines: tuple[Engine, Engine],
 ) -> None:
-    """`prepare_close_here` (a small stop on SQLite) gives what `prepare_close` (the lane's)
-    does: baselines, results with their overlaps, and the rows that store them."""
+    """The store runs a stop's computation stepped on the event loop (a small stop on SQLite)
+    or to its end in a thread: the same baselines, results with their overlaps, and rows."""
     database, _ = engines
     targets = [parse_target(f"127.0.0.1:{port}") for port in (9301, 9302, 9303)]
     names = [t.name for t in targets]
@@ -831,8 +831,8 @@ async def test_a_stop_computed_on_the_event_loop_equals_the_lanes(
                                       TargetReading(targets[2], now, failed)])  # fmt: skip
     chains = [Chain(reading(targets[0], 40)), Chain(TargetReading(targets[1], now, failed)),
               Chain(reading(targets[2], 9))]  # fmt: skip
-    lanes = prepare_close(database, stored, chains, now)
-    here = await prepare_close_here(database, stored, chains, now)
+    lanes = await asyncio.to_thread(run_to_end, prepare_close(database, stored, chains, now))
+    here = await Store(database).compute(Cost(readings=1), prepare_close, stored, chains, now)
     assert here.closed == lanes.closed and here.read_up_to == lanes.read_up_to
     assert here.rows == lanes.rows
     first = here.closed.results[stored.targets[0].id]
@@ -906,8 +906,9 @@ def test_a_stops_look_for_new_samples_reads_only_its_own_snapshots(postgres_url:
         stored_ids.append([t.id for t in stored.targets])
     mine, busy = stored_ids
     samples = [TargetReading(parse_target("10.0.0.0:8000"), utcnow(), series)] * 3000
+    ids = {"10.0.0.0:8000": busy[0]}
     write_alone(
-        database, store_snapshots, {"10.0.0.0:8000": busy[0]}, SnapshotPhase.SAMPLE, samples
+        database, lambda tx: store_snapshots(tx.session, ids, SnapshotPhase.SAMPLE, samples)
     )
     statement = _LATEST_SNAPSHOT.params(target_ids=mine).compile(
         dialect=database.dialect, compile_kwargs={"literal_binds": True}

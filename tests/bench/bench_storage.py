@@ -13,10 +13,10 @@ from sqlmodel import Session
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import parse_target
-from specdec_collector.service.sampler import store_samples
 from specdec_collector.store.db import open_database
 from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.tables import Window, WindowTarget
+from specdec_collector.windows.leases import store_samples
 from tests.bench.farm import run_farm
 from tests.bench.figures import Figure, show
 from tests.support.collector import run_collector

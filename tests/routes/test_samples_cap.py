@@ -6,13 +6,12 @@ import json
 import time
 from datetime import timedelta
 
-from sqlmodel import Session
-
 from specdec_collector.core.exposition import extract_spec_decode
 from specdec_collector.core.readings import SnapshotPhase, TargetReading
 from specdec_collector.core.targets import parse_target
 from specdec_collector.store.db import open_database, write_alone
 from specdec_collector.store.tables import utcnow
+from specdec_collector.store.transaction import WriteTransaction
 from specdec_collector.windows.storage import load_window, store_snapshots
 from tests.support import clients
 from tests.support.collector import serve_collector
@@ -48,9 +47,9 @@ def test_a_long_timeline_keeps_its_ends_and_restarts_within_max_points(database_
             for i, count in enumerate(counts)
         ]
 
-        def add(session: Session) -> None:
+        def add(tx: WriteTransaction) -> None:
             ids = {target.name: stored.targets[0].id}
-            store_snapshots(session, ids, SnapshotPhase.SAMPLE, readings)
+            store_snapshots(tx.session, ids, SnapshotPhase.SAMPLE, readings)
 
         write_alone(database, add)
         database.dispose()

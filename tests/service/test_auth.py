@@ -27,6 +27,7 @@ from specdec_collector.service.keys import create_key, list_keys, revoke_key
 from specdec_collector.store import small_reads
 from specdec_collector.store.db import open_database
 from specdec_collector.store.migrate import upgrade_database
+from specdec_collector.store.store import Store
 
 KEY_A = "team-a-write-key-0123456789"
 KEY_R = "team-a-read-key-0123456789"
@@ -113,7 +114,8 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(
     then never again once a key exists; from the event loop, not a thread (on PostgreSQL the
     suite's is on this host: near, its probes allowed more as the suite loads the machine)."""
     monkeypatch.setattr(small_reads, "NEAR_S", 0.05)
-    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], database)
+    store = Store(database)
+    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], store)
     on_sqlite = database.dialect.name == "sqlite"
     hops: list[Callable[..., object]] = []
 
@@ -139,16 +141,17 @@ async def test_open_mode_closes_at_the_first_key_another_process_creates(
         event.remove(Engine, "before_cursor_execute", listener)
         assert statements == []
     finally:
-        access.close()
+        await store.aclose()
     # On PostgreSQL one hop: the loop's connection opened (and the server probed) in a thread.
     assert [getattr(hop, "__name__", hop) for hop in hops] == ([] if on_sqlite else ["_open"])
-    reopening = AnonymousAccess(OpenMode.WHILE_NO_ACTIVE_KEY, [], database)
+    store = Store(database)
+    reopening = AnonymousAccess(OpenMode.WHILE_NO_ACTIVE_KEY, [], store)
     assert await reopening.is_open() and await reopening.is_open()  # every key revoked
-    reopening.close()
     closed = AnonymousAccess(
-        OpenMode.WHILE_NO_ACTIVE_KEY, parse_env_keys(f"a:write:{KEY_A}"), database
+        OpenMode.WHILE_NO_ACTIVE_KEY, parse_env_keys(f"a:write:{KEY_A}"), store
     )
     assert not await closed.is_open()
+    await store.aclose()
 
 
 @pytest.mark.anyio
@@ -157,8 +160,8 @@ async def test_a_locked_sqlite_file_is_waited_for_in_a_thread_never_on_the_loop(
 ) -> None:
     url = f"sqlite:///{tmp_path}/locked.db"
     upgrade_database(url)
-    database = open_database(url)
-    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], database)
+    store = Store(open_database(url))
+    access = AnonymousAccess(OpenMode.UNTIL_FIRST_KEY, [], store)
     # A connection in exclusive locking mode keeps even WAL readers out until it closes.
     holder = sqlite3.connect(f"{tmp_path}/locked.db", check_same_thread=False)
     holder.execute("PRAGMA locking_mode=EXCLUSIVE")
@@ -181,8 +184,7 @@ async def test_a_locked_sqlite_file_is_waited_for_in_a_thread_never_on_the_loop(
         assert await access.is_open()  # no key: open, once the lock is gone
     finally:
         releasing.cancel()
-        access.close()
-        database.dispose()
+        await store.aclose()
     assert turns == 10
 
 

@@ -15,11 +15,13 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import Session, col
 
-from specdec_collector.service.sampler import Sampler, claim_windows, purge_samples
+from specdec_collector.service.sampler import Sampler
 from specdec_collector.sources.scrape import ScrapeConfig, new_client
 from specdec_collector.store.db import open_database, write_session
 from specdec_collector.store.migrate import upgrade_database
+from specdec_collector.store.store import Store
 from specdec_collector.store.tables import Window
+from specdec_collector.windows.leases import claim_windows, purge_samples
 from tests.bench.bench_storage import bytes_per_sample
 from tests.support import clients
 from tests.support.collector import Team, run_collector
@@ -259,17 +261,15 @@ def test_retention_deletes_old_samples_and_keeps_results(team: Team, api: httpx.
 
 @pytest.mark.anyio
 async def test_sampler_schedules_the_daily_retention_job(database_url: str) -> None:
-    url = database_url
-    upgrade_database(url)
-    database = open_database(url)
+    store = await Store.open(database_url)
     async with new_client() as client:
-        sampler = Sampler(database, client, ScrapeConfig(1.0, 1 << 20), retention_days=7)
+        sampler = Sampler(store, client, ScrapeConfig(1.0, 1 << 20), retention_days=7)
         await sampler.start()
         job = sampler.scheduler.get_job("purge-samples")
         await sampler.stop()
+    await store.aclose()
     assert job is not None
     assert job.trigger.interval == timedelta(days=1)
-    database.dispose()
 
 
 def test_a_one_engine_k5_sample_costs_under_1_kb(database_url: str) -> None:

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
 
 from specdec_collector.core.targets import parse_target
 from specdec_collector.exceptions import TooManyWindows
 from specdec_collector.schemas import WindowCreate
 from specdec_collector.store.db import open_database, takes_turns
-from specdec_collector.store.lanes import TOGETHER, Lane, RunAlone, WriteLanes
+from specdec_collector.store.lanes import Lane, WriteLanes
 from specdec_collector.store.migrate import upgrade_database
+from specdec_collector.store.transaction import RunAlone, WriteTransaction
 from specdec_collector.windows.storage import add_window, load_window
 from specdec_collector.windows.stored import Actor
 from tests.support import clients
@@ -50,8 +50,8 @@ def _notes(database: Engine) -> list[str]:
         return list(connection.execute(text("SELECT body FROM note ORDER BY id")).scalars())
 
 
-def _note(session: Session, body: str) -> str:
-    session.execute(text("INSERT INTO note (body) VALUES (:body)"), {"body": body})
+def _note(transaction: WriteTransaction, body: str) -> str:
+    transaction.session.execute(text("INSERT INTO note (body) VALUES (:body)"), {"body": body})
     return body
 
 
@@ -99,9 +99,9 @@ def test_jobs_run_in_the_order_they_came(database: Engine) -> None:
         order.append(name)
         return name
 
-    def write(session: Session, name: str) -> str:
+    def write(transaction: WriteTransaction, name: str) -> str:
         order.append(name)
-        return _note(session, name)
+        return _note(transaction, name)
 
     async def main() -> list[Any]:
         return await _while_held(
@@ -142,7 +142,7 @@ def test_a_domain_error_fails_its_own_write_only(database: Engine) -> None:
     lane = Lane("test", serial=True, database=database)
     commits = _commits(database)
 
-    def refused(session: Session) -> None:
+    def refused(transaction: WriteTransaction) -> None:
         raise TooManyWindows("team t has 2 open windows")
 
     async def main() -> list[Any]:
@@ -170,11 +170,11 @@ def test_a_write_that_must_run_alone_runs_once_its_group_is_committed(database: 
     commits = _commits(database)
     together: list[bool] = []
 
-    def shy(session: Session) -> str:
-        together.append(bool(session.info.get(TOGETHER)))
-        if session.info.get(TOGETHER):
+    def shy(transaction: WriteTransaction) -> str:
+        together.append(transaction.together)
+        if transaction.together:
             raise RunAlone("a lock another process holds")
-        return _note(session, "alone")
+        return _note(transaction, "alone")
 
     async def main() -> list[Any]:
         return await _while_held(
@@ -292,10 +292,10 @@ def test_writes_of_other_keys_run_beside_a_write_that_waits(postgres_url: str) -
     slow, other, third = _keys_in_lanes(lanes)
     others_done = threading.Event()
 
-    def waiting(session: Session, body: str) -> str:
+    def waiting(transaction: WriteTransaction, body: str) -> str:
         # Done only once both other lanes committed theirs: one lane would never get there.
         assert others_done.wait(10), "the other keys' writes waited behind this one"
-        return _note(session, body)
+        return _note(transaction, body)
 
     async def main() -> None:
         first = asyncio.ensure_future(lanes.write(slow, waiting, "slow-1"))

@@ -7,6 +7,7 @@ from sqlalchemy.engine import Engine
 from specdec_collector.core.readings import TargetReading
 from specdec_collector.sources.protocol import Chain
 from specdec_collector.store.db import write_alone
+from specdec_collector.store.store import run_to_end
 from specdec_collector.store.tables import utcnow
 from specdec_collector.windows.closing import ClosedWindow, add_close, prepare_close
 from specdec_collector.windows.storage import add_baseline
@@ -26,5 +27,5 @@ def close_window(
     """Close the window with these final readings (in the targets' order), as a scraped
     window's stop does; None if another stop came first."""
     chains = [Chain(final) for final in finals]
-    prepared = prepare_close(database, stored, chains, utcnow())
+    prepared = run_to_end(prepare_close(database, stored, chains, utcnow()))
     return write_alone(database, add_close, stored, actor, prepared)

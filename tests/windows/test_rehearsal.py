@@ -40,7 +40,9 @@ def _start_sample_stop(database: Engine) -> None:
     assert stored is not None
     write_alone(database, add_baseline, stored, outcomes)
     ids = {t.name: t.id for t in stored.targets}
-    write_alone(database, store_snapshots, ids, SnapshotPhase.SAMPLE, outcomes)
+    write_alone(
+        database, lambda tx: store_snapshots(tx.session, ids, SnapshotPhase.SAMPLE, outcomes)
+    )
     stored = load_window(database, actor.team, "w")
     assert close_window(database, stored, actor, outcomes) is not None
 

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from specdec_collector.exceptions import NotAllowed, NotAuthenticated
 from specdec_collector.schemas import TEAM_PATTERN, KeyRole
 from specdec_collector.store.db import read_connection
-from specdec_collector.store.small_reads import SmallReads
+from specdec_collector.store.store import Store
 from specdec_collector.store.tables import TABLES
 
 DEFAULT_TEAM = "default"
@@ -157,8 +157,8 @@ class AnonymousAccess:
     """Whether a request without a key is served now (see `OpenMode`), asked by every one.
 
     The keys are read from the database each time (one created by `specdec keys create` or on
-    another replica closes the service at once), as a `SmallReads` (the service's, else its
-    own: on the event loop where the database is at hand). Once a key exists in
+    another replica closes the service at once), as a lookup of the store's (on the event
+    loop where the database is at hand). Once a key exists in
     `UNTIL_FIRST_KEY` mode the service is closed for good, and nothing more is read.
     """
 
@@ -166,29 +166,23 @@ class AnonymousAccess:
         self,
         mode: OpenMode,
         env_keys: list[EnvKey],
-        database: Engine,
-        reads: SmallReads | None = None,
+        store: Store,
     ) -> None:
         self.mode = mode
         self._env_keys = env_keys
         self._closed_for_good = bool(env_keys) or mode is OpenMode.NEVER
-        self._own_reads = reads is None  # else the service's, closed by it
-        self._reads = reads or SmallReads(database)
+        self._store = store
 
     async def is_open(self) -> bool:
         if self._closed_for_good:
             return False
-        found = await self._reads(self._open_in)
+        found = await self._store.lookup(self._open_in)
         if not found and self.mode is OpenMode.UNTIL_FIRST_KEY:
             self._closed_for_good = True
         return found
 
     def _open_in(self, database: Engine) -> bool:
         return self.mode.is_open(self._env_keys, database)
-
-    def close(self) -> None:
-        if self._own_reads:
-            self._reads.close()
 
 
 def _lookup(database: Engine, key: str) -> Principal | None:

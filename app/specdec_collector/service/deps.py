@@ -27,6 +27,7 @@ from specdec_collector.service.auth import (
 from specdec_collector.service.keys import KeyService
 from specdec_collector.service.middleware import OPEN_ANSWER
 from specdec_collector.service.state import Health, Services
+from specdec_collector.store.store import Store
 from specdec_collector.windows.service import WindowService
 from specdec_collector.windows.stored import Actor
 
@@ -37,12 +38,12 @@ def _services(request: Request) -> Services:
     return services
 
 
-async def get_database(request: Request) -> Engine:
-    """The database the lifespan opened."""
-    return _services(request).database
+async def get_store(request: Request) -> Store:
+    """Where database work runs (`store.store`), as the lifespan made it."""
+    return _services(request).store
 
 
-DatabaseDep = Annotated[Engine, Depends(get_database)]
+StoreDep = Annotated[Store, Depends(get_store)]
 
 
 async def get_windows(request: Request) -> WindowService:
@@ -90,7 +91,7 @@ async def get_principal(request: Request) -> Principal:
     else:
         found = principal_from_env_keys(authorization, services.env_keys)
     if found is None:
-        found = await services.reads(
+        found = await services.store.lookup(
             _authenticated, authorization, services.env_keys, services.anonymous.mode
         )
     request.scope[_PRINCIPAL] = found

@@ -10,12 +10,12 @@ from datetime import datetime
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
-from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import KeyNotFound
 from specdec_collector.schemas import KeyAction, KeyEventView, KeyRole, KeyView, NewKey
 from specdec_collector.service.auth import check_role, check_team, hash_key, new_key
 from specdec_collector.store.db import read_session
+from specdec_collector.store.store import Store
 from specdec_collector.store.tables import ApiKey, KeyEvent, as_utc, utcnow
 
 # The newest events `GET /keys/events` answers with at most.
@@ -92,19 +92,19 @@ class KeyService:
     """The key calls of the routes, answering the API's models (the routes' dependency checks
     that the caller holds an admin key)."""
 
-    database: Engine
+    store: Store
 
     async def create(self, team: str, role: KeyRole, actor: str) -> NewKey:
-        row, key = await run_in_threadpool(create_key, self.database, team, role, actor)
+        row, key = await self.store.run(create_key, team, role, actor)
         return NewKey(**_view(row).model_dump(), key=key)
 
     async def all(self) -> list[KeyView]:
-        return [_view(row) for row in await run_in_threadpool(list_keys, self.database)]
+        return [_view(row) for row in await self.store.run(list_keys)]
 
     async def revoke(self, key_id: int, actor: str) -> KeyView:
         """The key, revoked (now, or before: revoking twice changes nothing); 404 if none."""
-        await run_in_threadpool(revoke_key, self.database, key_id, actor)
-        row = await run_in_threadpool(get_key, self.database, key_id)
+        await self.store.run(revoke_key, key_id, actor)
+        row = await self.store.run(get_key, key_id)
         if row is None:
             raise KeyNotFound(key_id)
         return _view(row)
@@ -119,5 +119,5 @@ class KeyService:
                 role=KeyRole(event.role),
                 actor=event.actor,
             )
-            for event in await run_in_threadpool(key_events, self.database)
+            for event in await self.store.run(key_events)
         ]

@@ -14,9 +14,7 @@ import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from starlette.concurrency import run_in_threadpool
 
 from specdec_collector import __version__
 from specdec_collector.config import Settings, get_settings
@@ -41,10 +39,8 @@ from specdec_collector.sources.scrape import (
 )
 from specdec_collector.sources.scrape.resolver import SystemResolver
 from specdec_collector.sources.scrape.source import ScrapeSource
-from specdec_collector.store.db import database_unavailable, open_database, takes_turns
-from specdec_collector.store.lanes import Lane, WriteLanes
-from specdec_collector.store.migrate import upgrade_database
-from specdec_collector.store.small_reads import SmallReads
+from specdec_collector.store.db import database_unavailable
+from specdec_collector.store.store import Store
 from specdec_collector.telemetry import REGISTRY, DatabaseMetrics
 from specdec_collector.windows.budget import ReadBudget
 from specdec_collector.windows.cache import MAX_KEPT_VIEW_BYTES, OpenViews, ResultsCache
@@ -121,30 +117,18 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
-        database = await _opened_database(settings)
+        store = await _opened_store(settings)
         client = new_client()
         queries = new_query_client(settings.prometheus_timeout_s)
-        # The process's small reads (the windows', the keys', the sampler's lease scan): on a
-        # PostgreSQL near enough, on the event loop, its connection opened and the server
-        # probed now (`store.small_reads`).
-        reads = SmallReads(database)
-        await reads.prepare()
-        sampler = _sampler(settings, database, client, scrape, reads)
-        # Writes take turns in their lane (SQLite has one), those that wait together in one
-        # transaction; SQLite computes one stop at a time too, PostgreSQL several at once (see
-        # `store.lanes`).
-        writes = WriteLanes("specdec-writes", database, settings.db_write_lanes)
-        computations = Lane("specdec-computations", serial=takes_turns(database))
-        windows = _window_service(
-            settings, database, client, queries, scrape, sampler, reads, writes, computations
-        )
+        sampler = _sampler(settings, store, client, scrape)
+        windows = _window_service(settings, store, client, queries, scrape, sampler)
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
-        anonymous = AnonymousAccess(open_mode, env_keys, database, reads)
-        services = Services(database, env_keys, anonymous, windows, KeyService(database), reads)
+        anonymous = AnonymousAccess(open_mode, env_keys, store)
+        services = Services(store, env_keys, anonymous, windows, KeyService(store))
         # Asked once now: its connection opened and its query compiled before the first call
         # without a key, and a database that has a key closes it from the start.
         await anonymous.is_open()
-        database_metrics = DatabaseMetrics(database)
+        database_metrics = DatabaseMetrics(store.database)
         REGISTRY.register(database_metrics)
         await sampler.start()
         await _build_routes(app)
@@ -154,71 +138,59 @@ def _lifespan(
         finally:
             REGISTRY.unregister(database_metrics)
             await sampler.stop()
-            await run_in_threadpool(computations.close)
-            await run_in_threadpool(writes.close)
+            await store.aclose()
             await client.aclose()
             await queries.aclose()
-            anonymous.close()
-            reads.close()
             if isinstance(scrape.resolve, SystemResolver):
                 scrape.resolve.close()
-            database.dispose()
 
     return lifespan
 
 
-async def _opened_database(settings: Settings) -> Engine:
-    """The database, migrated first, with a window's statements compiled."""
-    await run_in_threadpool(upgrade_database, settings.database_url)
-    database = open_database(
+async def _opened_store(settings: Settings) -> Store:
+    """The store over the database, migrated first, with a window's statements compiled."""
+    store = await Store.open(
         settings.database_url,
+        write_lanes=settings.db_write_lanes,
         pool_size=settings.db_pool_size,
         statement_timeout_s=settings.db_statement_timeout_s,
         connect_timeout_s=settings.db_connect_timeout_s,
     )
     # Before the first request: its start would otherwise compile every statement it runs.
     try:
-        await run_in_threadpool(rehearse_window, database)
+        await store.run(rehearse_window)
     except Exception:  # only the first start's speed depends on it
         logger.exception("the rehearsal of a window failed; the first start compiles it")
-    set_series_budget(database, 2 * settings.max_series_per_target)
-    return database
+    set_series_budget(store.database, 2 * settings.max_series_per_target)
+    return store
 
 
 def _sampler(
-    settings: Settings,
-    database: Engine,
-    client: ScrapeClient,
-    scrape: ScrapeConfig,
-    reads: SmallReads,
+    settings: Settings, store: Store, client: ScrapeClient, scrape: ScrapeConfig
 ) -> Sampler:
     return Sampler(
-        database,
+        store,
         client,
         scrape,
         settings.sample_retention_days,
         replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
         scan_interval_s=settings.sampler_scan_s,
         min_free_disk_bytes=settings.min_free_disk_bytes,
-        reads=reads,
     )
 
 
 def _window_service(
     settings: Settings,
-    database: Engine,
+    store: Store,
     client: ScrapeClient,
     queries: httpx.AsyncClient,
     scrape: ScrapeConfig,
     sampler: Sampler,
-    reads: SmallReads,
-    writes: WriteLanes,
-    computations: Lane,
 ) -> WindowService:
     prometheus = PrometheusAPI(settings, queries) if settings.prometheus_url else None
     per_team = settings.max_target_reads_per_second_per_team
     return WindowService(
-        database=database,
+        store=store,
         sources={
             Source.SCRAPE: ScrapeSource(client, scrape),
             Source.PROMETHEUS: PrometheusSource(prometheus),
@@ -226,10 +198,7 @@ def _window_service(
         sampler=sampler,
         settings=settings,
         kept_results=ResultsCache(settings.results_cache_windows),
-        writes=writes,
-        computations=computations,
         open_views=OpenViews(settings.open_views_cache_windows, MAX_KEPT_VIEW_BYTES),
-        reads=reads,
         read_budget=ReadBudget(per_team, max(per_team, 2 * settings.max_targets_per_window)),
     )
 

@@ -31,27 +31,27 @@ from typing import Any
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from sqlalchemy import ColumnElement, bindparam, delete, update
-from sqlalchemy import select as sa_select
-from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import col, select
-from starlette.concurrency import run_in_threadpool
 
-from specdec_collector.core.readings import SnapshotPhase, TargetReading
-from specdec_collector.schemas import WindowState
+from specdec_collector.core.readings import TargetReading
 from specdec_collector.sources.scrape import ScrapeClient, ScrapeConfig, scrape_all
 from specdec_collector.store.db import (
     free_disk_bytes,
-    read_connection,
-    write_session,
 )
-from specdec_collector.store.small_reads import SmallReads
-from specdec_collector.store.tables import TABLES, Snapshot, Window, WindowTarget, utcnow
+from specdec_collector.store.store import Store
+from specdec_collector.store.tables import utcnow
 from specdec_collector.telemetry import SAMPLES_SKIPPED
 from specdec_collector.windows.catalogue import purge_catalogue
-from specdec_collector.windows.leases import lease_seconds, renewal_due, renewal_margin_s
-from specdec_collector.windows.storage import store_snapshots, targets_of
+from specdec_collector.windows.leases import (
+    claim_windows,
+    claimable_windows,
+    lease_seconds,
+    purge_samples,
+    renew_lease,
+    renewal_due,
+    renewal_margin_s,
+    store_samples,
+)
 from specdec_collector.windows.stored import StoredTarget
 
 logger = logging.getLogger(__name__)
@@ -61,175 +61,26 @@ def _job_id(window_pk: int) -> str:
     return f"sample-window-{window_pk}"
 
 
-_WINDOWS = TABLES["window"]
-
-# A sampling run's writes, built once (a run writes one or two of them every interval, and
-# building them is a large part of storing a sample). Each touches the window only while it is
-# open (and, with an owner, while that owner holds its lease); none, and the caller drops its
-# sample or gives the window up.
-_OPEN = (_WINDOWS.c.id == bindparam("pk")) & (_WINDOWS.c.state == WindowState.OPEN)
-_OWNED = _OPEN & (_WINDOWS.c.sampler_owner == bindparam("owner"))
-_RENEW_LEASE = update(_WINDOWS).where(_OWNED).values(sampler_lease_until=bindparam("until"))
-_MARK_SAMPLED = update(_WINDOWS).where(_OPEN).values(last_sampled_at=bindparam("at"))
-_MARK_SAMPLED_RENEWING = (
-    update(_WINDOWS)
-    .where(_OWNED)
-    .values(last_sampled_at=bindparam("at"), sampler_lease_until=bindparam("until"))
-)
-
-
-def renew_lease(database: Engine, window_pk: int, owner: str, interval_s: float) -> bool:
-    """Extend `owner`'s lease of an open window; `False` if it is closed or owned by another."""
-    with write_session(database) as session:
-        # Reckoned once this writer's turn came: a wait for it does not shorten the lease.
-        params = {"pk": window_pk, "owner": owner, "until": time.time() + lease_seconds(interval_s)}
-        renewed: CursorResult[Any] = session.execute(_RENEW_LEASE, params)  # type: ignore[assignment]
-        session.commit()
-        return renewed.rowcount == 1
-
-
-def store_samples(
-    database: Engine,
-    window_pk: int,
-    outcomes: Sequence[TargetReading],
-    ids: dict[str, int],
-    owner: str | None = None,
-    interval_s: float = 1.0,
-) -> bool:
-    """Store one sample per outcome if the window is open (and `owner` still holds its lease,
-    which is renewed).
-
-    Returns whether the samples were stored. The window row is written first: that
-    serialises with a stop, so once the window is closed a late sample is dropped.
-    """
-    with write_session(database) as session:
-        params: dict[str, Any] = {"pk": window_pk, "at": utcnow()}
-        mark = _MARK_SAMPLED
-        if owner is not None:
-            params |= {"owner": owner, "until": time.time() + lease_seconds(interval_s)}
-            mark = _MARK_SAMPLED_RENEWING
-        touched: CursorResult[Any] = session.execute(mark, params)  # type: ignore[assignment]
-        if touched.rowcount != 1:
-            session.rollback()
-            return False
-        store_snapshots(session, ids, SnapshotPhase.SAMPLE, outcomes)
-        session.commit()
-        return True
-
-
-def _claimable(include_own: bool) -> ColumnElement[bool]:
-    """A window whose lease nobody holds or ran out before `:now` (or, with `include_own`,
-    that `:owner` held)."""
-    claimable = _WINDOWS.c.sampler_owner.is_(None) | (
-        _WINDOWS.c.sampler_lease_until < bindparam("now")
-    )
-    if include_own:
-        claimable = claimable | (_WINDOWS.c.sampler_owner == bindparam("owner"))
-    return claimable
-
-
-# The scan's query, built once (with and without the owner's own windows): it runs four times
-# a second in every replica, so building it each time would be most of an idle collector's work.
-_CLAIMABLE_WINDOWS = {
-    include_own: sa_select(_WINDOWS.c.id, _WINDOWS.c.team, _WINDOWS.c.sample_interval_s).where(
-        _WINDOWS.c.state == WindowState.OPEN,
-        _WINDOWS.c.sample_interval_s.is_not(None),
-        _claimable(include_own),
-    )
-    for include_own in (False, True)
-}
-
-
-def claimable_windows(
-    database: Engine, owner: str, include_own: bool = False
-) -> list[tuple[int, str, float]]:
-    """The sampled open windows whose lease is free or ran out (with `include_own`, also
-    those `owner` held): (pk, team, interval) each. A read alone: the scan runs four times a
-    second in every replica and almost always finds nothing, and on SQLite the writers' turn
-    is every process's."""
-    with read_connection(database) as connection:
-        rows = connection.execute(
-            _CLAIMABLE_WINDOWS[include_own], {"now": time.time(), "owner": owner}
-        ).all()
-    return [(window_pk, team, interval_s) for window_pk, team, interval_s in rows]
-
-
-def claim_windows(
-    database: Engine,
-    owner: str,
-    watched: set[int],
-    include_own: bool = False,
-    candidates: list[tuple[int, str, float]] | None = None,
-) -> list[tuple[int, str, float, list[StoredTarget]]]:
-    """Take the lease of every sampled open window that is free or expired (of `candidates`,
-    as `claimable_windows` found them, if given).
-
-    With `include_own` (at start-up), also the windows `owner` held before a restart. Windows
-    in `watched` are skipped (their job runs here already). Each claim is one conditional
-    update, so of two replicas claiming the same window only one wins.
-    """
-    if candidates is None:
-        candidates = claimable_windows(database, owner, include_own)
-    candidates = [candidate for candidate in candidates if candidate[0] not in watched]
-    claimed: list[tuple[int, str, float, list[StoredTarget]]] = []
-    if not candidates:
-        return claimed
-    now = time.time()
-    params = {"now": now, "owner": owner}
-    with write_session(database) as session:
-        for window_pk, team, interval_s in candidates:
-            taken: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-                update(_WINDOWS)
-                .where(_OPEN, _claimable(include_own))
-                .values(sampler_owner=owner, sampler_lease_until=now + lease_seconds(interval_s)),
-                params | {"pk": window_pk},
-            )
-            session.commit()
-            if taken.rowcount != 1:
-                continue
-            claimed.append((window_pk, team, interval_s, targets_of(session, window_pk)))
-    return claimed
-
-
-def purge_samples(database: Engine, closed_before: datetime) -> int:
-    """Delete the samples of windows closed before `closed_before`; results stay. Returns count."""
-    with write_session(database) as session:
-        old_targets = (
-            select(WindowTarget.id)
-            .join(Window, col(Window.id) == col(WindowTarget.window_pk))
-            .where(col(Window.state) == WindowState.CLOSED, col(Window.stopped_at) < closed_before)
-        )
-        deleted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            delete(Snapshot).where(
-                col(Snapshot.phase) == SnapshotPhase.SAMPLE,
-                col(Snapshot.target_id).in_(old_targets),
-            )
-        )
-        session.commit()
-        return deleted.rowcount
-
-
 class Sampler:
     """Owns the scheduler, this replica's sampling jobs and the lease scan.
 
-    The scan is a task of its own rather than a scheduler job, and on SQLite reads on the
-    event loop (through a connection that never waits for a lock; a thread when one is held):
-    it runs four times a second in every replica, and a scheduler's run and a thread hop each
+    The scan is a task of its own rather than a scheduler job, and a lookup of the store's
+    (on SQLite, on the event loop through a connection that never waits for a lock): it runs
+    four times a second in every replica, and a scheduler's run and a thread hop each
     time would be a large share of what an idle collector does.
     """
 
     def __init__(
         self,
-        database: Engine,
+        store: Store,
         client: ScrapeClient,
         scrape: ScrapeConfig,
         retention_days: float,
         replica_id: str = "local",
         scan_interval_s: float = 0.25,
         min_free_disk_bytes: int = 0,
-        reads: SmallReads | None = None,
     ) -> None:
-        self.database = database
+        self.store = store
         self.min_free_disk_bytes = min_free_disk_bytes
         self._low_disk_logged = 0.0
         self.client = client
@@ -241,9 +92,6 @@ class Sampler:
         self.watched: set[int] = set()
         self._running: set[asyncio.Task[Any]] = set()
         self._scan: asyncio.Task[None] | None = None
-        # The lease scan's, four times a second (the service's, closed by it, if given).
-        self._own_reads = reads is None
-        self._reads = reads or SmallReads(database)
         # When each lease this replica holds ends, at the latest, by what it wrote last (the
         # database's end is as late or later: it is reckoned after the write begins).
         self._lease_ends: dict[int, float] = {}
@@ -272,8 +120,6 @@ class Sampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan
             self._scan = None
-        if self._own_reads:
-            self._reads.close()
         if not self.scheduler.running:
             return
         self.scheduler.pause()  # no new runs; the scheduler's shutdown cancels those running
@@ -350,11 +196,11 @@ class Sampler:
     async def _claim(self, include_own: bool) -> None:
         owner = self.replica_id
         try:
-            candidates = await self._reads(claimable_windows, owner, include_own)
+            candidates = await self.store.lookup(claimable_windows, owner, include_own)
             if all(window_pk in self.watched for window_pk, _, _ in candidates):
                 return
-            claimed = await run_in_threadpool(
-                claim_windows, self.database, owner, set(self.watched), include_own, candidates
+            claimed = await self.store.run(
+                claim_windows, owner, set(self.watched), include_own, candidates
             )
         except SQLAlchemyError as exc:
             logger.warning("lease scan failed: %s", type(exc).__name__)
@@ -387,8 +233,8 @@ class Sampler:
                 return
             ids = {t.name: t.id for t in targets}
             writing = time.time()  # the lease's end is reckoned from a moment after this one
-            stored = await run_in_threadpool(
-                store_samples, self.database, window_pk, outcomes, ids, self.replica_id, interval_s
+            stored = await self.store.run(
+                store_samples, window_pk, outcomes, ids, self.replica_id, interval_s
             )
         except SQLAlchemyError as exc:
             # The database is away: keep the job; the lease decides who samples once it is back.
@@ -412,9 +258,7 @@ class Sampler:
         if not renewal_due(self._lease_ends.get(window_pk), time.time(), interval_s):
             return True
         writing = time.time()
-        owned = await run_in_threadpool(
-            renew_lease, self.database, window_pk, self.replica_id, interval_s
-        )
+        owned = await self.store.run(renew_lease, window_pk, self.replica_id, interval_s)
         if owned:
             self._renewed(window_pk, writing, interval_s)
         return owned
@@ -446,7 +290,7 @@ class Sampler:
     def _disk_low(self) -> bool:
         """Whether the SQLite file's disk has less room than SPECDEC_MIN_FREE_DISK_BYTES: then
         no sample is taken, so that starts and stops still find room (said once a minute)."""
-        free = free_disk_bytes(self.database)
+        free = free_disk_bytes(self.store.database)
         if free is None or free >= self.min_free_disk_bytes:
             return False
         SAMPLES_SKIPPED.inc()
@@ -463,9 +307,9 @@ class Sampler:
     async def purge(self) -> None:
         """The daily retention run."""
         cutoff = utcnow() - timedelta(days=self.retention_days)
-        deleted = await run_in_threadpool(purge_samples, self.database, cutoff)
+        deleted = await self.store.run(purge_samples, cutoff)
         if deleted:
             logger.info("deleted %d samples of windows closed before %s", deleted, cutoff)
-        unused = await run_in_threadpool(purge_catalogue, self.database)
+        unused = await self.store.run(purge_catalogue)
         if unused:
             logger.info("deleted %d catalogue series no snapshot names", unused)

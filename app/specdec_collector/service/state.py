@@ -5,11 +5,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from sqlalchemy.engine import Engine
-
 from specdec_collector.service.auth import AnonymousAccess, EnvKey
 from specdec_collector.service.keys import KeyService
-from specdec_collector.store.small_reads import SmallReads
+from specdec_collector.store.store import Store
 from specdec_collector.windows.service import WindowService
 
 
@@ -41,16 +39,15 @@ class Health:
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """The database, the keys, the window and key calls' services, as the lifespan built them."""
+    """The store, the keys, the window and key calls' services, as the lifespan built them."""
 
-    database: Engine
+    # Where database work runs: the only way requests touch the database.
+    store: Store
     env_keys: list[EnvKey]
     # Whether a request without a key is served as team `default` (`specdec serve` decides).
     anonymous: AnonymousAccess
     windows: WindowService
     keys: KeyService
-    # Reads of a few rows (a stored key's lookup), on SQLite from the event loop.
-    reads: SmallReads
     health: Health = field(default_factory=Health)
 
 

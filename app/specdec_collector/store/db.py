@@ -32,6 +32,8 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session, create_engine
 
+from specdec_collector.store.transaction import WriteTransaction
+
 
 class EncodedJSON(str):
     """JSON text that a JSON column stores as it is: encoded already (by pydantic, in one
@@ -278,15 +280,10 @@ def read_session(database: Engine) -> Iterator[Session]:
         yield session
 
 
-#: `Session.info` key, set on the sessions of `write_session`: each of their transactions
-#: holds every lock it takes until its end (unlike a `read_session` on PostgreSQL, whose
-#: statements each commit), so what a transaction read under a lock may be read once in it.
-WRITING = "specdec_writing"
-
-
 @contextmanager
-def write_session(database: Engine) -> Iterator[Session]:
-    """A session for one write transaction.
+def write_session(database: Engine) -> Iterator[WriteTransaction]:
+    """A write transaction (`WriteTransaction`): unlike a `read_session` on PostgreSQL,
+    whose statements each commit, it holds every lock it takes until it ends.
 
     On SQLite the writers take turns on a lock, of this process and then of every process on
     the file: waiting there is fair and wakes at once, where SQLite's own busy handler sleeps
@@ -295,12 +292,10 @@ def write_session(database: Engine) -> Iterator[Session]:
     lock = _WRITE_LOCKS.get(database)
     if lock is None:
         with Session(database) as session:
-            session.info[WRITING] = True
-            yield session
+            yield WriteTransaction(session)
         return
     with lock, _every_process_turn(database), Session(database) as session:
-        session.info[WRITING] = True
-        yield session
+        yield WriteTransaction(session)
 
 
 P = ParamSpec("P")
@@ -312,12 +307,15 @@ MAX_IN_LIST = 500
 
 
 def write_alone(
-    database: Engine, write: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
+    database: Engine,
+    write: Callable[Concatenate[WriteTransaction, P], T],
+    *args: P.args,
+    **kwargs: P.kwargs,
 ) -> T:
-    """`write(session, *args, **kwargs)` in a write transaction of its own, committed."""
-    with write_session(database) as session:
-        result = write(session, *args, **kwargs)
-        session.commit()
+    """`write(transaction, *args, **kwargs)` in a write transaction of its own, committed."""
+    with write_session(database) as transaction:
+        result = write(transaction, *args, **kwargs)
+        transaction.commit()
         return result
 
 

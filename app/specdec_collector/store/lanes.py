@@ -41,11 +41,11 @@ from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.exceptions import SpecdecError
 from specdec_collector.store.db import takes_turns, write_alone, write_session
+from specdec_collector.store.transaction import RunAlone, WriteTransaction
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -53,20 +53,10 @@ T = TypeVar("T")
 #: The most writes one transaction takes (the first of them waits for all).
 MAX_WRITES_TOGETHER = 64
 
-#: `Session.info` key set while the session's transaction holds a group of writes: a write
-#: then takes no lock it would wait for (`RunAlone`).
-TOGETHER = "specdec_writes_together"
-
-
-class RunAlone(Exception):
-    """Raised by a write in a group, before it wrote anything, when it would wait for a lock
-    another process holds: it runs again alone, in a transaction of its own, once the group
-    is committed."""
-
 
 @dataclass(slots=True)
 class _Job:
-    # A write takes the transaction's session; any other job nothing.
+    # A write takes the transaction; any other job nothing.
     run: Callable[..., Any]
     done: "Future[Any]"
     write: bool = False
@@ -107,14 +97,14 @@ class Lane:
 
     async def write(
         self,
-        function: Callable[Concatenate[Session, P], T],
+        function: Callable[Concatenate[WriteTransaction, P], T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        """`function(session, *args, **kwargs)`'s result once its transaction is committed,
-        with the other writes waiting beside it. Only a serial lane writes."""
+        """`function(transaction, *args, **kwargs)`'s result once its transaction is
+        committed, with the other writes waiting beside it. Only a serial lane writes."""
         assert self._database is not None, "a lane that writes has a database"
-        return await self._queued(lambda session: function(session, *args, **kwargs), write=True)
+        return await self._queued(lambda tx: function(tx, *args, **kwargs), write=True)
 
     async def _queued(self, run: Callable[..., T], *, write: bool) -> T:
         assert self._queue is not None
@@ -157,16 +147,16 @@ class Lane:
         settled: list[tuple[_Job, Any, SpecdecError | None]] = []
         later: list[_Job] = []
         try:
-            with write_session(database) as session:
-                session.info[TOGETHER] = True
+            with write_session(database) as transaction:
+                transaction.together = True
                 for job in jobs:
                     try:
-                        settled.append((job, job.run(session), None))
+                        settled.append((job, job.run(transaction), None))
                     except SpecdecError as exc:  # raised before it wrote: the others go on
                         settled.append((job, None, exc))
                     except RunAlone:  # raised before it wrote, too
                         later.append(job)
-                session.commit()
+                transaction.commit()
         except Exception:
             # Each alone, so that one write's failure (or the commit's) is its own only.
             for job in jobs:
@@ -222,7 +212,7 @@ class WriteLanes:
     async def write(
         self,
         key: Hashable,
-        function: Callable[Concatenate[Session, P], T],
+        function: Callable[Concatenate[WriteTransaction, P], T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:

@@ -3,8 +3,6 @@ a closed window's results (kept: they never change), and the timelines of its ta
 
 from typing import TYPE_CHECKING, Any
 
-from starlette.concurrency import run_in_threadpool
-
 from specdec_collector.core.arithmetic import thin_timeline, timeline
 from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import WindowState, WindowView
@@ -33,19 +31,17 @@ async def view_json(service: "WindowService", team: str, window_id: str) -> byte
     says it is still open (another replica may have closed it)."""
     kept = service.open_views.get(team, window_id)
     if kept is not None:
-        if await service.reads(window_state, team, window_id) == WindowState.OPEN:
+        if await service.store.lookup(window_state, team, window_id) == WindowState.OPEN:
             return kept
         service.open_views.drop(team, window_id)
-    return encoded_view(
-        service, await run_in_threadpool(read_view, service.database, team, window_id)
-    )
+    return encoded_view(service, await service.store.run(read_view, team, window_id))
 
 
 async def closed_results(service: "WindowService", team: str, window_id: str) -> ClosedResults:
     """The results of a closed window; `WindowOpen` while it is open, `WindowNotFound`."""
     cached = service.kept_results.get(team, window_id)
     if cached is None:
-        results = await run_in_threadpool(read_results, service.database, team, window_id)
+        results = await service.store.run(read_results, team, window_id)
         cached = service.kept_results.put(team, window_id, results)
     return cached
 
@@ -72,21 +68,22 @@ async def timelines(
 ) -> list[tuple[str, list[dict[str, Any]], bool]]:
     """Each target's timeline (of `target_name`, or all): read live from its source while the
     window is open where the source says so (Prometheus), else from the store."""
-    stored = await run_in_threadpool(load_window, service.database, team, window_id)
+    stored = await service.store.run(load_window, team, window_id)
     if stored.window.state == WindowState.OPEN:
         chosen = stored.targets_named(target_name)
         source: CounterSource = service.sources[stored.window.source]
         start = as_utc(stored.window.started_at)
         live = await source.read_open([t.parsed() for t in chosen], start)
         if live is not None:
-            return await run_in_threadpool(_live_rows, chosen, live, max_points)
-    return await run_in_threadpool(read_timeline, service.database, stored, target_name, max_points)
+            points = sum(len(timeline) for timeline in live)
+            return await service.store.arrange(points, _live_rows, chosen, live, max_points)
+    return await service.store.run(read_timeline, stored, target_name, max_points)
 
 
 def _live_rows(
     chosen: list[StoredTarget], live: list[list[TimelinePoint]], max_points: int
 ) -> list[tuple[str, list[dict[str, Any]], bool]]:
-    """The rows of timelines read live, thinned as stored ones are (off the event loop)."""
+    """The rows of timelines read live, thinned as stored ones are."""
     rows = []
     for target, points in zip(chosen, live, strict=True):
         kept, thinned = thin_timeline(points, max_points)

@@ -25,10 +25,10 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
-from sqlalchemy import event, func, text
+from sqlalchemy import func, text
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session, col
@@ -42,12 +42,12 @@ from specdec_collector.core.exposition import (
 from specdec_collector.core.readings import Failure, FailureKind, Reading
 from specdec_collector.store.db import (
     MAX_IN_LIST,
-    WRITING,
     PerEngine,
     upsert_insert,
     write_session,
 )
 from specdec_collector.store.tables import TABLES, EndpointSeries, utcnow
+from specdec_collector.store.transaction import WriteTransaction
 from specdec_collector.windows.stored import NO_BASELINE, StoredSnapshot
 
 #: Entries each process keeps per database before starting over: a hostile endpoint whose
@@ -138,11 +138,6 @@ _PURGES_SHARED = text(
 )
 
 
-#: `Session.info` key: the write transaction that read the purge count already (each commit
-#: or rollback begins another).
-_PURGES_READ_IN = "specdec_purges_read_in"
-
-
 def _current(session: Session) -> KnownSeries:
     """This process's memory of the catalogue, forgotten first if a purge came since.
 
@@ -151,8 +146,8 @@ def _current(session: Session) -> KnownSeries:
     turns). A group of writes (`store.lanes`) would otherwise read it for each write, each
     read a round trip to PostgreSQL in the writes' lane, where the writes queue."""
     known = _known(session)
-    read_in = session.info.get(_PURGES_READ_IN)
-    if read_in is not None and read_in is session.get_transaction():
+    transaction = WriteTransaction.of(session)
+    if transaction is not None and transaction.purges_read:
         return known
     if session.get_bind().dialect.name == "postgresql":
         purges = session.execute(_PURGES_SHARED, {"lock": _PURGE_LOCK}).one()[1]
@@ -160,8 +155,8 @@ def _current(session: Session) -> KnownSeries:
         purges = session.execute(_PURGES).scalar_one_or_none()
     if (purges or 0) != known.purges:
         known.forget(purges or 0)
-    if session.info.get(WRITING):  # a transaction that holds its locks to its end
-        session.info[_PURGES_READ_IN] = session.get_transaction()
+    if transaction is not None:  # it holds its locks to its end
+        transaction.purges_read = True
     return known
 
 
@@ -351,25 +346,20 @@ def _over_budget(
 def _remember(session: Session, rows: list[tuple[int, SeriesKey]], added: bool) -> None:
     """Remember rows this session read or (`added`) inserted.
 
-    Once a session has inserted rows, everything it reads may be its own uncommitted work,
-    which a rollback takes back (and SQLite may then give the ids to other rows): such rows
-    are remembered only when the session commits.
+    Once a write transaction has inserted rows, everything it reads may be its own uncommitted
+    work, which a rollback takes back (and SQLite may then give the ids to other rows): such
+    rows are remembered only when it commits.
     """
-    pending: list[tuple[int, SeriesKey]] | None = session.info.get("added_series")
+    known = _known(session)
+    transaction = WriteTransaction.of(session)
+    pending = None if transaction is None else transaction.catalogue_rows
     if pending is None and not added:
-        _known(session).remember(rows)
+        known.remember(rows)
         return
     if pending is None:
-        pending = session.info["added_series"] = []
-
-        def committed(session: Session) -> None:
-            _known(session).remember(session.info.pop("added_series", ()))
-
-        def rolled_back(session: Session, previous_transaction: object) -> None:
-            session.info.pop("added_series", None)
-
-        event.listen(session, "after_commit", committed, once=True)
-        event.listen(session, "after_soft_rollback", rolled_back, once=True)
+        assert transaction is not None, "rows are added in a write transaction"
+        pending = transaction.catalogue_rows = []
+        transaction.on_commit.append(partial(known.remember, pending))
     pending.extend(rows)
 
 
@@ -437,7 +427,8 @@ def purge_catalogue(database: Engine) -> int:
     one statement; count the purge (every process forgets what it remembers of the catalogue).
     The number of rows deleted."""
     dialect = database.dialect.name
-    with write_session(database) as session:
+    with write_session(database) as transaction:
+        session = transaction.session
         if dialect == "postgresql":
             session.execute(text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": _PURGE_LOCK})
         named = _NAMED["postgresql" if dialect == "postgresql" else "sqlite"]
@@ -458,5 +449,5 @@ def purge_catalogue(database: Engine) -> int:
                 set_={"purges": table.c.purges + 1, "purged_at": utcnow()},
             )
         )
-        session.commit()
+        transaction.commit()
     return int(deleted.rowcount or 0)

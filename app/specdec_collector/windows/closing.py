@@ -1,8 +1,6 @@
 """A stop's write: every target's result from its snapshots, stored with the stop's readings."""
 
-import asyncio
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -28,6 +26,7 @@ from specdec_collector.sources.protocol import Chain
 from specdec_collector.store.db import EncodedJSON, read_session
 from specdec_collector.store.json_rows import given_rows, rows_json
 from specdec_collector.store.tables import TABLES, as_utc
+from specdec_collector.store.transaction import WriteTransaction
 from specdec_collector.windows.catalogue import (
     all_known,
     endpoints_over_budget,
@@ -239,20 +238,27 @@ class PreparedClose:
 
 def prepare_close(
     database: Engine, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
-) -> PreparedClose:
-    """Every target's result, computed before the database is written to. `chains` are what
-    the source read at the stop, in the targets' order; `stopped_at` is when the window
-    stopped (a window read from Prometheus may stop in the past)."""
-    # Outside the write (a stop's arithmetic inside it kept every writer of every worker
-    # waiting); the service runs one at a time on SQLite (see `store.lanes`).
+) -> Generator[None, None, PreparedClose]:
+    """Every target's result, computed before the database is written to, in steps (one per
+    target; `store.store.Store.compute` runs them where the stop's size says). `chains` are
+    what the source read at the stop, in the targets' order; `stopped_at` is when the window
+    stopped (a window read from Prometheus may stop in the past).
+
+    Outside the write: a stop's arithmetic inside it kept every writer waiting."""
     with read_session(database) as session:
-        return prepare_close_in(session, stored, chains, stopped_at)
+        inputs = _inputs(session, stored, stopped_at)
+    closed = ClosedWindow({}, {})
+    for target, chain in zip(stored.targets, chains, strict=True):
+        yield
+        _add(closed, target, _target_result(target, chain, inputs))
+    return _prepared(chains, stopped_at, inputs, closed)
 
 
 def prepare_close_in(
     session: Session, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
 ) -> PreparedClose:
-    """`prepare_close` through `session`."""
+    """What `prepare_close` computes, through `session` (a write's, which reads its own
+    writes)."""
     inputs = _inputs(session, stored, stopped_at)
     return _prepared(chains, stopped_at, inputs, _results(stored, chains, inputs))
 
@@ -263,33 +269,6 @@ def _prepared(
     read_up_to = max((s.id for chain in inputs.stored_chains.values() for s in chain), default=0)
     rows = _result_rows(closed)  # encoded here too: the write lock is held for writing only
     return PreparedClose(chains, stopped_at, read_up_to, closed, rows)
-
-
-#: How long a stop computes on the event loop before it lets the loop's other work go
-#: between (`prepare_close_here`).
-ON_LOOP_SLICE_S = 0.001
-
-
-async def prepare_close_here(
-    database: Engine, stored: StoredWindow, chains: Sequence[Chain], stopped_at: datetime
-) -> PreparedClose:
-    """`prepare_close` on the event loop, for a small stop on SQLite: its reads first (a
-    fraction of a millisecond each: WAL readers never wait for the writer, and the pool has a
-    connection for every thread and the loop), then the targets' results, letting the loop's
-    other work go between after each ON_LOOP_SLICE_S of them. In the lane's thread, under
-    load, a stop would wait for the interpreter's lock far longer than it runs, and queue there
-    while starts go ahead. The loop turns after a slice of time, not after every target: a turn
-    per target would make a stop of many targets wait for as many turns of a busy loop."""
-    with read_session(database) as session:
-        inputs = _inputs(session, stored, stopped_at)
-    closed = ClosedWindow({}, {})
-    slice_began = time.perf_counter()
-    for target, chain in zip(stored.targets, chains, strict=True):
-        if time.perf_counter() - slice_began >= ON_LOOP_SLICE_S:
-            await asyncio.sleep(0)
-            slice_began = time.perf_counter()
-        _add(closed, target, _target_result(target, chain, inputs))
-    return _prepared(chains, stopped_at, inputs, closed)
 
 
 def _snapshot_rows(
@@ -386,13 +365,14 @@ _CLOSE_AT_ONCE = _close_at_once_statement()
 
 
 def add_close(
-    session: Session, stored: StoredWindow, actor: Actor, prepared: PreparedClose
+    transaction: WriteTransaction, stored: StoredWindow, actor: Actor, prepared: PreparedClose
 ) -> ClosedWindow | None:
     """Store what the source read at the stop and every target's result, and close the
-    window, in `session`'s transaction; None (having written nothing) if another stop came
+    window, in `transaction`; None (having written nothing) if another stop came
     first. The results are computed again if a snapshot (a sample) landed after `prepared`
     read them. On PostgreSQL, one statement where nothing can have changed them
     (`_closes_at_once`)."""
+    session = transaction.session
     if _closes_at_once(session, stored, prepared):
         return _close_at_once(session, stored, actor, prepared)
     ids = [t.id for t in stored.targets]

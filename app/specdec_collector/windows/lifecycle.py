@@ -10,19 +10,17 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from starlette.concurrency import run_in_threadpool
-
 from specdec_collector.core.readings import Failure, FailureKind, Reading, TargetReading
 from specdec_collector.core.results import TargetResult
 from specdec_collector.core.safetext import has_control_characters, safe_error_text
 from specdec_collector.core.targets import Target
 from specdec_collector.exceptions import InvalidInput, WindowConflict
-from specdec_collector.gcpause import uncollected
 from specdec_collector.schemas import WindowCreate, WindowState, WindowView
 from specdec_collector.sources.protocol import Chain, StartCheck
+from specdec_collector.store.store import Cost
 from specdec_collector.store.tables import TABLES, as_utc, utcnow
 from specdec_collector.windows.answers import encoded_view, remember_results, view_json
-from specdec_collector.windows.closing import add_close, prepare_close, prepare_close_here
+from specdec_collector.windows.closing import add_close, prepare_close
 from specdec_collector.windows.leases import first_lease_seconds
 from specdec_collector.windows.storage import add_baseline, add_window, load_window
 from specdec_collector.windows.stored import Actor, StoredWindow
@@ -34,36 +32,24 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-#: Above this many series in a window's baselines its view is built off the event loop: a
-#: large view would hold the loop for longer than a thread hop costs.
-ON_LOOP_SERIES = 512
-
-
 async def _view(
+    service: "WindowService",
     stored: StoredWindow,
     baselines: dict[int, Reading],
     results: dict[int, TargetResult | None] | None = None,
 ) -> WindowView:
-    """The window's view, built off the event loop when its baselines hold many series."""
+    """The window's view, built where the store says one of its baselines' size is."""
     series = sum(len(r) for r in baselines.values() if not isinstance(r, Failure))
-    if series > ON_LOOP_SERIES:
-        return await run_in_threadpool(uncollected(view_from), stored, baselines, results)
-    return view_from(stored, baselines, results)
+    return await service.store.arrange(series, view_from, stored, baselines, results)
 
 
-#: The most readings (the targets' snapshots, stored and read at the stop) whose results a
-#: stop computes on the event loop (SQLite; see `closing.prepare_close_here`); a larger
-#: stop's go to the computations lane.
-ON_LOOP_READINGS = 64
-
-
-def _small_stop(stored: StoredWindow, chains: Sequence[Chain]) -> bool:
-    """Whether a stop's results are few enough to compute on the event loop: an unsampled
-    window's (a baseline each, stored or read, and the stop's own readings) of a few targets."""
+def _stop_cost(stored: StoredWindow, chains: Sequence[Chain]) -> Cost:
+    """What a stop's results are computed over: a baseline each (stored or read), its samples
+    and the stop's own readings; not known for a sampled window, whose stored samples are as
+    many as it was long."""
     if stored.window.sample_interval_s is not None:
-        return False  # its stored samples: as many as the window was long
-    readings = sum(2 + len(chain.samples) for chain in chains)
-    return readings <= ON_LOOP_READINGS
+        return Cost(readings=None)
+    return Cost(readings=sum(2 + len(chain.samples) for chain in chains))
 
 
 def _same_targets(stored: StoredWindow, targets: Sequence[Target]) -> bool:
@@ -139,7 +125,7 @@ async def start_window(
         # thread, would take turns with them for the interpreter's lock (slowing both).
         await asyncio.wait(openings, timeout=CONNECT_AHEAD_WAIT_S)
     max_open = service.settings.max_open_windows_per_team
-    inserted = await service.writes.write(
+    inserted = await service.store.write(
         ("team", actor.team),
         add_window,
         actor,
@@ -154,7 +140,7 @@ async def start_window(
         body.at,
     )
     if inserted is None:
-        stored = await service.reads(load_window, actor.team, window_id)
+        stored = await service.store.lookup(load_window, actor.team, window_id)
         if stored.window.state != WindowState.OPEN:
             raise WindowConflict(f"window {window_id} is already stopped")
         if not _same_targets(stored, targets):
@@ -165,7 +151,7 @@ async def start_window(
     readings = await read_start()
     baselines: dict[int, Reading] = {}
     if readings is not None:
-        await service.writes.write(("window", stored.pk), add_baseline, stored, readings)
+        await service.store.write(("window", stored.pk), add_baseline, stored, readings)
         baselines = {
             target.id: reading.reading
             for target, reading in zip(stored.targets, readings, strict=True)
@@ -182,7 +168,7 @@ async def start_window(
         len(targets),
         failed,
     )
-    return True, encoded_view(service, await _view(stored, baselines))
+    return True, encoded_view(service, await _view(service, stored, baselines))
 
 
 FORCE_CLOSED = Failure(
@@ -203,10 +189,10 @@ async def stop_window(
     A stop of a closed window returns the stored results and scrapes nothing. `force` (an
     admin's force-close) closes without scraping: every target's result is `na`, saying so.
     """
-    database = service.database
-    stored = await service.reads(load_window, actor.team, window_id)
+    store = service.store
+    stored = await store.lookup(load_window, actor.team, window_id)
     if stored.window.state == WindowState.CLOSED:
-        return await run_in_threadpool(read_view, database, actor.team, window_id)
+        return await store.run(read_view, actor.team, window_id)
     # Memory only: every use of a kept view first reads whether the window is still open.
     service.open_views.drop(actor.team, window_id)
     source = service.sources[stored.window.source]
@@ -220,19 +206,14 @@ async def stop_window(
         service.read_budget.stop(actor.team, len(targets))
         start = as_utc(stored.window.started_at)
         chains = await source.read_stop(targets, start, stopped_at, actor.team, at is not None)
-    lane = service.computations
-    if lane.serial and _small_stop(stored, chains):
-        prepared = await prepare_close_here(database, stored, chains, stopped_at)
-        store = add_close
-    else:  # a large stop's objects live until it is stored (see `gcpause`)
-        prepare = uncollected(prepare_close)
-        prepared = await lane.run(prepare, database, stored, chains, stopped_at)
-        store = uncollected(add_close)
-    closed = await service.writes.write(("window", stored.pk), store, stored, actor, prepared)
+    cost = _stop_cost(stored, chains)
+    prepared = await store.compute(cost, prepare_close, stored, chains, stopped_at)
+    key = ("window", stored.pk)
+    closed = await store.write_after(cost, key, add_close, stored, actor, prepared)
     if closed is None:  # another stop came first: its results are the ones stored
-        return await run_in_threadpool(read_view, database, actor.team, window_id)
+        return await store.run(read_view, actor.team, window_id)
     remember_results(service, actor.team, stored, closed.results)
-    window = await _view(stored, closed.baselines, closed.results)
+    window = await _view(service, stored, closed.baselines, closed.results)
     ok = sum(t.result is not None and t.result.ok for t in window.targets)
     logger.info(
         "window %s/%s %s by %s: %d of %d targets ok",

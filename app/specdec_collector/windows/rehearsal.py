@@ -43,16 +43,18 @@ def rehearse_window(database: Engine) -> None:
     targets = body.parsed_targets()
     series = extract_spec_decode(_ANSWER)
     outcomes = [TargetReading(target, utcnow(), series) for target in targets]
-    with write_session(database) as session:
+    with write_session(database) as transaction:
+        session = transaction.session
         try:
-            stored = add_window(session, actor, own, body, targets, 1, "", 0.0)
+            stored = add_window(transaction, actor, own, body, targets, 1, "", 0.0)
             assert stored is not None, "a window of a fresh id is added"
-            add_baseline(session, stored, outcomes)
+            add_baseline(transaction, stored, outcomes)
             store_snapshots(
                 session, {t.name: t.id for t in stored.targets}, SnapshotPhase.SAMPLE, outcomes
             )
             find_window(session, actor.team, own)
             chains = [Chain(reading) for reading in outcomes]
-            add_close(session, stored, actor, prepare_close_in(session, stored, chains, utcnow()))
+            prepared = prepare_close_in(session, stored, chains, utcnow())
+            add_close(transaction, stored, actor, prepared)
         finally:
-            session.rollback()
+            transaction.rollback()

@@ -8,18 +8,13 @@ reads where they cost least (`store.small_reads`); scraping runs on the event lo
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import Any
-
-from sqlalchemy.engine import Engine
-from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.config import Settings
 from specdec_collector.core.results import TargetResult
 from specdec_collector.schemas import Source, WindowCreate, WindowSummary, WindowView
 from specdec_collector.sources.protocol import CounterSource
-from specdec_collector.store.lanes import Lane, WriteLanes
-from specdec_collector.store.small_reads import SmallReads
+from specdec_collector.store.store import Store
 from specdec_collector.telemetry import aggregates_text, window_results_text
 from specdec_collector.windows import answers, lifecycle
 from specdec_collector.windows.budget import ReadBudget
@@ -33,21 +28,16 @@ from specdec_collector.windows.stored import Actor, SamplerHandle
 class WindowService:
     """What the window calls need, owned by the app's lifespan, and the calls themselves."""
 
-    database: Engine
+    # Where database work runs (`store.store`): the only way window calls touch it.
+    store: Store
     # Where each window's counters come from, by its `source`.
     sources: Mapping[Source, CounterSource]
     sampler: SamplerHandle
     settings: Settings
     kept_results: ResultsCache
-    # The writes of starts and stops, each in the lane of its team (a start's window) or its
-    # window (see `store.lanes`); and the stops' results, one at a time on SQLite.
-    writes: WriteLanes
-    computations: Lane
     open_views: OpenViews
     # The targets a team's starts and stops may read per second.
     read_budget: ReadBudget
-    # A stop's window and a read's check that its window is open: on SQLite from the loop.
-    reads: SmallReads
 
     async def start(self, actor: Actor, window_id: str, body: WindowCreate) -> tuple[bool, bytes]:
         """Start the window: `True` if it was created (not a retry), and its view as JSON."""
@@ -73,9 +63,7 @@ class WindowService:
         self, team: str, window_id: str, start: datetime, end: datetime
     ) -> list[tuple[str, TargetResult]]:
         """Every target's result over the part of a closed window that encloses start..end."""
-        return await run_in_threadpool(
-            read_bounded_results, self.database, team, window_id, start, end
-        )
+        return await self.store.run(read_bounded_results, team, window_id, start, end)
 
     async def timelines(
         self, team: str, window_id: str, target_name: str | None, max_points: int
@@ -94,31 +82,23 @@ class WindowService:
         cursor: str | None,
     ) -> tuple[list[WindowSummary], str | None]:
         """One page of the team's windows, and the cursor of the next."""
-        return await run_in_threadpool(
-            partial(
-                list_windows,
-                self.database,
-                team,
-                limit,
-                where,
-                oldest_first=oldest_first,
-                cursor=cursor,
-            )
+        return await self.store.run(
+            list_windows, team, limit, where, oldest_first=oldest_first, cursor=cursor
         )
 
     async def metrics_text(self, *, with_results: bool, team: str | None = None) -> bytes:
         """The collector's own metrics as Prometheus text; `with_results`, also the latest
         closed windows' results of `team` (None: of every team)."""
         # Some gauges read the database: off the event loop.
-        body = await run_in_threadpool(aggregates_text, self.database)
+        body = await self.store.run(aggregates_text)
         if with_results:
             latest = self.settings.metrics_latest_windows
-            body += await run_in_threadpool(window_results_text, self.database, latest, team)
+            body += await self.store.run(window_results_text, latest, team)
         return body
 
     async def compare(self, team: str, window_ids: Sequence[str]) -> dict[str, Any]:
         """The windows side by side per target."""
-        return await run_in_threadpool(read_comparison, self.database, team, window_ids)
+        return await self.store.run(read_comparison, team, window_ids)
 
 
 __all__ = ["WindowFilter", "WindowService"]

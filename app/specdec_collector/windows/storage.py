@@ -26,8 +26,8 @@ from specdec_collector.exceptions import OverScrapeBudget, TooManyWindows, Windo
 from specdec_collector.schemas import WindowCreate, WindowState
 from specdec_collector.store.db import read_connection, read_session, upsert_insert
 from specdec_collector.store.json_rows import given_rows, rows_json
-from specdec_collector.store.lanes import TOGETHER, RunAlone
 from specdec_collector.store.tables import TABLES, Window, WindowTarget, utcnow
+from specdec_collector.store.transaction import RunAlone, WriteTransaction
 from specdec_collector.windows.catalogue import series_ids
 from specdec_collector.windows.stored import Actor, StoredSnapshot, StoredTarget, StoredWindow
 
@@ -208,27 +208,21 @@ _TEAM_LOCK = text("SELECT pg_advisory_xact_lock(hashtext('specdec-team:' || :tea
 _TEAM_LOCK_IF_FREE = text("SELECT pg_try_advisory_xact_lock(hashtext('specdec-team:' || :team))")
 
 
-#: `Session.info` key: the write transaction and the teams whose locks it holds.
-_TEAMS_LOCKED_IN = "specdec_teams_locked_in"
-
-
-def _lock_team(session: Session, team: str) -> None:
+def _lock_team(transaction: WriteTransaction, team: str) -> None:
     """Take the team's lock (PostgreSQL) until the transaction ends. In a group of writes
     (`store.lanes`), only if it is free: else `RunAlone`, before anything is written.
 
     Taken once per transaction: a group holding the starts of one team (a benchmark's clients
     all start together) would otherwise ask for the lock it holds at each start, a round trip
     each in the writes' lane."""
-    held_in, teams = session.info.get(_TEAMS_LOCKED_IN, (None, frozenset()))
-    if held_in is not None and held_in is session.get_transaction() and team in teams:
+    if team in transaction.teams_locked:
         return
-    if not session.info.get(TOGETHER):
+    session = transaction.session
+    if not transaction.together:
         session.execute(_TEAM_LOCK, {"team": team})
     elif not session.execute(_TEAM_LOCK_IF_FREE, {"team": team}).scalar_one():
         raise RunAlone(f"team {team}'s lock is held by another process")
-    transaction = session.get_transaction()  # begun by the statement, if not before
-    held = teams if held_in is transaction else frozenset()
-    session.info[_TEAMS_LOCKED_IN] = (transaction, held | {team})
+    transaction.teams_locked.add(team)
 
 
 def _target_rows(targets: Sequence[Target]) -> list[dict[str, Any]]:
@@ -270,7 +264,7 @@ def _sampled_limit(
 
 
 def add_window(
-    session: Session,
+    transaction: WriteTransaction,
     actor: Actor,
     window_id: str,
     body: WindowCreate,
@@ -281,8 +275,8 @@ def add_window(
     scrape_budget: float = math.inf,
     started_at: datetime | None = None,
 ) -> StoredWindow | None:
-    """Add the window and its targets in `session`'s transaction; None if the team has a
-    window of this id already.
+    """Add the window and its targets in `transaction`; None if the team has a window of this
+    id already.
 
     `TooManyWindows` past `max_open` open windows of the team; `OverScrapeBudget` if a sampled
     window would bring the team's background scrapes past `scrape_budget` per second. Both
@@ -294,10 +288,11 @@ def add_window(
     # below read committed rows: without it, concurrent starts would each count the others
     # out and together pass the limit). A start of a window already there is a retry,
     # whatever the limits say now.
+    session = transaction.session
     dialect_name = session.get_bind().dialect.name
     on_postgresql = dialect_name == "postgresql"
     if on_postgresql:
-        _lock_team(session, actor.team)
+        _lock_team(transaction, actor.team)
     too_many = _too_many(actor.team, max_open)
     # The window's insert counts them itself; a sampled window's count comes first here, so
     # that a team past both limits hears of the windows, and then its scrape budget.
@@ -441,6 +436,9 @@ def _sampling_rate(session: Session, team: str) -> float:
     return float(rate or 0.0)
 
 
-def add_baseline(session: Session, stored: StoredWindow, outcomes: Sequence[TargetReading]) -> None:
-    """Add the window's `before` snapshots in `session`'s transaction."""
-    store_snapshots(session, {t.name: t.id for t in stored.targets}, SnapshotPhase.BEFORE, outcomes)
+def add_baseline(
+    transaction: WriteTransaction, stored: StoredWindow, outcomes: Sequence[TargetReading]
+) -> None:
+    """Add the window's `before` snapshots in `transaction`."""
+    ids = {t.name: t.id for t in stored.targets}
+    store_snapshots(transaction.session, ids, SnapshotPhase.BEFORE, outcomes)

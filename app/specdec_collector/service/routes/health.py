@@ -7,10 +7,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.schemas import KeyRole
-from specdec_collector.service.deps import DatabaseDep, HealthDep, OptionalReaderDep, WindowsDep
+from specdec_collector.service.deps import HealthDep, OptionalReaderDep, StoreDep, WindowsDep
 from specdec_collector.service.state import Health
 from specdec_collector.store.db import (
     DatabaseBusy,
@@ -18,6 +17,7 @@ from specdec_collector.store.db import (
     short_write,
     upsert_insert,
 )
+from specdec_collector.store.store import Store
 from specdec_collector.store.tables import Heartbeat, utcnow
 from specdec_collector.windows.service import WindowService
 
@@ -75,16 +75,16 @@ async def livez() -> JSONResponse:
     "/readyz",
     responses={503: {"description": "the database does not answer or takes no writes"}},
 )
-async def readyz(database: DatabaseDep, windows: WindowsDep, health: HealthDep) -> JSONResponse:
+async def readyz(store: StoreDep, windows: WindowsDep, health: HealthDep) -> JSONResponse:
     """`/healthz` under the name Kubernetes' readiness probes use."""
-    return await healthz(database, windows, health)
+    return await healthz(store, windows, health)
 
 
 @router.get(
     "/healthz",
     responses={503: {"description": "the database does not answer or takes no writes"}},
 )
-async def healthz(database: DatabaseDep, windows: WindowsDep, health: HealthDep) -> JSONResponse:
+async def healthz(store: StoreDep, windows: WindowsDep, health: HealthDep) -> JSONResponse:
     """200 while the service can serve (its database answers and takes writes), else 503.
 
     Under a long write (SQLite has one writer at a time) it answers within about a second:
@@ -97,7 +97,7 @@ async def healthz(database: DatabaseDep, windows: WindowsDep, health: HealthDep)
         check = health.check
         if check is None or check.done():
             check = health.check = asyncio.get_running_loop().create_task(
-                _check_and_keep(database, windows, health)
+                _check_and_keep(store, windows, health)
             )
         done, _ = await asyncio.wait((check,), timeout=ANSWER_WAIT_S)
         last = health.recent_answer(float("inf"))
@@ -110,19 +110,19 @@ async def healthz(database: DatabaseDep, windows: WindowsDep, health: HealthDep)
 
 
 async def _check_and_keep(
-    database: Engine, windows: WindowService, health: Health
+    store: Store, windows: WindowService, health: Health
 ) -> tuple[int, dict[str, str]]:
-    answer = await _check(database, windows, health)
+    answer = await _check(store, windows, health)
     health.answered(*answer)
     return answer
 
 
 async def _check(
-    database: Engine, windows: WindowService, health: Health
+    store: Store, windows: WindowService, health: Health
 ) -> tuple[int, dict[str, str]]:
     """One check: the heartbeat written, or why not."""
     try:
-        await run_in_threadpool(beat, database, windows.sampler.replica_id)
+        await store.run(beat, windows.sampler.replica_id)
     except DatabaseBusy as exc:
         since = health.seconds_since_beat()
         if since is not None and since <= BUSY_GRACE_S:
