@@ -36,6 +36,26 @@ def test_the_core_does_no_io_and_imports_nothing_above_it() -> None:
         assert not _imports(module) & {"httpx", "sqlalchemy", "sqlmodel", "fastapi", "asyncio"}
 
 
+def test_the_core_keeps_no_state_of_its_own() -> None:
+    """No cache or registry at module level in `core/`: a cache is an object with an owner
+    (an endpoint's extraction cache, a policy's answers), so nothing one team's traffic
+    fills is shared by every other's."""
+    for module in _modules("core"):
+        tree = ast.parse(module.read_text())
+        decorators = [
+            ast.unparse(d) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+            for d in node.decorator_list
+        ]  # fmt: skip
+        assert not [d for d in decorators if "cache" in d], (module.name, decorators)
+        for node in tree.body:
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                made = ast.unparse(node.value)
+                assert not made.startswith(("PerEngine(", "WeakKeyDictionary(", "[]", "{}")), (
+                    module.name,
+                    made,
+                )
+
+
 def test_sources_only_read() -> None:
     for module in _modules("sources"):
         ours = {m for m in _imports(module) if m.startswith("specdec_collector")}

@@ -7,7 +7,6 @@ the `Failure` of a reading that failed.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from specdec_collector.core.counters import (
@@ -121,8 +120,6 @@ def _merge(into: dict[int, float], more: dict[int, float]) -> None:
         into[position] = into.get(position, 0.0) + amount
 
 
-# Asked for each per-position series of every snapshot summed; a server repeats its label sets.
-@lru_cache(maxsize=8192)
 def _position(labels: tuple[tuple[str, str], ...]) -> int | None:
     """The position (or other index: a bucket's bound, a draft length) a series' labels
     hold; None for one that is not a whole number (`le="+Inf"`)."""

@@ -20,7 +20,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from typing import Any
 
 from specdec_collector.core.arithmetic import TooManyChanges, needed_points
@@ -203,29 +202,32 @@ class Scrapes:
         return series[0], series[1:-1], series[-1], chain[0][0], chain[-1][0]
 
 
-def _key(labels: dict[str, str]) -> tuple[tuple[SeriesKey, bool] | None, str | None]:
+#: A series' key as `_key_of` gives it, by its labels other than the target's.
+_Keys = dict[tuple[tuple[str, str], ...], "tuple[SeriesKey, bool] | None"]
+
+
+def _key(labels: dict[str, str], keys: _Keys) -> tuple[tuple[SeriesKey, bool] | None, str | None]:
     """The series key of one Prometheus series, whether it is a `_created` one, and its
-    instance; None for a name no schema reads."""
+    instance; None for a name no schema reads. `keys`: the keys found so far in the answer
+    (the servers of a fleet differ in their target labels alone: 1,024 vLLM servers have
+    27,648 series and 27 label sets without `instance` and `job`)."""
     try:
         own = dict(labels)
         instance, job = own.pop("instance", None), own.pop("job", None)  # TARGET_LABELS
         if not (_printable(instance) and _printable(job)):
             raise SourceError("Prometheus holds a series whose labels are not printable text")
-        return _key_of(tuple(own.items())), instance
+        items = tuple(own.items())
+        if items not in keys:
+            keys[items] = _key_of(items)
+        return keys[items], instance
     except TypeError:  # a label value that is not a string (unhashable, or not text)
         raise SourceError("Prometheus holds a series whose labels are not text") from None
 
 
-# Both cached: every query of a window, and of every window on the same servers, names the
-# same label sets, and the servers of a fleet differ in their target labels alone (1,024
-# vLLM servers: 27,648 series, 27 label sets without `instance` and `job`); the bounds keep
-# a hostile Prometheus's from growing them.
-@lru_cache(maxsize=16_384)
 def _printable(value: str | None) -> bool:
     return value is None or not has_control_characters(value)
 
 
-@lru_cache(maxsize=16_384)
 def _key_of(items: tuple[tuple[str, str], ...]) -> tuple[SeriesKey, bool] | None:
     """The key of a series from its labels other than the target's (`TARGET_LABELS`)."""
     labels = dict(items)
@@ -330,10 +332,11 @@ class _Grouped:
     all as one server's, counting the instances seen), then by time, each scrape a `Series`;
     the `_created` samples join their series' at the end."""
 
-    __slots__ = ("_by_instance", "_created", "_split", "instances")
+    __slots__ = ("_by_instance", "_created", "_keys", "_split", "instances")
 
     def __init__(self, by_instance: bool) -> None:
         self._split = by_instance
+        self._keys: _Keys = {}  # this answer's series keys, by their labels
         self._by_instance: dict[str, dict[float, Series]] = {}
         self._created: list[tuple[str, float, SeriesKey, float]] = []
         self.instances: set[str] = set()
@@ -345,7 +348,7 @@ class _Grouped:
 
     def add(self, metric: dict[str, str], samples: Iterable[Sequence[Any]]) -> None:
         """The samples (time, value text) of one series; none if no schema reads its name."""
-        parsed, instance = _key(metric)
+        parsed, instance = _key(metric, self._keys)
         if parsed is None:
             return
         if instance is not None:

@@ -5,7 +5,6 @@ A target is `"host:port"`, `"http(s)://host[:port][/path]"`, or an AISBench mode
 and the `host:port` that names it within a window (`Target.name`; IPv6 hosts bracketed).
 """
 
-import functools
 import ipaddress
 import re
 import socket
@@ -275,9 +274,6 @@ def parse_target(value: str | Mapping[str, Any]) -> Target:
     return _parse_text(value)
 
 
-# Pure, and asked again for a stored target at each stop and sample (a start's body keeps
-# what it parsed): the parsed target is immutable, so one parse of each text serves them all.
-@functools.lru_cache(maxsize=4096)
 def _parse_text(value: str) -> Target:
     if value.startswith(PROMETHEUS_PREFIX):  # as stored for a window read from Prometheus
         selector = value[len(PROMETHEUS_PREFIX) :]
@@ -324,6 +320,10 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+#: The answers a policy keeps of each kind before it empties them.
+MAX_ANSWERS = 8192
+
+
 @dataclass(frozen=True, slots=True)
 class TargetPolicy:
     """`SPECDEC_ALLOWED_TARGETS`: networks, exact host names and `*.suffix` patterns.
@@ -338,6 +338,14 @@ class TargetPolicy:
     networks: tuple[IPNetwork, ...] = ()
     names: frozenset[str] = frozenset()
     suffixes: tuple[str, ...] = ()
+    # Its answers by (host, address) and by address: asked for every scrape of every target,
+    # and parsing the address and testing it against each network each time would be a large
+    # part of a scrape's work. Emptied whole past MAX_ANSWERS (a hostile team's churning
+    # names); the policy never changes, so an answer never goes stale.
+    _refusals: dict[tuple[str, str], str | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    _denials: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def restricted(self) -> bool:
@@ -392,21 +400,26 @@ class TargetPolicy:
 
     def refusal(self, host: str, address: str) -> str | None:
         """Why the collector may not connect to `address` (resolved from `host`), or None."""
-        return _refusal(self, host, address)
+        key = (host, address)
+        if key not in self._refusals:
+            if len(self._refusals) >= MAX_ANSWERS:
+                self._refusals.clear()
+            self._refusals[key] = _refusal(self, host, address)
+        return self._refusals[key]
 
     def denied_address_refusal(self, address: str) -> str | None:
         """Why `address` is refused whatever name it is reached by (an always-denied range no
         listed network allows), or None: what is checked of the addresses a proxied name
         resolves to here."""
-        return _denied(self, address)
+        if address not in self._denials:
+            if len(self._denials) >= MAX_ANSWERS:
+                self._denials.clear()
+            self._denials[address] = _denied(self, address)
+        return self._denials[address]
 
 
-# Pure and asked for every scrape of every target: parsing the address and testing it against
-# each network every time would be a large part of a scrape's work. The policy is immutable,
-# so it is part of the key.
-@functools.lru_cache(maxsize=8192)
 def _refusal(policy: TargetPolicy, host: str, address: str) -> str | None:
-    named = policy.metadata_refusal(host) or _denied(policy, address)
+    named = policy.metadata_refusal(host) or policy.denied_address_refusal(address)
     if named is not None:
         return named
     ip = ipaddress.ip_address(address)
@@ -416,7 +429,6 @@ def _refusal(policy: TargetPolicy, host: str, address: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=8192)
 def _denied(policy: TargetPolicy, address: str) -> str | None:
     ip = ipaddress.ip_address(address)
     forms = [ip, *_embedded_v4(ip)]
@@ -443,9 +455,8 @@ def _embedded_v4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
     return found
 
 
-@functools.lru_cache(maxsize=8192)
 def is_ip(host: str) -> bool:
-    """Whether `host` is an IP address literal (cached: asked for every scrape)."""
+    """Whether `host` is an IP address literal."""
     try:
         ipaddress.ip_address(host)
     except ValueError:

@@ -34,6 +34,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
 from specdec_collector.core.readings import TargetReading
+from specdec_collector.core.targets import Target
 from specdec_collector.sources.scrape import ScrapeClient, ScrapeConfig, scrape_all
 from specdec_collector.store.db import (
     free_disk_bytes,
@@ -165,7 +166,8 @@ class Sampler:
             self.sample,
             "interval",
             seconds=interval_s,
-            args=[window_pk, team, list(targets), interval_s],
+            # Parsed once for every run (a stored target is its URL and headers as text).
+            args=[window_pk, team, list(targets), [t.parsed() for t in targets], interval_s],
             id=_job_id(window_pk),
             replace_existing=True,
             max_instances=1,
@@ -210,14 +212,24 @@ class Sampler:
             self.watch(window_pk, team, targets, interval_s, at_once=True)
 
     async def sample(
-        self, window_pk: int, team: str, targets: list[StoredTarget], interval_s: float
+        self,
+        window_pk: int,
+        team: str,
+        targets: list[StoredTarget],
+        parsed: list[Target],
+        interval_s: float,
     ) -> None:
         """One sampling run: confirm the lease, scrape every target at once, store it all."""
         with self._job(f"sample of window {window_pk}"):
-            await self._sample(window_pk, team, targets, interval_s)
+            await self._sample(window_pk, team, targets, parsed, interval_s)
 
     async def _sample(
-        self, window_pk: int, team: str, targets: list[StoredTarget], interval_s: float
+        self,
+        window_pk: int,
+        team: str,
+        targets: list[StoredTarget],
+        parsed: list[Target],
+        interval_s: float,
     ) -> None:
         try:
             if not await self._hold_lease(window_pk, interval_s):
@@ -225,7 +237,6 @@ class Sampler:
                 return
             if self._disk_low():
                 return  # the room left is the starts' and stops'
-            parsed = [t.parsed() for t in targets]
             scraping = asyncio.ensure_future(scrape_all(self.client, parsed, self.scrape, team))
             outcomes = await self._scraped_holding_lease(scraping, window_pk, interval_s)
             if outcomes is None:

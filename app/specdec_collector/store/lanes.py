@@ -8,7 +8,7 @@ wait for its turn in a thread of the request pool, the waiting threads would hol
 places, and under load every read, key check and stop's read of its targets would queue
 behind them, and a stop's final scrape with it. A lane's thread gets only a share of the GIL
 against a busy event loop, though: a small stop's results (most of them) are computed on the
-loop instead (`windows.closing.prepare_close_here`), the larger ones' here.
+loop instead (`store.store.Store.compute`), the larger ones' here.
 
 A lane's jobs wait in its queue instead, and the pool stays free. The queue is first come first
 served: a start's writes and a stop's alike. Both are what a benchmark waits on (for its run to

@@ -1,14 +1,11 @@
 """Benchmark windows: start, stop and read them, over the sources and the store.
 
 Scraping runs on the event loop with the shared client. Database work is synchronous
-(SQLModel sessions) and runs where it costs least: the writes of starts and stops in the
-write lanes (`store.lanes`: threads of their own, where writes that wait together commit
-together); a stop's results on the event loop when the stop is small and the database SQLite,
-else in the computations lane; the small reads of a start, a stop and a read of an open
-window (the window's row, whether it is still open) through `store.small_reads`, on the event
-loop where the database is at hand and in a thread elsewhere; every other read in the thread
-pool. Concurrent writers queue instead of failing: on SQLite they take turns on the
-collector's write lock, on PostgreSQL on the row's or the team's lock.
+(SQLModel sessions) and goes through the store (`store.store.Store`), which decides where it
+runs: the window calls say what to run (a lookup of a few rows, a write in the lane of its
+team or window, a stop's computation and how many readings it has), never which thread.
+Concurrent writers queue instead of failing: on SQLite they take turns on the collector's
+write lock, on PostgreSQL on the row's or the team's lock.
 
 Start is two transactions on purpose: the window row first (its unique `window_id` decides
 which of several concurrent starts creates it), then the baseline. A start retried after a

@@ -1,8 +1,8 @@
 """The windows facade: every call the routes make, and the only thing they call.
 
-It owns what the window calls need (the lifespan builds it once) and does their thread hops:
-database work runs in the thread pool or the lanes (SQLModel sessions are synchronous), small
-reads where they cost least (`store.small_reads`); scraping runs on the event loop.
+It holds what the window calls need (the lifespan builds it once): their database work goes
+through the store (`store.store.Store`, which decides where it runs); scraping runs on the
+event loop.
 """
 
 from collections.abc import Mapping, Sequence
