@@ -156,8 +156,9 @@ def _service_for_reads(database: Engine) -> WindowService:
 async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     engines: tuple[Engine, Engine],
 ) -> None:
-    """A read of an open window it keeps reads only the window's state (one statement) until
-    the window is closed, here through another engine (another replica's stop)."""
+    """A read of an open window answers the view it keeps until the window is closed, here
+    through another engine (another replica's stop). (The statements such a read sends are
+    `make bench`'s: `bench_statements`.)"""
     database, other = engines
     target = _window_of_one_target(database)
     stored = load_window(database, "default", "w")
@@ -174,17 +175,8 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
         "num_drafts": 5, "num_draft_tokens": 15, "num_accepted_tokens": 6,
         "accepted_per_pos": {"0": 3, "1": 2, "2": 1},
     }  # fmt: skip
-    statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    # Every engine's: on SQLite the check runs through a connection of its own (`SmallReads`).
-    event.listen(Engine, "after_cursor_execute", record)
     again = await view_json(service, "default", "w")
-    event.remove(Engine, "after_cursor_execute", record)
     assert again is first  # kept
-    assert len(statements) == 1 and statements[0].replace('"', "").startswith("SELECT window.state")
     later = InstanceCounters(drafts=9, draft_tokens=27, accepted_per_pos=[6, 4, 1])
     final = TargetReading(target, datetime.now(UTC), extract_spec_decode(vllm_payload([later])))
     assert close_window(other, stored, Actor("default", "t"), [final]) is not None
@@ -342,30 +334,11 @@ def test_a_stored_result_that_does_not_read_is_na_and_never_breaks_a_read(
     )  # fmt: skip
 
 
-def test_reading_an_open_window_never_looks_for_overlaps(engines: tuple[Engine, Engine]) -> None:
-    """An open window has no results to attach overlaps to: the query for the windows open
-    beside it was made for every start and read, then thrown away (18 % of a loaded
-    collector's CPU)."""
-    database, _ = engines
-    _window_of_one_target(database)
-    statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    event.listen(database, "after_cursor_execute", record)
-    shown = read_view(database, "default", "w")
-    event.remove(database, "after_cursor_execute", record)
-    assert shown.state == "open" and shown.targets[0].result is None
-    # The overlaps query is the only one that reads windows by their start time.
-    assert statements and not [s for s in statements if "window.started_at <" in s]
-
-
-def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
+def test_windows_on_the_same_server_share_its_series(
     engines: tuple[Engine, Engine],
 ) -> None:
-    """A second window on the same server adds no series, and once they are known a scrape
-    stores its snapshot in one statement."""
+    """A second window on the same server adds no series, and each window's snapshot reads
+    back its values (the statements a known server's snapshot takes: `bench_statements`)."""
     database, _ = engines
     target = _window_of_one_target(database)
     series = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
@@ -373,16 +346,7 @@ def test_a_known_endpoint_costs_no_catalogue_query_and_windows_share_its_series(
     store_baseline(database, load_window(database, "default", "w"), [outcome])
     assert write_alone(database, add_window, Actor("default", "t"), "w2", WindowCreate(targets=[target.name]),
                          [target], 10, "r", 0)  # fmt: skip
-    statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    event.listen(database, "after_cursor_execute", record)
     store_baseline(database, load_window(database, "default", "w2"), [outcome])
-    event.remove(database, "after_cursor_execute", record)
-    assert [s for s in statements if "endpoint_series" in s] == []
-    assert len([s for s in statements if s.startswith("INSERT INTO snapshot")]) == 1
     with Session(database) as session:
         assert len(session.exec(select(EndpointSeries)).all()) == len(series) == 6 + 6
     for window_id in ("w", "w2"):
@@ -575,35 +539,13 @@ def test_a_baseline_stored_while_a_stop_computes_its_results_is_counted(
     assert result.data.num_drafts == 4  # 9 - 5: from the baseline that landed
 
 
-@pytest.mark.parametrize("sample_interval_s", [None, 1.0])
-def test_a_stop_looks_for_snapshots_landed_since_only_where_one_may_land(
-    engines: tuple[Engine, Engine], sample_interval_s: float | None
-) -> None:
-    """An unsampled window whose baselines the stop read gets no snapshot more: its stop
-    does not look for one (a round trip in the writes' lane). A sampled one's does."""
-    database, _ = engines
-    target = _window_of_one_target(database, sample_interval_s)
-    stored = load_window(database, "default", "w")
-    before = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
-    after = extract_spec_decode(vllm_payload([InstanceCounters(9, 27, [6, 4, 2])]))
-    store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), before)])
-    statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    closed = _closed_with(database, stored, after, "before_cursor_execute", record)
-    assert closed is not None
-    looked = [s for s in statements if "max(snapshot.id" in s]
-    assert len(looked) == (0 if sample_interval_s is None else 1), looked
-
-
-def test_a_stop_on_postgresql_writes_in_one_statement_what_its_three_would_write(
+def test_a_stop_on_postgresql_written_in_one_statement_reads_back_as_three_write_it(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PostgreSQL, an unsampled window whose series are known: its stop closes it, stores its
-    snapshots (a failed one too) and its results in one statement; they read back as the three
-    statements of any other stop write them. A second stop of it writes nothing."""
+    snapshots (a failed one too) and its results in one statement (`bench_statements`); they
+    read back as the three statements of any other stop write them. A second stop of it
+    writes nothing."""
     from specdec_collector.windows import closing
     from tests.support.windows import close_window
 
@@ -613,10 +555,8 @@ def test_a_stop_on_postgresql_writes_in_one_statement_what_its_three_would_write
     before = extract_spec_decode(vllm_payload([InstanceCounters(5, 15, [3, 2, 1])]))
     after = extract_spec_decode(vllm_payload([InstanceCounters(9, 27, [6, 4, 2])]))
     refused = Failure(FailureKind.CONNECT, "connection refused")
-    written: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        written.append(statement.split()[0])
+    decided: list[bool] = []
+    real = closing._closes_at_once
 
     def stored_as(window_id: str, at_once: bool) -> tuple[Any, ...]:
         body = WindowCreate(targets=[t.name for t in targets])
@@ -626,16 +566,16 @@ def test_a_stop_on_postgresql_writes_in_one_statement_what_its_three_would_write
         now = datetime.now(UTC)
         store_baseline(database, stored, [TargetReading(t, now, before) for t in targets])
         finals = [TargetReading(targets[0], now, after), TargetReading(targets[1], now, refused)]
-        if not at_once:
-            monkeypatch.setattr(closing, "_closes_at_once", lambda *args: False)
-        written.clear()
-        event.listen(database, "before_cursor_execute", record)
+
+        def deciding(*args: Any) -> bool:
+            decided.append(at_once and real(*args))
+            return decided[-1]
+
+        monkeypatch.setattr(closing, "_closes_at_once", deciding)
         try:
             assert close_window(database, stored, actor, finals) is not None
-            writes = [verb for verb in written if verb in ("WITH", "INSERT", "UPDATE")]
             assert close_window(database, stored, actor, finals) is None  # another stop came first
         finally:
-            event.remove(database, "before_cursor_execute", record)
             monkeypatch.undo()
         with database.connect() as connection:
             rows = connection.execute(
@@ -649,14 +589,15 @@ def test_a_stop_on_postgresql_writes_in_one_statement_what_its_three_would_write
                 ),
                 {"id": window_id},
             ).all()
-        return tuple(writes), tuple(rows)
+        return tuple(rows)
 
     try:
-        one_writes, at_once = stored_as("at-once", at_once=True)
-        three_writes, apart = stored_as("apart", at_once=False)
+        at_once = stored_as("at-once", at_once=True)
+        assert decided[0] is True  # written in one statement
+        decided.clear()
+        apart = stored_as("apart", at_once=False)
     finally:
         database.dispose()
-    assert one_writes == ("WITH",) and three_writes == ("UPDATE", "INSERT", "UPDATE")
     assert len(at_once) == 4  # two targets, a baseline and a final snapshot each
     assert at_once == apart
     assert at_once[-1][13] == FailureKind.CONNECT and at_once[-1][14] == "null"
@@ -728,14 +669,10 @@ def test_overlaps_name_each_shared_target_and_count_other_teams(
             "other_teams": {"windows": 2, "seconds": 60.0},
         },
     }
-    # A window's targets never change: each process reads them once (a loaded collector's
-    # stops read those of the same ~400 windows again and again).
-    statements: list[str] = []
-    event.listen(database, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    # Asked again (a window's targets, read once per process: `bench_statements`), the same.
     with Session(database) as session:
         again = overlaps_of(session, stored)
     assert {key: overlaps.model_dump() for key, overlaps in again.items()} == shown
-    assert len(statements) == 1 and "window_target" not in statements[0]
 
 
 def test_overlaps_name_the_longest_of_many_and_count_the_rest(
@@ -840,11 +777,9 @@ async def test_a_stop_computed_on_the_event_loop_equals_one_computed_in_a_thread
     assert first.overlaps is not None and [w["id"] for w in first.overlaps.windows] == ["beside"]
 
 
-def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_target(
-    tmp_path: Path,
-) -> None:
-    """On SQLite an executemany is one step per row, each giving the GIL away and winning it
-    back; the snapshots of a window's targets go in as one multi-row statement instead."""
+def test_a_baseline_of_many_targets_gives_each_target_its_own_row(tmp_path: Path) -> None:
+    """The snapshots of a window's targets go in together (one multi-row statement:
+    `bench_statements`), each row its own target's."""
     url = f"sqlite:///{tmp_path / 'one.db'}"
     upgrade_database(url)
     database = open_database(url)
@@ -861,34 +796,17 @@ def test_a_baseline_of_many_targets_is_one_insert_statement_each_row_its_own_tar
         ))
         for i, t in enumerate(targets)
     ]  # fmt: skip
-    inserts: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.startswith("INSERT INTO snapshot"):
-            inserts.append(statement)
-
-    event.listen(database, "before_cursor_execute", seen)
     store_baseline(database, stored, outcomes)
-    assert len(inserts) == 1 and inserts[0].count("(?, ?, ?, ?, ?, ?)") == 5  # one statement
     befores = [t.before for t in read_view(database, "default", "w").targets]
     assert [before.num_drafts if before else None for before in befores] == [5, 6, 7, 8, 9]
     database.dispose()
 
 
-def _rows_read(plan: dict[str, Any], relation: str) -> int:
-    """The rows of `relation` the plan's nodes read: those they kept and those they dropped."""
-    read = 0
-    if plan.get("Relation Name") == relation:
-        read += int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
-    return read + sum(_rows_read(child, relation) for child in plan.get("Plans", []))
-
-
-def test_a_stops_look_for_new_samples_reads_only_its_own_snapshots(postgres_url: str) -> None:
+def test_a_stops_look_for_new_samples_finds_its_own_newest_snapshot(postgres_url: str) -> None:
     """A stop looks, in its write, for a snapshot stored since it read its window's: the
-    newest of its targets' snapshots. PostgreSQL answered max(id) by walking the primary key
-    back from the newest snapshot of all, through every one the other windows stored since
-    (thousands under load, for as long as the window had been open)."""
-    from specdec_collector.windows.closing import _LATEST_SNAPSHOT, _latest_snapshot
+    newest of its targets' snapshots, whatever other windows stored since (how many rows
+    PostgreSQL reads for it: `bench_statements`)."""
+    from specdec_collector.windows.closing import _latest_snapshot
 
     upgrade_database(postgres_url)
     database = open_database(postgres_url)
@@ -910,40 +828,29 @@ def test_a_stops_look_for_new_samples_reads_only_its_own_snapshots(postgres_url:
     write_alone(
         database, lambda tx: store_snapshots(tx.session, ids, SnapshotPhase.SAMPLE, samples)
     )
-    statement = _LATEST_SNAPSHOT.params(target_ids=mine).compile(
-        dialect=database.dialect, compile_kwargs={"literal_binds": True}
-    )
     with Session(database) as session:
-        (plan,) = session.execute(text(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}")).scalar_one()
         newest = session.execute(
             select(func.max(Snapshot.id)).where(col(Snapshot.target_id).in_(mine))
         ).scalar_one()
         assert _latest_snapshot(session, mine) == newest
     database.dispose()
-    assert _rows_read(plan["Plan"], "snapshot") <= 2  # its two baselines, none of the 3,000
 
 
-def test_a_start_writes_its_window_in_two_statements_on_postgresql(postgres_url: str) -> None:
-    """The writes take turns in a lane (`store.lanes`), each statement a round trip to the
-    server, so a start's write makes few: the team's lock, and one insert of the window (its
-    team's open windows counted) and of its targets, whose ids it returns (in the targets'
-    order)."""
+def test_a_start_on_postgresql_returns_its_targets_ids_in_their_order(postgres_url: str) -> None:
+    """A start's one insert of the window and its targets (`bench_statements` counts its
+    statements) returns the targets' ids in the targets' order, as they read back."""
     upgrade_database(postgres_url)
     database = open_database(postgres_url)
     targets = [parse_target(f"127.0.0.1:{9300 + i}") for i in (3, 1, 2, 0)]
-    statements: list[str] = []
-    event.listen(database, "after_cursor_execute", lambda c, cur, s, *a: statements.append(s))
     try:
         body = WindowCreate(targets=[t.name for t in targets])
         stored = write_alone(
             database, add_window, Actor("default", "t"), "w", body, targets, 10, "r", 0
         )
         assert stored is not None
-        written = list(statements)
         reloaded = load_window(database, "default", "w")
     finally:
         database.dispose()
-    assert len(written) == 2, written
     assert [(t.id, t.name) for t in stored.targets] == [(t.id, t.name) for t in reloaded.targets]
     assert [t.name for t in stored.targets] == [t.name for t in targets]
 

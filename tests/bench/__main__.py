@@ -18,6 +18,7 @@ BENCHMARKS = [
     "api",
     "growth",
     "storage",
+    "statements",
     "replicas",
     "load",
     "prometheus_source",
