@@ -1,8 +1,8 @@
 """The statements a window's calls send, counted: each one a round trip in the writes' lane
 on PostgreSQL, and a step that gives the interpreter's lock away and wins it back on SQLite.
 
-What each call stores is the tests' (`tests/test_windows.py`, `tests/store/test_lanes.py`,
-`tests/test_catalogue_budget.py`, `tests/windows/test_rehearsal.py`); how many statements it
+What each call stores is the tests' (`tests/windows/test_storage.py`, `tests/store/test_lanes.py`,
+`tests/windows/test_catalogue.py`, `tests/windows/test_rehearsal.py`); how many statements it
 takes to store it is a speed figure, measured here on a fresh SQLite file and a fresh schema
 of the suite's throwaway PostgreSQL, each figure against the count the write path was built
 to.
