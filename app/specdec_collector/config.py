@@ -79,6 +79,20 @@ class Settings(BaseSettings):
         description="PostgreSQL: the lanes each replica's writes of starts and stops take turns "
         "in, side by side (more for a database a few milliseconds away); SQLite has one.",
     )
+    # Parts that exist for speed, each with the setting that turns it off (docs/performance.md
+    # says what each buys, as `bench_knobs` measures it).
+    db_writes_together: Annotated[int, Field(ge=1, le=1024)] = 64
+    """Most writes of starts and stops one transaction takes, of those waiting in a lane
+    (group commit); 1: each in a transaction of its own."""
+    db_lookups_on_loop: bool = True
+    """Reads of a few rows (a window's row, a stored key, the lease scan) on the event loop
+    where the database is at hand (SQLite, a PostgreSQL near); false: in threads."""
+    stop_on_loop_readings: Annotated[int, Field(ge=0, le=4096)] = 64
+    """SQLite: the most readings an unsampled stop may have for its results to be computed on
+    the event loop; 0: every stop's in the computations lane."""
+    stop_write_at_once: bool = True
+    """PostgreSQL: a stop of known series closes its window, stores its snapshots and its
+    results in one statement; false: in three."""
     scrape_timeout_s: float = Field(
         default=5.0, gt=0, le=300, description="Timeout of one /metrics scrape (connect + read)."
     )

@@ -21,6 +21,7 @@ BENCHMARKS = [
     "statements",
     "replicas",
     "load",
+    "knobs",
     "prometheus_source",
     "attacks",
     "observer",

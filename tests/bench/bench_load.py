@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,8 +100,14 @@ _WITHOUT_RESULT = text(
 )
 
 
-def load_run(workers: int, on_postgres: bool = False, database_away_s: float = 0) -> LoadRun:
-    """One run; `database_away_s`, the round trip a forwarder adds to PostgreSQL's."""
+def load_run(
+    workers: int,
+    on_postgres: bool = False,
+    database_away_s: float = 0,
+    settings: Mapping[str, str] | None = None,
+) -> LoadRun:
+    """One run; `database_away_s`, the round trip a forwarder adds to PostgreSQL's;
+    `settings`, the collector's environment beside the run's own."""
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         if on_postgres:
             database_url = stack.enter_context(fresh_schema(stack.enter_context(postgres_server())))
@@ -118,6 +125,7 @@ def load_run(workers: int, on_postgres: bool = False, database_away_s: float = 0
                 # The service's capacity, not the team's budget: one team, one address.
                 SPECDEC_MAX_TARGET_READS_PER_SECOND_PER_TEAM="1e9",
                 SPECDEC_MAX_CONNECTIONS_PER_CLIENT="0",
+                **(settings or {}),
             ) as collector,
             run_farm(TARGETS, "vllm_v1_dp1_k5.txt") as targets,
         ):

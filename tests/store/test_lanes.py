@@ -137,6 +137,20 @@ def test_writes_that_wait_together_commit_together(database: Engine) -> None:
     assert _notes(database) == [f"n{i}" for i in range(5)]
 
 
+def test_writes_together_of_one_writes_each_alone(database: Engine) -> None:
+    """`SPECDEC_DB_WRITES_TOGETHER=1`: the writes that waited commit one by one, in order."""
+    lane = Lane("test", serial=True, database=database, together=1)
+    commits = _commits(database)
+
+    async def main() -> list[Any]:
+        return await _while_held(lane, lambda: [lane.write(_note, f"n{i}") for i in range(5)])
+
+    assert asyncio.run(main()) == [f"n{i}" for i in range(5)]
+    lane.close()
+    assert len(commits) == 5
+    assert _notes(database) == [f"n{i}" for i in range(5)]
+
+
 def test_a_domain_error_fails_its_own_write_only(database: Engine) -> None:
     """A write raises a domain error before it writes: the others keep their transaction."""
     lane = Lane("test", serial=True, database=database)

@@ -22,10 +22,15 @@ def store_baseline(
 
 
 def close_window(
-    database: Engine, stored: StoredWindow, actor: Actor, finals: Sequence[TargetReading]
+    database: Engine,
+    stored: StoredWindow,
+    actor: Actor,
+    finals: Sequence[TargetReading],
+    at_once: bool = True,
 ) -> ClosedWindow | None:
     """Close the window with these final readings (in the targets' order), as a scraped
-    window's stop does; None if another stop came first."""
+    window's stop does (`at_once`: SPECDEC_STOP_WRITE_AT_ONCE); None if another stop came
+    first."""
     chains = [Chain(final) for final in finals]
     prepared = run_to_end(prepare_close(database, stored, chains, utcnow()))
-    return write_alone(database, add_close, stored, actor, prepared)
+    return write_alone(database, add_close, stored, actor, prepared, at_once)

@@ -166,9 +166,6 @@ async def test_an_open_windows_view_is_kept_until_another_replica_closes_it(
     series = extract_spec_decode(vllm_payload([counters]))
     store_baseline(database, stored, [TargetReading(target, datetime.now(UTC), series)])
     service = _service_for_reads(database)
-    await (
-        service.store._lookups.prepare()
-    )  # as the service does at start-up: its probes are not counted
     first = await view_json(service, "default", "w")
     before = json.loads(first)["targets"][0]["before"]
     assert before == {
@@ -544,8 +541,8 @@ def test_a_stop_on_postgresql_written_in_one_statement_reads_back_as_three_write
 ) -> None:
     """PostgreSQL, an unsampled window whose series are known: its stop closes it, stores its
     snapshots (a failed one too) and its results in one statement (`bench_statements`); they
-    read back as the three statements of any other stop write them. A second stop of it
-    writes nothing."""
+    read back as the three statements of any other stop (or of this one with
+    `SPECDEC_STOP_WRITE_AT_ONCE=false`) write them. A second stop of it writes nothing."""
     from specdec_collector.windows import closing
     from tests.support.windows import close_window
 
@@ -568,13 +565,14 @@ def test_a_stop_on_postgresql_written_in_one_statement_reads_back_as_three_write
         finals = [TargetReading(targets[0], now, after), TargetReading(targets[1], now, refused)]
 
         def deciding(*args: Any) -> bool:
-            decided.append(at_once and real(*args))
+            decided.append(real(*args))
             return decided[-1]
 
         monkeypatch.setattr(closing, "_closes_at_once", deciding)
         try:
-            assert close_window(database, stored, actor, finals) is not None
-            assert close_window(database, stored, actor, finals) is None  # another stop came first
+            assert close_window(database, stored, actor, finals, at_once) is not None
+            # Another stop came first: nothing written.
+            assert close_window(database, stored, actor, finals, at_once) is None
         finally:
             monkeypatch.undo()
         with database.connect() as connection:
@@ -596,6 +594,7 @@ def test_a_stop_on_postgresql_written_in_one_statement_reads_back_as_three_write
         assert decided[0] is True  # written in one statement
         decided.clear()
         apart = stored_as("apart", at_once=False)
+        assert decided == []  # the knob turned it off: never asked
     finally:
         database.dispose()
     assert len(at_once) == 4  # two targets, a baseline and a final snapshot each

@@ -40,7 +40,7 @@ from specdec_collector.sources.scrape import (
 from specdec_collector.sources.scrape.resolver import SystemResolver
 from specdec_collector.sources.scrape.source import ScrapeSource
 from specdec_collector.store.db import database_unavailable
-from specdec_collector.store.store import Store
+from specdec_collector.store.store import Store, StoreKnobs
 from specdec_collector.telemetry import REGISTRY, DatabaseMetrics
 from specdec_collector.windows.budget import ReadBudget
 from specdec_collector.windows.cache import MAX_KEPT_VIEW_BYTES, OpenViews, ResultsCache
@@ -149,9 +149,15 @@ def _lifespan(
 
 async def _opened_store(settings: Settings) -> Store:
     """The store over the database, migrated first, with a window's statements compiled."""
+    knobs = StoreKnobs(
+        write_lanes=settings.db_write_lanes,
+        writes_together=settings.db_writes_together,
+        lookups_on_loop=settings.db_lookups_on_loop,
+        on_loop_readings=settings.stop_on_loop_readings,
+    )
     store = await Store.open(
         settings.database_url,
-        write_lanes=settings.db_write_lanes,
+        knobs,
         pool_size=settings.db_pool_size,
         statement_timeout_s=settings.db_statement_timeout_s,
         connect_timeout_s=settings.db_connect_timeout_s,

@@ -50,7 +50,7 @@ from specdec_collector.store.transaction import RunAlone, WriteTransaction
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: The most writes one transaction takes (the first of them waits for all).
+#: The most writes one transaction takes by default (SPECDEC_DB_WRITES_TOGETHER).
 MAX_WRITES_TOGETHER = 64
 
 
@@ -70,8 +70,16 @@ class Lane:
     """Runs jobs one at a time, in the order they came, in a thread named `name` (`serial`);
     else each in the request pool, at once. A serial lane's writes go to `database`."""
 
-    def __init__(self, name: str, *, serial: bool, database: Engine | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        serial: bool,
+        database: Engine | None = None,
+        together: int = MAX_WRITES_TOGETHER,
+    ) -> None:
         self._database = database
+        self._together = together  # the most writes one transaction takes
         self._queue: queue.SimpleQueue[_Job] | None = None
         self._thread: threading.Thread | None = None
         # The job taken from the queue that its thread runs next (a job that is not a write
@@ -127,7 +135,7 @@ class Lane:
             writes = [job]
             # The writes that waited meanwhile join this one's transaction; anything else
             # waits for it, in its place (the next to run).
-            while len(writes) < MAX_WRITES_TOGETHER:
+            while len(writes) < self._together:
                 try:
                     waiting = self._queue.get_nowait()
                 except queue.Empty:
@@ -196,11 +204,18 @@ class WriteLanes:
     at a time: one lane, whatever `count`.
     """
 
-    def __init__(self, name: str, database: Engine, count: int = 1) -> None:
+    def __init__(
+        self, name: str, database: Engine, count: int = 1, together: int = MAX_WRITES_TOGETHER
+    ) -> None:
         if takes_turns(database):
             count = 1
         self._lanes = [
-            Lane(name if count == 1 else f"{name}-{index}", serial=True, database=database)
+            Lane(
+                name if count == 1 else f"{name}-{index}",
+                serial=True,
+                database=database,
+                together=together,
+            )
             for index in range(count)
         ]
 

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from specdec_collector.gcpause import uncollected
 from specdec_collector.store.db import open_database, takes_turns
-from specdec_collector.store.lanes import Lane, WriteLanes
+from specdec_collector.store.lanes import MAX_WRITES_TOGETHER, Lane, WriteLanes
 from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.small_reads import SmallReads
 from specdec_collector.store.transaction import WriteTransaction
@@ -28,8 +28,8 @@ T = TypeVar("T")
 Steps = Generator[None, None, T]
 
 #: The most readings (snapshots read from the database and computed over) a computation may
-#: have to run on the event loop (SQLite only: its reads are at hand); more go to the
-#: computations lane.
+#: have to run on the event loop (SQLite only: its reads are at hand) by default
+#: (SPECDEC_STOP_ON_LOOP_READINGS); more go to the computations lane.
 ON_LOOP_READINGS = 64
 #: The most series a computation that reads nothing may arrange on the event loop; more go to
 #: the request pool.
@@ -45,6 +45,20 @@ class Cost:
     computes over (None: not known, as many as a sampled window was long)."""
 
     readings: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreKnobs:
+    """Where the store may run work for speed, each part with the setting that turns it off
+    (docs/performance.md): the write lanes (SPECDEC_DB_WRITE_LANES), the writes one
+    transaction takes (SPECDEC_DB_WRITES_TOGETHER), lookups on the event loop
+    (SPECDEC_DB_LOOKUPS_ON_LOOP), the readings of a stop computed there
+    (SPECDEC_STOP_ON_LOOP_READINGS)."""
+
+    write_lanes: int = 1
+    writes_together: int = MAX_WRITES_TOGETHER
+    lookups_on_loop: bool = True
+    on_loop_readings: int = ON_LOOP_READINGS
 
 
 class Store:
@@ -76,27 +90,33 @@ class Store:
       garbage collection.
     """
 
-    def __init__(self, database: Engine, write_lanes: int = 1) -> None:
+    def __init__(self, database: Engine, knobs: "StoreKnobs | None" = None) -> None:
         self.database = database
-        self._lookups = SmallReads(database)
+        self.knobs = knobs or StoreKnobs()
+        self._lookups = SmallReads(database) if self.knobs.lookups_on_loop else None
         # Writes take turns in their lane (SQLite has one), those that wait together in one
         # transaction; SQLite computes one stop at a time too, PostgreSQL several at once.
-        self._writes = WriteLanes("specdec-writes", database, write_lanes)
+        self._writes = WriteLanes(
+            "specdec-writes", database, self.knobs.write_lanes, self.knobs.writes_together
+        )
         self._computations = Lane("specdec-computations", serial=takes_turns(database))
 
     @classmethod
-    async def open(cls, url: str, *, write_lanes: int = 1, **options: Any) -> "Store":
+    async def open(cls, url: str, knobs: "StoreKnobs | None" = None, **options: Any) -> "Store":
         """The store of the database at `url`, migrated first (`store.migrate`), opened with
         `options` (`db.open_database`), and what its first calls would open opened now (the
         loop's PostgreSQL connection, the server probed)."""
         await run_in_threadpool(upgrade_database, url)
-        store = cls(open_database(url, **options), write_lanes)
-        await store._lookups.prepare()
+        store = cls(open_database(url, **options), knobs)
+        if store._lookups is not None:
+            await store._lookups.prepare()
         return store
 
     async def lookup(
         self, function: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
+        if self._lookups is None:
+            return await self.run(function, *args, **kwargs)
         return await self._lookups(function, *args, **kwargs)
 
     async def run(
@@ -129,7 +149,7 @@ class Store:
         return (
             self._computations.serial
             and cost.readings is not None
-            and cost.readings <= ON_LOOP_READINGS
+            and cost.readings <= self.knobs.on_loop_readings
         )
 
     async def compute(
@@ -156,7 +176,8 @@ class Store:
         database's connections."""
         await run_in_threadpool(self._computations.close)
         await run_in_threadpool(self._writes.close)
-        self._lookups.close()
+        if self._lookups is not None:
+            self._lookups.close()
         self.database.dispose()
 
 

@@ -365,15 +365,19 @@ _CLOSE_AT_ONCE = _close_at_once_statement()
 
 
 def add_close(
-    transaction: WriteTransaction, stored: StoredWindow, actor: Actor, prepared: PreparedClose
+    transaction: WriteTransaction,
+    stored: StoredWindow,
+    actor: Actor,
+    prepared: PreparedClose,
+    at_once: bool = True,
 ) -> ClosedWindow | None:
     """Store what the source read at the stop and every target's result, and close the
     window, in `transaction`; None (having written nothing) if another stop came
     first. The results are computed again if a snapshot (a sample) landed after `prepared`
     read them. On PostgreSQL, one statement where nothing can have changed them
-    (`_closes_at_once`)."""
+    (`_closes_at_once`), unless not `at_once` (SPECDEC_STOP_WRITE_AT_ONCE)."""
     session = transaction.session
-    if _closes_at_once(session, stored, prepared):
+    if at_once and _closes_at_once(session, stored, prepared):
         return _close_at_once(session, stored, actor, prepared)
     ids = [t.id for t in stored.targets]
     closed, rows, stopped_at = prepared.closed, prepared.rows, prepared.stopped_at

@@ -209,7 +209,8 @@ async def stop_window(
     cost = _stop_cost(stored, chains)
     prepared = await store.compute(cost, prepare_close, stored, chains, stopped_at)
     key = ("window", stored.pk)
-    closed = await store.write_after(cost, key, add_close, stored, actor, prepared)
+    at_once = service.settings.stop_write_at_once
+    closed = await store.write_after(cost, key, add_close, stored, actor, prepared, at_once)
     if closed is None:  # another stop came first: its results are the ones stored
         return await store.run(read_view, actor.team, window_id)
     remember_results(service, actor.team, stored, closed.results)
