@@ -94,6 +94,16 @@ _WHERE_WORK_RUNS = {
 }
 
 
+def test_the_service_reaches_sources_only_through_what_the_lifespan_hands_it() -> None:
+    """The picture's service calls windows only: the lifespan (`service/main.py`) builds the
+    sources and hands them on; the sampler reads through the scrape source it is given."""
+    for module in _modules("service"):
+        if module.name == "main.py":
+            continue
+        sources = {m for m in _imports(module) if m.startswith("specdec_collector.sources")}
+        assert not sources, (module.name, sources)
+
+
 def test_windows_and_the_service_touch_the_database_only_through_the_store() -> None:
     """Neither `windows/` nor `service/` decides a thread, a lane or the loop for database
     work: no thread hop, no lane, no small-read path of their own; the store decides."""

@@ -36,7 +36,10 @@ KNOBS = [
 
 def _runs(knob: Knob) -> tuple[list[float], list[float], list[float], list[float]]:
     """Windows/s and CPU seconds a window, with the part on and off, ROUNDS runs each."""
-    on_rate, on_cpu, off_rate, off_cpu = [], [], [], []
+    on_rate: list[float] = []
+    on_cpu: list[float] = []
+    off_rate: list[float] = []
+    off_cpu: list[float] = []
     for index in range(2 * ROUNDS):
         off = index % 4 in (1, 2)  # on, off, off, on, ...
         run = load_run(1, knob.on_postgres, settings={knob.setting: knob.off} if off else {})

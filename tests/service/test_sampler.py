@@ -17,6 +17,7 @@ from sqlmodel import Session, col
 
 from specdec_collector.service.sampler import Sampler
 from specdec_collector.sources.scrape import ScrapeConfig, new_client
+from specdec_collector.sources.scrape.source import ScrapeSource
 from specdec_collector.store.db import open_database, write_session
 from specdec_collector.store.migrate import upgrade_database
 from specdec_collector.store.store import Store
@@ -263,7 +264,8 @@ def test_retention_deletes_old_samples_and_keeps_results(team: Team, api: httpx.
 async def test_sampler_schedules_the_daily_retention_job(database_url: str) -> None:
     store = await Store.open(database_url)
     async with new_client() as client:
-        sampler = Sampler(store, client, ScrapeConfig(1.0, 1 << 20), retention_days=7)
+        source = ScrapeSource(client, ScrapeConfig(1.0, 1 << 20))
+        sampler = Sampler(store, source, retention_days=7)
         await sampler.start()
         job = sampler.scheduler.get_job("purge-samples")
         await sampler.stop()

@@ -32,7 +32,6 @@ from specdec_collector.sources.prometheus.api import PrometheusAPI
 from specdec_collector.sources.prometheus.source import PrometheusSource
 from specdec_collector.sources.scrape import (
     Resolver,
-    ScrapeClient,
     ScrapeConfig,
     new_client,
     new_query_client,
@@ -120,8 +119,9 @@ def _lifespan(
         store = await _opened_store(settings)
         client = new_client()
         queries = new_query_client(settings.prometheus_timeout_s)
-        sampler = _sampler(settings, store, client, scrape)
-        windows = _window_service(settings, store, client, queries, scrape, sampler)
+        scraped = ScrapeSource(client, scrape)
+        sampler = _sampler(settings, store, scraped)
+        windows = _window_service(settings, store, scraped, queries, sampler)
         open_mode = OpenMode.of(anonymous_allowed, settings.allow_anonymous)
         anonymous = AnonymousAccess(open_mode, env_keys, store)
         services = Services(store, env_keys, anonymous, windows, KeyService(store))
@@ -171,13 +171,10 @@ async def _opened_store(settings: Settings) -> Store:
     return store
 
 
-def _sampler(
-    settings: Settings, store: Store, client: ScrapeClient, scrape: ScrapeConfig
-) -> Sampler:
+def _sampler(settings: Settings, store: Store, scraped: ScrapeSource) -> Sampler:
     return Sampler(
         store,
-        client,
-        scrape,
+        scraped,
         settings.sample_retention_days,
         replica_id=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
         scan_interval_s=settings.sampler_scan_s,
@@ -188,9 +185,8 @@ def _sampler(
 def _window_service(
     settings: Settings,
     store: Store,
-    client: ScrapeClient,
+    scraped: ScrapeSource,
     queries: httpx.AsyncClient,
-    scrape: ScrapeConfig,
     sampler: Sampler,
 ) -> WindowService:
     prometheus = PrometheusAPI(settings, queries) if settings.prometheus_url else None
@@ -198,7 +194,7 @@ def _window_service(
     return WindowService(
         store=store,
         sources={
-            Source.SCRAPE: ScrapeSource(client, scrape),
+            Source.SCRAPE: scraped,
             Source.PROMETHEUS: PrometheusSource(prometheus),
         },
         sampler=sampler,

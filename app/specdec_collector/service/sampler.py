@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -35,7 +35,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from specdec_collector.core.readings import TargetReading
 from specdec_collector.core.targets import Target
-from specdec_collector.sources.scrape import ScrapeClient, ScrapeConfig, scrape_all
 from specdec_collector.store.db import (
     free_disk_bytes,
 )
@@ -62,6 +61,19 @@ def _job_id(window_pk: int) -> str:
     return f"sample-window-{window_pk}"
 
 
+class SampleReader(Protocol):
+    """Where samples are read from (the scrape source: `sources.scrape.source.ScrapeSource`)."""
+
+    @property
+    def timeout_s(self) -> float:
+        """The longest one reading takes."""
+        ...
+
+    async def read_samples(self, targets: Sequence[Target], team: str) -> list[TargetReading]:
+        """A reading of every target, taken now, in the targets' order."""
+        ...
+
+
 class Sampler:
     """Owns the scheduler, this replica's sampling jobs and the lease scan.
 
@@ -74,8 +86,7 @@ class Sampler:
     def __init__(
         self,
         store: Store,
-        client: ScrapeClient,
-        scrape: ScrapeConfig,
+        reader: SampleReader,
         retention_days: float,
         replica_id: str = "local",
         scan_interval_s: float = 0.25,
@@ -84,8 +95,7 @@ class Sampler:
         self.store = store
         self.min_free_disk_bytes = min_free_disk_bytes
         self._low_disk_logged = 0.0
-        self.client = client
-        self.scrape = scrape
+        self.reader = reader
         self.retention_days = retention_days
         self.replica_id = replica_id
         self.scan_interval_s = scan_interval_s
@@ -126,7 +136,7 @@ class Sampler:
         self.scheduler.pause()  # no new runs; the scheduler's shutdown cancels those running
         running = set(self._running)
         if running:
-            await asyncio.wait(running, timeout=self.scrape.timeout_s + 1.0)
+            await asyncio.wait(running, timeout=self.reader.timeout_s + 1.0)
         late = set(self._running)
         self.scheduler.shutdown(wait=False)
         if late:
@@ -237,7 +247,7 @@ class Sampler:
                 return
             if self._disk_low():
                 return  # the room left is the starts' and stops'
-            scraping = asyncio.ensure_future(scrape_all(self.client, parsed, self.scrape, team))
+            scraping = asyncio.ensure_future(self.reader.read_samples(parsed, team))
             outcomes = await self._scraped_holding_lease(scraping, window_pk, interval_s)
             if outcomes is None:
                 self.unwatch(window_pk)

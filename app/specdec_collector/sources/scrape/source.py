@@ -93,6 +93,15 @@ class ScrapeSource:
     ) -> list[Chain]:
         return [Chain(after) for after in await scrape_all(self.client, targets, self.config, team)]
 
+    @property
+    def timeout_s(self) -> float:
+        """The longest one scrape takes."""
+        return self.config.timeout_s
+
+    async def read_samples(self, targets: Sequence[Target], team: str) -> list[TargetReading]:
+        """A sample of every target, read now (the background sampler's)."""
+        return await scrape_all(self.client, targets, self.config, team)
+
     async def read_open(
         self, targets: Sequence[Target], start: datetime
     ) -> list[list[TimelinePoint]] | None:
