@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -55,6 +56,18 @@ from specdec_collector.windows.leases import (
 from specdec_collector.windows.stored import StoredTarget
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SampledWindow:
+    """A window this replica samples: its targets as stored (their ids) and as scraped (parsed
+    once for every run: a stored target is its URL and headers as text)."""
+
+    pk: int
+    team: str
+    targets: list[StoredTarget]
+    parsed: list[Target]
+    interval_s: float
 
 
 def _job_id(window_pk: int) -> str:
@@ -172,12 +185,13 @@ class Sampler:
         self.watched.add(window_pk)
         self._lease_ends.pop(window_pk, None)  # unknown here: the first run renews it
         first: dict[str, Any] = {"next_run_time": datetime.now(UTC)} if at_once else {}
+        parsed = [t.parsed() for t in targets]
+        window = SampledWindow(window_pk, team, list(targets), parsed, interval_s)
         self.scheduler.add_job(
             self.sample,
             "interval",
             seconds=interval_s,
-            # Parsed once for every run (a stored target is its URL and headers as text).
-            args=[window_pk, team, list(targets), [t.parsed() for t in targets], interval_s],
+            args=[window],
             id=_job_id(window_pk),
             replace_existing=True,
             max_instances=1,
@@ -221,38 +235,25 @@ class Sampler:
             logger.info("replica %s samples window %d from now on", self.replica_id, window_pk)
             self.watch(window_pk, team, targets, interval_s, at_once=True)
 
-    async def sample(
-        self,
-        window_pk: int,
-        team: str,
-        targets: list[StoredTarget],
-        parsed: list[Target],
-        interval_s: float,
-    ) -> None:
+    async def sample(self, window: SampledWindow) -> None:
         """One sampling run: confirm the lease, scrape every target at once, store it all."""
-        with self._job(f"sample of window {window_pk}"):
-            await self._sample(window_pk, team, targets, parsed, interval_s)
+        with self._job(f"sample of window {window.pk}"):
+            await self._sample(window)
 
-    async def _sample(
-        self,
-        window_pk: int,
-        team: str,
-        targets: list[StoredTarget],
-        parsed: list[Target],
-        interval_s: float,
-    ) -> None:
+    async def _sample(self, window: SampledWindow) -> None:
+        window_pk, interval_s = window.pk, window.interval_s
         try:
             if not await self._hold_lease(window_pk, interval_s):
                 self.unwatch(window_pk)
                 return
             if self._disk_low():
                 return  # the room left is the starts' and stops'
-            scraping = asyncio.ensure_future(self.reader.read_samples(parsed, team))
+            scraping = asyncio.ensure_future(self.reader.read_samples(window.parsed, window.team))
             outcomes = await self._scraped_holding_lease(scraping, window_pk, interval_s)
             if outcomes is None:
                 self.unwatch(window_pk)
                 return
-            ids = {t.name: t.id for t in targets}
+            ids = {t.name: t.id for t in window.targets}
             writing = time.time()  # the lease's end is reckoned from a moment after this one
             stored = await self.store.run(
                 store_samples, window_pk, outcomes, ids, self.replica_id, interval_s
