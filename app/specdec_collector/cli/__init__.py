@@ -73,6 +73,19 @@ def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _window_filters(parser: argparse.ArgumentParser) -> None:
+    """The filters of a listing of windows: state, labels, target."""
+    parser.add_argument("--state", choices=["open", "closed"], help="only open or closed windows")
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only windows with this label (repeatable: all must match)",
+    )
+    parser.add_argument("--target", metavar="HOST:PORT", help="only windows on this target")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = _Parser(prog="specdec", description=__doc__)
@@ -217,29 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(handler=_command("remote", "compare"))
     ls = client_command("ls", "list your team's windows, newest first")
     ls.add_argument("--limit", type=_positive_int, default=50, help="at most this many (1-500)")
-    ls.add_argument("--state", choices=["open", "closed"], help="only open or closed windows")
-    ls.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="only windows with this label (repeatable: all must match)",
-    )
-    ls.add_argument("--target", metavar="HOST:PORT", help="only windows on this target")
+    _window_filters(ls)
     ls.add_argument("--json", action="store_true", help="the windows as JSON")
     ls.set_defaults(handler=_command("remote", "ls"))
     export = client_command(
         "export", "every window the filters keep, with its results, as JSON lines or CSV"
     )
-    export.add_argument("--state", choices=["open", "closed"], help="only open or closed windows")
-    export.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="only windows with this label (repeatable: all must match)",
-    )
-    export.add_argument("--target", metavar="HOST:PORT", help="only windows on this target")
+    _window_filters(export)
     export.add_argument(
         "--since", metavar="TIME", help="only windows started after TIME (RFC 3339)"
     )

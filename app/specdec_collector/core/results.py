@@ -14,7 +14,7 @@ window's overlaps are known, as the service has always answered.
 import math
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypedDict  # pydantic reads only this one's on Python < 3.12
@@ -165,6 +165,25 @@ class Flag(BaseModel):
     reason: str
 
 
+#: Beside AISBench's `data`, where an engine's counters give them (a result's and a dataset's).
+PerDraftedRates = Annotated[
+    dict[str, float] | None,
+    Field(
+        description="accepted at position N / drafts that reached position N (DSpark's drafts "
+        "by length), full float",
+        exclude_if=lambda value: value is None,
+    ),
+]
+AcceptedDistribution = Annotated[
+    dict[str, Count] | None,
+    Field(
+        description="drafts that had exactly N tokens accepted, N = 0..k (from cumulative "
+        "per-position counts where every draft was k long; TGI's buckets)",
+        exclude_if=lambda value: value is None,
+    ),
+]
+
+
 class EngineResult(BaseModel):
     """One engine's result within a target that serves several (a proxy, a Dynamo worker)."""
 
@@ -179,18 +198,8 @@ class EngineResult(BaseModel):
     flags: list[Flag] | None = Field(default=None, exclude_if=lambda v: not v)
     throughput: Throughput | None = Field(default=None, exclude_if=lambda v: v is None)
     # Beside AISBench's `data`, where an engine's counters give them.
-    per_drafted_position_acceptance_rates: dict[str, float] | None = Field(
-        default=None,
-        description="accepted at position N / drafts that reached position N (DSpark's drafts "
-        "by length), full float",
-        exclude_if=lambda value: value is None,
-    )
-    accepted_distribution: dict[str, Count] | None = Field(
-        default=None,
-        description="drafts that had exactly N tokens accepted, N = 0..k (from cumulative "
-        "per-position counts where every draft was k long; TGI's buckets)",
-        exclude_if=lambda value: value is None,
-    )
+    per_drafted_position_acceptance_rates: PerDraftedRates = None
+    accepted_distribution: AcceptedDistribution = None
 
 
 class SampleCount(BaseModel):
@@ -318,18 +327,8 @@ class TargetResult(BaseModel):
     # result of a server without spec decoding, the other side of a speedup.
     throughput: Throughput | None = Field(default=None, exclude_if=lambda v: v is None)
     # Beside AISBench's `data`, where an engine's counters give them.
-    per_drafted_position_acceptance_rates: dict[str, float] | None = Field(
-        default=None,
-        description="accepted at position N / drafts that reached position N (DSpark's drafts "
-        "by length), full float",
-        exclude_if=lambda value: value is None,
-    )
-    accepted_distribution: dict[str, Count] | None = Field(
-        default=None,
-        description="drafts that had exactly N tokens accepted, N = 0..k (from cumulative "
-        "per-position counts where every draft was k long; TGI's buckets)",
-        exclude_if=lambda value: value is None,
-    )
+    per_drafted_position_acceptance_rates: PerDraftedRates = None
+    accepted_distribution: AcceptedDistribution = None
     # `specdec run` around an AISBench run of several datasets: each one's figures, by its
     # abbreviation, beside the whole run's.
     datasets: dict[str, DatasetResult] | None = Field(
