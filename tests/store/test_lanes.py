@@ -124,8 +124,13 @@ def test_jobs_run_in_the_order_they_came(database: Engine) -> None:
     assert _notes(database) == ["stop-1", "start-1", "stop-2", "start-2"]
 
 
-def test_writes_that_wait_together_commit_together(database: Engine) -> None:
-    lane = Lane("test", serial=True, database=database)
+@pytest.mark.parametrize(("together", "commits_made"), [(64, 1), (1, 5)])
+def test_writes_that_wait_together_commit_together(
+    database: Engine, together: int, commits_made: int
+) -> None:
+    """The writes that waited share one commit; with `SPECDEC_DB_WRITES_TOGETHER=1` each has
+    its own, in order."""
+    lane = Lane("test", serial=True, database=database, together=together)
     commits = _commits(database)
 
     async def main() -> list[Any]:
@@ -133,21 +138,7 @@ def test_writes_that_wait_together_commit_together(database: Engine) -> None:
 
     assert asyncio.run(main()) == [f"n{i}" for i in range(5)]
     lane.close()
-    assert len(commits) == 1
-    assert _notes(database) == [f"n{i}" for i in range(5)]
-
-
-def test_writes_together_of_one_writes_each_alone(database: Engine) -> None:
-    """`SPECDEC_DB_WRITES_TOGETHER=1`: the writes that waited commit one by one, in order."""
-    lane = Lane("test", serial=True, database=database, together=1)
-    commits = _commits(database)
-
-    async def main() -> list[Any]:
-        return await _while_held(lane, lambda: [lane.write(_note, f"n{i}") for i in range(5)])
-
-    assert asyncio.run(main()) == [f"n{i}" for i in range(5)]
-    lane.close()
-    assert len(commits) == 5
+    assert len(commits) == commits_made
     assert _notes(database) == [f"n{i}" for i in range(5)]
 
 

@@ -338,14 +338,14 @@ class TargetPolicy:
     networks: tuple[IPNetwork, ...] = ()
     names: frozenset[str] = frozenset()
     suffixes: tuple[str, ...] = ()
-    # Its answers by (host, address) and by address: asked for every scrape of every target,
-    # and parsing the address and testing it against each network each time would be a large
-    # part of a scrape's work. Emptied whole past MAX_ANSWERS (a hostile team's churning
-    # names); the policy never changes, so an answer never goes stale.
-    _refusals: dict[tuple[str, str], str | None] = field(
+    # Its answers by (host, address), and by (None, address) for an address whatever its
+    # name: asked for every scrape of every target, and parsing the address and testing it
+    # against each network each time would be a large part of a scrape's work. Emptied whole
+    # past MAX_ANSWERS (a hostile team's churning names); the policy never changes, so an
+    # answer never goes stale.
+    _answers: dict[tuple[str | None, str], str | None] = field(
         default_factory=dict, compare=False, repr=False
     )
-    _denials: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def restricted(self) -> bool:
@@ -400,22 +400,22 @@ class TargetPolicy:
 
     def refusal(self, host: str, address: str) -> str | None:
         """Why the collector may not connect to `address` (resolved from `host`), or None."""
-        key = (host, address)
-        if key not in self._refusals:
-            if len(self._refusals) >= MAX_ANSWERS:
-                self._refusals.clear()
-            self._refusals[key] = _refusal(self, host, address)
-        return self._refusals[key]
+        return self._answered(host, address)
 
     def denied_address_refusal(self, address: str) -> str | None:
         """Why `address` is refused whatever name it is reached by (an always-denied range no
         listed network allows), or None: what is checked of the addresses a proxied name
         resolves to here."""
-        if address not in self._denials:
-            if len(self._denials) >= MAX_ANSWERS:
-                self._denials.clear()
-            self._denials[address] = _denied(self, address)
-        return self._denials[address]
+        return self._answered(None, address)
+
+    def _answered(self, host: str | None, address: str) -> str | None:
+        key = (host, address)
+        if key not in self._answers:
+            if len(self._answers) >= MAX_ANSWERS:
+                self._answers.clear()
+            found = _denied(self, address) if host is None else _refusal(self, host, address)
+            self._answers[key] = found
+        return self._answers[key]
 
 
 def _refusal(policy: TargetPolicy, host: str, address: str) -> str | None:
